@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One-time setup: system packages (as root, when missing), ./.venv, torch
+# (CPU build unless a CUDA driver is present), zgtool with its test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing ${need_apt[*]}"
+    apt-get update -qq >/dev/null
+    # prometheus is optional (one test); do not fail the setup without it
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${need_apt[@]/prometheus/}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+      echo "setup: prometheus not installed (its test will skip)"
+  else
+    echo "setup: not root, skipping system packages: ${need_apt[*]} (tests that need them skip)"
+  fi
+fi
+# nginx/redis/prometheus services started by the package would hold ports; zgtool starts its own.
+if [ "$(id -u)" = 0 ]; then
+  for svc in nginx redis-server prometheus; do
+    (command -v service >/dev/null && service "$svc" stop >/dev/null 2>&1) || true
+  done
+fi
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    .venv/bin/python -m pip install -q "torch>=2.4"
+  else
+    # the CPU build: a plain "torch" would pull the multi-GB CUDA wheels
+    .venv/bin/python -m pip install -q "torch==2.13.0+cpu" 2>/dev/null || \
+      .venv/bin/python -m pip install -q "torch==2.13.0" --index-url "${ZG_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+  fi
+fi
+.venv/bin/python -m pip install -q -e ".[test,load]"
+echo "setup: ok ($(.venv/bin/python -c 'import torch;print("torch", torch.__version__, "cuda" if torch.cuda.is_available() else "cpu")'))"

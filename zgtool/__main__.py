@@ -1,0 +1,3 @@
+from zgtool.cli import main
+
+main()

@@ -1,0 +1,9 @@
+"""`zgtool bench` (not built yet)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    return None

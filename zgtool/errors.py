@@ -1,0 +1,57 @@
+"""One error tree for the CLI, mapped once to exit codes.
+
+    ZgError                      -> ExitCode.USAGE unless overridden
+    ├── UsageError               -> 2  bad flag, unknown target, malformed URL or policy
+    ├── VerdictFailed            -> 1  a gate or verdict failed
+    ├── TargetUnreachable        -> 3  DNS failure, refused port, timeout, not HTTP
+    └── MissingCapability        -> 4  no capture privilege, no GPU/NVML, no k6, no nginx
+
+Engine errors (zgtool.engine.errors) are mapped to HTTP statuses in the server and to
+UsageError at the CLI boundary.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    VERDICT_FAILED = 1
+    USAGE = 2
+    UNREACHABLE = 3
+    MISSING_CAPABILITY = 4
+    INTERRUPTED = 130
+
+
+class ZgError(Exception):
+    exit_code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(ZgError):
+    exit_code = ExitCode.USAGE
+
+
+class VerdictFailed(ZgError):
+    exit_code = ExitCode.VERDICT_FAILED
+
+
+class TargetUnreachable(ZgError):
+    exit_code = ExitCode.UNREACHABLE
+
+
+class MissingCapability(ZgError):
+    exit_code = ExitCode.MISSING_CAPABILITY
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """The one place outcomes become exit codes."""
+    if isinstance(exc, ZgError):
+        return exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED
+    return ExitCode.USAGE
