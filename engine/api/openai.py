@@ -1,0 +1,185 @@
+"""OpenAI Chat Completions: request parsing, response body, stream chunks and /v1/models.
+
+Streams end with ``data: [DONE]``. The per-request timing rides as a ``zgtool_timing``
+field on the last chunk before it (the usage chunk with include_usage, else the chunk
+that carries finish_reason), so no client that indexes ``choices[0]`` trips on an extra
+chunk; the official SDK ignores unknown fields.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from zgtool.engine.api.common import (
+    ChatRequest,
+    opt_bool,
+    opt_float,
+    opt_int,
+    req_str,
+    str_list,
+    text_content,
+)
+from zgtool.engine.errors import InvalidRequest
+
+ROLES = ("system", "developer", "user", "assistant")
+_dumps = json.dumps
+
+
+def _messages(obj: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
+    if "messages" not in obj:
+        raise InvalidRequest("messages: field required")
+    raw = obj["messages"]
+    if not isinstance(raw, list) or not raw:
+        raise InvalidRequest("messages: must be a non-empty array of messages")
+    out: list[dict[str, str]] = []
+    system: list[str] = []
+    for i, msg in enumerate(raw):
+        if not isinstance(msg, dict):
+            raise InvalidRequest(f"messages.{i}: must be an object with role and content")
+        role = req_str(msg, "role", f"messages.{i}.")
+        if role not in ROLES:
+            raise InvalidRequest(f"messages.{i}.role: {role!r} is not supported; use one of {', '.join(ROLES)}")
+        if "content" not in msg or msg["content"] is None:
+            raise InvalidRequest(f"messages.{i}.content: field required (tool calls are not supported)")
+        text = text_content(msg["content"], f"messages.{i}.content")
+        if role in ("system", "developer"):
+            system.append(text)
+        else:
+            out.append({"role": role, "content": text})
+    if not out:
+        raise InvalidRequest("messages: at least one user or assistant message is required")
+    return out, ("\n".join(system) if system else None)
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,) if value else ()
+    return str_list(value, "stop")
+
+
+def parse_chat(obj: dict[str, Any], max_tokens_limit: int) -> ChatRequest:
+    """POST /v1/chat/completions body -> ChatRequest (raises InvalidRequest naming the field)."""
+    model = req_str(obj, "model")
+    messages, system = _messages(obj)
+    key = "max_completion_tokens" if obj.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = opt_int(obj, key, None)
+    if max_tokens is not None and max_tokens < 1:
+        raise InvalidRequest(f"{key}: must be at least 1, got {max_tokens}")
+    if max_tokens is not None and max_tokens > max_tokens_limit:
+        raise InvalidRequest(f"{key}: {max_tokens} is above this model's limit of {max_tokens_limit}")
+    n = opt_int(obj, "n", 1)
+    if n != 1:
+        raise InvalidRequest(f"n: only n=1 is supported, got {n}")
+    top_p = opt_float(obj, "top_p", 1.0, 0.0, 1.0)
+    if top_p == 0:
+        raise InvalidRequest("top_p: must be greater than 0")
+    top_k = opt_int(obj, "top_k", 0)
+    if top_k is not None and top_k < 0:
+        raise InvalidRequest(f"top_k: must be >= 0, got {top_k}")
+    options = obj.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise InvalidRequest("stream_options: must be an object")
+    stream = opt_bool(obj, "stream")
+    return ChatRequest(
+        api="openai",
+        model=model,
+        messages=messages,
+        system=system,
+        max_tokens=max_tokens,
+        temperature=opt_float(obj, "temperature", 1.0, 0.0, 2.0),
+        top_p=top_p,
+        top_k=top_k or 0,
+        stop=_stop(obj.get("stop")),
+        seed=opt_int(obj, "seed", None),
+        ignore_eos=opt_bool(obj, "ignore_eos"),
+        stream=stream,
+        include_usage=stream and opt_bool(options, "include_usage"),
+    )
+
+
+def finish_reason(reason: str | None) -> str | None:
+    return reason if reason in ("stop", "length", "content_filter") else ("stop" if reason else None)
+
+
+def usage_obj(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def completion_body(
+    cmpl_id: str, model: str, text: str, reason: str | None, usage: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "id": cmpl_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason(reason),
+        }],
+        "usage": usage,
+    }
+
+
+def models_body(names: list[str], created: int) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [{"id": n, "object": "model", "created": created, "owned_by": "zgtool"} for n in names],
+    }
+
+
+class ChunkWriter:
+    """Builds the ``data:`` lines of one stream; the per-token line is a byte template."""
+
+    def __init__(self, cmpl_id: str, model: str) -> None:
+        self.created = int(time.time())
+        self.cmpl_id = cmpl_id
+        self.model = model
+        self._head = (
+            b'data: {"id":' + _dumps(cmpl_id).encode() + b',"object":"chat.completion.chunk","created":'
+            + str(self.created).encode() + b',"model":' + _dumps(model).encode()
+        )
+
+    def _chunk(self, extra: dict[str, Any]) -> bytes:
+        obj = {"id": self.cmpl_id, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
+        obj.update(extra)
+        return b"data: " + _dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def role(self) -> bytes:
+        return self._head + (
+            b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+            b'"logprobs":null,"finish_reason":null}]}\n\n'
+        )
+
+    def content(self, text: str) -> bytes:
+        return (
+            self._head + b',"choices":[{"index":0,"delta":{"content":' + _dumps(text).encode()
+            + b'},"logprobs":null,"finish_reason":null}]}\n\n'
+        )
+
+    def tail(self, reason: str | None, usage: dict[str, Any] | None, timing: dict[str, Any]) -> bytes:
+        """finish chunk, optional usage chunk (choices: []), then [DONE]; timing on the last."""
+        finish: dict[str, Any] = {
+            "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason(reason)}]
+        }
+        if usage is None:
+            finish["zgtool_timing"] = timing
+            return self._chunk(finish) + b"data: [DONE]\n\n"
+        return (
+            self._chunk(finish)
+            + self._chunk({"choices": [], "usage": usage, "zgtool_timing": timing})
+            + b"data: [DONE]\n\n"
+        )
+
+    def error(self, payload: dict[str, Any]) -> bytes:
+        """An error after the 200: the SDK raises APIError on a data object with "error"."""
+        return b"event: error\ndata: " + _dumps(payload, separators=(",", ":")).encode() + b"\n\n"

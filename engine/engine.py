@@ -1,0 +1,357 @@
+"""The Engine: owns the model runner, block pool and scheduler; runs the step loop in one
+dedicated thread; hands outputs back to the asyncio loop once per step.
+
+Handoff design (the hot path of the fused claim): add_request appends to a deque the step
+thread drains between steps (no wake-up unless the thread is idle); each step's outputs for
+every request travel in ONE loop.call_soon_threadsafe call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from zgtool.engine import kvpool
+from zgtool.engine.block_manager import BlockManager
+from zgtool.engine.config import EngineConfig, SamplingParams
+from zgtool.engine.detok import detokenize_step, emittable, find_stop
+from zgtool.engine.errors import ContextLengthExceeded, EngineStopped, InvalidRequest, Overloaded
+from zgtool.engine.outputs import RequestOutput, RequestTimings, Usage
+from zgtool.engine.scheduler import Scheduler
+from zgtool.engine.sequence import Sequence, Status
+from zgtool.engine.stream import RequestStream
+
+
+@dataclass
+class GenerateResult:
+    request_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    timings: RequestTimings
+    usage: Usage
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        import torch
+
+        from zgtool.engine.weights import load_model
+
+        self.config = cfg = config or EngineConfig()
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        loaded = load_model(cfg.model, seed=cfg.seed)
+        self.model_name = cfg.model
+        self.tokenizer = loaded.tokenizer
+        self.is_dummy = loaded.is_dummy
+        self.device, self.dtype, torch_dtype = kvpool.pick_device_dtype(cfg, torch)
+        self.spec = loaded.spec
+        self.block_size = cfg.block_size
+        if loaded.spec is None:  # null backend: real bookkeeping, no tensors
+            from zgtool.engine.runner import NullRunner
+
+            self.max_model_len = cfg.max_model_len or 4096
+            self.num_kv_blocks = kvpool.null_blocks(cfg, self.max_model_len)
+            self.kv_bytes_per_block = 0
+            self.model = None
+            self.runner: Any = NullRunner()
+        else:
+            from zgtool.engine.model import LlamaModel
+            from zgtool.engine.runner import ModelRunner
+
+            spec = loaded.spec
+            self.max_model_len = min(cfg.max_model_len or spec.max_position_embeddings, spec.max_position_embeddings)
+            self.model = LlamaModel(spec, loaded.weights, torch.device(self.device), torch_dtype, cfg.deterministic)
+            self.kv_bytes_per_block = self.model.kv_bytes_per_block(cfg.block_size)
+            self.num_kv_blocks = kvpool.num_blocks(cfg, self.kv_bytes_per_block, self.max_model_len, torch)
+            self.model.allocate_kv(self.num_kv_blocks, cfg.block_size)
+            self.runner = ModelRunner(self.model, cfg.block_size)
+        del loaded
+        self.eos_token_ids = set(self.tokenizer.eos_token_ids)
+        self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        chunk = max(cfg.block_size, 64) if cfg.deterministic else None
+        self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens, chunk)
+        self._seqs: dict[str, Sequence] = {}
+        self._streams: dict[str, RequestStream] = {}
+        self._inbox: deque[Sequence] = deque()
+        self._aborts: deque[str] = deque()
+        self._admin: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = False
+        self.accepting = True
+        self._ids = itertools.count()
+        self.num_steps = 0
+        self.finished_by_reason: dict[str, int] = {}
+        self.last_step_ms = 0.0
+        self._pending: list[RequestOutput] = []
+
+    # -- admission into the engine -----------------------------------------
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        if not self.accepting:
+            raise EngineStopped("the engine is shutting down")
+        if not prompt_token_ids:
+            raise InvalidRequest("prompt is empty")
+        n = len(prompt_token_ids)
+        if n >= self.max_model_len or n + params.max_tokens > self.max_model_len:
+            raise ContextLengthExceeded(n, params.max_tokens, self.max_model_len)
+        vocab = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
+        if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
+            raise InvalidRequest(f"prompt has token ids outside the vocabulary [0, {vocab})")
+        blocks = -(-(n + params.max_tokens) // self.block_size)
+        if blocks > self.num_kv_blocks:
+            raise InvalidRequest(f"request needs {blocks} KV blocks, the pool has {self.num_kv_blocks}")
+        if len(self.scheduler.waiting) + len(self._inbox) >= self.config.max_waiting:
+            raise Overloaded("the waiting queue is full")
+
+    def _new_seq(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None,
+                 output_filter: Callable[[str], str | None] | None) -> Sequence:
+        if not isinstance(params, SamplingParams):
+            raise InvalidRequest("params must be a SamplingParams")
+        self.validate(list(prompt_token_ids), params)
+        rid = request_id or uuid.uuid4().hex[:24]
+        if rid in self._seqs:
+            raise InvalidRequest(f"request id {rid!r} is already in use")
+        seq = Sequence(rid, list(prompt_token_ids), params, output_filter)
+        seq.timings.arrival_s = time.perf_counter()
+        if params.seed is not None and not params.greedy and self.model is not None:
+            from zgtool.engine.sampling import make_generator
+
+            seq.generator = make_generator(params, self.model.device)
+        return seq
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *, request_id: str | None = None,
+                    output_filter: Callable[[str], str | None] | None = None) -> RequestStream:
+        """Queue a request for the step thread (call on the event loop thread after start())."""
+        seq = self._new_seq(prompt_token_ids, params, request_id, output_filter)
+        stream = RequestStream(seq, self._loop)
+        self._seqs[seq.request_id] = seq
+        self._streams[seq.request_id] = stream
+        self._inbox.append(seq)
+        self._wake.set()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._aborts.append(request_id)
+        self._wake.set()
+
+    # -- the step ---------------------------------------------------------
+    def _drain(self) -> None:
+        while self._inbox:
+            self.scheduler.add(self._inbox.popleft())
+        while self._aborts:
+            seq = self._seqs.get(self._aborts.popleft())
+            if seq is not None and not seq.is_finished:
+                self._finish(seq, "abort")
+                self._pending.append(RequestOutput(seq.request_id, [], emittable(seq, True), True, "abort"))
+        while self._admin:
+            fn, fut = self._admin.popleft()
+            try:
+                fut.set_result(fn())
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        self.scheduler.finish(seq, reason)
+        seq.timings.finished_s = time.perf_counter()
+        seq.usage.completion_tokens = seq.num_output_tokens
+        self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
+
+    def step(self) -> list[RequestOutput]:
+        """One iteration: schedule, run, postprocess. Returns the deltas it produced."""
+        self._pending = []
+        self._drain()
+        outputs = self._pending
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            return outputs
+        t0 = time.perf_counter()
+        for seq in batch.seqs:
+            if seq.timings.first_scheduled_s is None:
+                seq.timings.first_scheduled_s = t0
+        sampled = self.runner.execute(batch)
+        t1 = time.perf_counter()
+        step_ms = (t1 - t0) * 1e3
+        self.last_step_ms = step_ms
+        self.num_steps += 1
+        tok = self.tokenizer
+        for seq, n, new_tok in zip(batch.seqs, batch.num_new_tokens, sampled, strict=True):
+            if seq.is_prefilling or seq.num_output_tokens == 0:
+                seq.timings.prefill_ms += step_ms
+            else:
+                seq.timings.decode_ms += step_ms
+            seq.num_computed_tokens += n
+            self.block_manager.cache_full_blocks(seq)
+            if new_tok is None:
+                continue
+            seq.token_ids.append(new_tok)
+            now = time.perf_counter()
+            if seq.timings.first_token_s is None:
+                seq.timings.first_token_s = now
+            seq.timings.token_times_s.append(now)
+            reason: str | None = None
+            stop_str: str | None = None
+            error: str | None = None
+            if new_tok in self.eos_token_ids and not seq.params.ignore_eos:
+                reason = "stop"
+                seq.token_ids.pop()  # EOS is not part of the output
+            delta_len = len(detokenize_step(tok, seq)) if reason is None else 0
+            td = time.perf_counter()
+            seq.timings.detok_ms += (td - now) * 1e3
+            if reason is None and (stop_str := find_stop(seq, delta_len)) is not None:
+                reason = "stop"
+            if seq.output_filter is not None and delta_len:
+                verdict = seq.output_filter(seq.output_text)
+                seq.timings.safety_ms += (time.perf_counter() - td) * 1e3
+                if verdict is not None:
+                    reason, error = "content_filter", verdict
+                    seq.emitted_chars = len(seq.output_text)  # the offending text is never delivered
+            if reason is None and seq.num_output_tokens >= seq.params.max_tokens:
+                reason = "length"
+            text = emittable(seq, reason is not None) if reason != "content_filter" else ""
+            if reason is not None:
+                seq.stop_sequence = stop_str
+                seq.error = error
+                self._finish(seq, reason)
+            outputs.append(RequestOutput(seq.request_id, [new_tok] if reason != "stop" or stop_str else [],
+                                         text, reason is not None, reason, stop_str, error))
+        return outputs
+
+    # -- thread + handoff --------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if self._thread is not None:
+            return
+        self._loop = loop or asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="zgtool-step", daemon=True)
+        self._thread.start()
+
+    def _has_work(self) -> bool:
+        return bool(self._inbox or self._aborts or self._admin or self.scheduler.has_work)
+
+    def _run(self) -> None:
+        assert self._loop is not None
+        loop = self._loop
+        window_s = self.config.batch_window_ms / 1e3
+        while not self._stop:
+            if not self._has_work():
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            if window_s and not self.scheduler.running and self._inbox:
+                # a burst is starting on an idle engine: let it fill the first step
+                deadline = time.perf_counter() + window_s
+                while (left := deadline - time.perf_counter()) > 0 and len(self._inbox) < self.config.max_num_seqs:
+                    time.sleep(min(left, 0.0005))
+            try:
+                outputs = self.step()
+            except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
+                outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
+            if outputs:
+                loop.call_soon_threadsafe(self._dispatch, outputs)
+
+    def _fail_all(self, message: str) -> list[RequestOutput]:
+        outs = []
+        for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
+            self._finish(seq, "abort")
+            outs.append(RequestOutput(seq.request_id, [], "", True, "abort", error=message))
+        return outs
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            stream = self._streams.get(out.request_id)
+            if stream is not None:
+                stream.push(out)
+            if out.finished:
+                self._streams.pop(out.request_id, None)
+                self._seqs.pop(out.request_id, None)
+
+    def run_in_step_thread(self, fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+        """Run fn between two steps (inline when the thread is not running)."""
+        if self._thread is None or threading.current_thread() is self._thread:
+            return fn()
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._admin.append((fn, fut))
+        self._wake.set()
+        return fut.result(timeout_s)
+
+    async def shutdown(self, grace_s: float = 10.0) -> None:
+        """Stop admitting, let in-flight requests finish within grace_s, then stop the thread."""
+        self.accepting = False
+        deadline = time.perf_counter() + grace_s
+        while self._has_work() and time.perf_counter() < deadline:
+            await asyncio.sleep(0.02)
+        for rid in list(self._seqs):
+            self.abort(rid)
+        await asyncio.sleep(0.05)
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 5.0)
+            self._thread = None
+
+    # -- sync helper ------------------------------------------------------
+    def generate(self, prompts: str | list[int] | list[str] | list[list[int]],
+                 params: SamplingParams | None = None) -> Any:
+        """Run prompts to completion in the calling thread (scripts, tests, benchmarks).
+        One prompt -> GenerateResult; a list of prompts -> list[GenerateResult] (batched)."""
+        if self._thread is not None:
+            raise InvalidRequest("generate() is for engines that were not start()ed")
+        params = params or SamplingParams()
+        single = isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int))
+        items = [prompts] if single else list(prompts)  # type: ignore[list-item]
+        seqs = []
+        for p in items:
+            ids = self.tokenizer.encode(p, add_special_tokens=True) if isinstance(p, str) else list(p)
+            seq = self._new_seq(ids, params, f"gen-{next(self._ids)}", None)
+            self._seqs[seq.request_id] = seq
+            self.scheduler.add(seq)
+            seqs.append(seq)
+        while any(not s.is_finished for s in seqs):
+            self.step()
+        results = []
+        for s in seqs:
+            self._seqs.pop(s.request_id, None)
+            results.append(GenerateResult(s.request_id, s.prompt_token_ids, s.output_token_ids, s.output_text,
+                                          s.finish_reason, s.timings, s.usage, s.error))
+        return results[0] if single else results
+
+    # -- introspection ----------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        bm = self.block_manager
+        gpu = kvpool.gpu_figures(self.device)
+        return {
+            "kv_blocks_total": bm.num_blocks,
+            "kv_blocks_used": bm.num_used_blocks,
+            "kv_util": bm.usage(),
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting) + len(self._inbox),
+            "prefix_cache_queries": bm.prefix_queries,
+            "prefix_cache_hits": bm.prefix_hits,
+            "num_preemptions": self.scheduler.num_preemptions,
+            "num_steps": self.num_steps,
+            "device": self.device,
+            **gpu,
+        }
+
+    def kv_report(self) -> dict[str, Any]:
+        return self.run_in_step_thread(lambda: kvpool.kv_report(self))
+
+    def defrag(self, dry_run: bool = False, drop_prefix_cache: bool = False) -> dict[str, Any]:
+        """Compact live KV blocks to the low end of the pool between steps (see kvpool.defrag)."""
+        return self.run_in_step_thread(lambda: kvpool.defrag(self, dry_run, drop_prefix_cache))
+
+    def live_sequences(self) -> list[Sequence]:
+        return [s for s in self.scheduler.running + list(self.scheduler.waiting) if s.status is not Status.FINISHED]

@@ -1,0 +1,98 @@
+"""Model runners: turn a ScheduledBatch into tensors, run the forward, sample.
+
+All tensors live here; the scheduler and block manager never see one."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from zgtool.engine.model import AttnMeta, LlamaModel
+from zgtool.engine.sampling import sample
+from zgtool.engine.scheduler import ScheduledBatch
+from zgtool.engine.sequence import Sequence
+
+
+class Runner(Protocol):
+    def execute(self, batch: ScheduledBatch) -> list[int | None]: ...
+
+
+def needs_sample(seq: Sequence, n: int) -> bool:
+    return seq.num_computed_tokens + n == seq.num_tokens
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaModel, block_size: int) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.device = model.device
+
+    def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, AttnMeta, list[int]]:
+        bs = self.block_size
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        dec_idx: list[int] = []
+        dec_tables: list[list[int]] = []
+        dec_lens: list[int] = []
+        prefills: list[tuple[int, int, list[int], int]] = []
+        logit_rows: list[int] = []
+        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+            start = seq.num_computed_tokens
+            s = len(ids)
+            ids.extend(seq.token_ids[start:start + n])
+            table = seq.block_table
+            for p in range(start, start + n):
+                pos.append(p)
+                slots.append(table[p // bs] * bs + p % bs)
+            if n == 1 and start > 0:
+                dec_idx.append(s)
+                dec_tables.append(table)
+                dec_lens.append(start + 1)
+            else:
+                prefills.append((s, s + n, table, start))
+            if needs_sample(seq, n):
+                logit_rows.append(len(ids) - 1)
+        dev = self.device
+        t_dec_tables = t_dec_lens = t_dec_idx = None
+        if dec_idx:
+            width = max(len(t) for t in dec_tables)
+            padded = [t + [0] * (width - len(t)) for t in dec_tables]
+            t_dec_tables = torch.tensor(padded, dtype=torch.long, device=dev)
+            t_dec_lens = torch.tensor(dec_lens, dtype=torch.long, device=dev)
+            t_dec_idx = torch.tensor(dec_idx, dtype=torch.long, device=dev)
+        meta = AttnMeta(
+            positions=torch.tensor(pos, dtype=torch.long, device=dev),
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            decode_idx=t_dec_idx, decode_tables=t_dec_tables, decode_lens=t_dec_lens, decode_lens_list=dec_lens,
+            prefills=[(s, e, torch.tensor(t, dtype=torch.long, device=dev), st) for s, e, t, st in prefills],
+        )
+        return torch.tensor(ids, dtype=torch.long, device=dev), meta, logit_rows
+
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> list[int | None]:
+        input_ids, meta, logit_rows = self.prepare(batch)
+        hidden = self.model.forward(input_ids, meta)
+        sampled: list[int | None] = [None] * len(batch.seqs)
+        if not logit_rows:
+            return sampled
+        logits = self.model.logits(hidden[torch.tensor(logit_rows, device=self.device)])
+        which = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)) if needs_sample(seq, n)]
+        params = [batch.seqs[i].params for i in which]
+        gens = [batch.seqs[i].generator for i in which]  # type: ignore[misc]
+        for i, tok in zip(which, sample(logits, params, gens), strict=True):  # type: ignore[arg-type]
+            sampled[i] = tok
+        return sampled
+
+
+class NullRunner:
+    """Zero compute: emits a fixed text, byte by byte. Measures pure serving overhead."""
+
+    TEXT = b"Hello from the zgtool null model. "
+
+    def execute(self, batch: ScheduledBatch) -> list[int | None]:
+        out: list[int | None] = []
+        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+            out.append(self.TEXT[seq.num_output_tokens % len(self.TEXT)] if needs_sample(seq, n) else None)
+        return out

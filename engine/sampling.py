@@ -1,0 +1,39 @@
+"""Token sampling: greedy, temperature, top-k, top-p, per-request seeded generators."""
+
+from __future__ import annotations
+
+import torch
+
+from zgtool.engine.config import SamplingParams
+
+
+def make_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    if params.seed is None or params.greedy:
+        return None
+    return torch.Generator(device=device).manual_seed(params.seed)
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> list[int]:
+    """logits [N, V] float32 -> one token id per row."""
+    greedy_rows = [i for i, p in enumerate(params) if p.greedy]
+    out = [0] * len(params)
+    if greedy_rows:
+        idx = torch.tensor(greedy_rows, device=logits.device)
+        for i, t in zip(greedy_rows, logits[idx].argmax(dim=-1).tolist(), strict=True):
+            out[i] = int(t)
+    for i, p in enumerate(params):
+        if p.greedy:
+            continue
+        row = logits[i] / p.temperature
+        if p.top_k > 0 and p.top_k < row.shape[-1]:
+            kth = torch.topk(row, p.top_k).values[-1]
+            row = row.masked_fill(row < kth, float("-inf"))
+        probs = torch.softmax(row, dim=-1)
+        if p.top_p < 1.0:
+            sorted_p, sorted_i = probs.sort(descending=True)
+            cum = sorted_p.cumsum(-1)
+            drop = cum - sorted_p > p.top_p  # keep the smallest set whose mass reaches top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter_(-1, sorted_i, sorted_p)
+        out[i] = int(torch.multinomial(probs, 1, generator=generators[i]).item())
+    return out

@@ -1,0 +1,72 @@
+"""A request's state inside the engine (plain Python, no torch)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from zgtool.engine.config import SamplingParams
+from zgtool.engine.outputs import RequestTimings, Usage
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    output_filter: Callable[[str], str | None] | None = None
+    status: Status = Status.WAITING
+    token_ids: list[int] = field(default_factory=list)     # prompt + output
+    num_computed_tokens: int = 0                           # tokens whose KV is in the pool
+    block_table: list[int] = field(default_factory=list)
+    num_cached_blocks: int = 0                             # leading blocks registered in the prefix cache
+    block_hashes: list[int] = field(default_factory=list)  # chain hashes of full blocks, in order
+    num_preemptions: int = 0
+    finish_reason: str | None = None
+    stop_sequence: str | None = None
+    error: str | None = None
+    timings: RequestTimings = field(default_factory=RequestTimings)
+    usage: Usage = field(default_factory=Usage)
+    # detokenizer state
+    output_text: str = ""
+    emitted_chars: int = 0
+    prefix_offset: int = 0
+    read_offset: int = 0
+    generator: object | None = None                         # torch.Generator for seeded sampling
+
+    def __post_init__(self) -> None:
+        if not self.token_ids:
+            self.token_ids = list(self.prompt_token_ids)
+        self.usage.prompt_tokens = len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    @property
+    def is_prefilling(self) -> bool:
+        """More than the one new token is still to be computed (prompt, or recompute after preemption)."""
+        return self.num_tokens - self.num_computed_tokens > 1

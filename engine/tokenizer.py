@@ -1,0 +1,158 @@
+"""Tokenizers: tokenizer.json via `tokenizers` (+ chat template), and a byte-level one for dummy/null models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+from zgtool.engine.errors import ModelLoadError
+
+Message = dict[str, str]
+
+
+class Tokenizer(Protocol):
+    eos_token_ids: tuple[int, ...]
+    bos_token_id: int | None
+    vocab_size: int
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+    def apply_chat_template(self, messages: list[Message], system: str | None = None) -> list[int]: ...
+
+
+_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "ta", "vo", "zi", "pe", "su", "da", "fo", "gi", "ha", "jo", "ba")
+
+
+class ByteTokenizer:
+    """Bytes 0-255, then <bos>=256, <eos>=257, <|system|>, <|user|>, <|assistant|>, <|end|>;
+    ids above those decode to synthetic syllables, so random dummy models print word-like
+    (meaningless) text."""
+
+    BOS, EOS, SYSTEM, USER, ASSISTANT, END = 256, 257, 258, 259, 260, 261
+    NUM_SPECIAL = 6
+    SPECIAL_TEXT = {256: "<bos>", 257: "<eos>", 258: "<|system|>", 259: "<|user|>", 260: "<|assistant|>", 261: "<|end|>"}
+
+    def __init__(self, vocab_size: int = 512) -> None:
+        self.vocab_size = vocab_size
+        self.eos_token_ids: tuple[int, ...] = (self.EOS,)
+        self.bos_token_id: int | None = self.BOS
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        ids = list(text.encode("utf-8"))
+        return [self.BOS, *ids] if add_special_tokens else ids
+
+    def _piece(self, i: int) -> bytes:
+        if i < 256:
+            return bytes((i,))
+        if i in self.SPECIAL_TEXT:
+            return b""  # specials are not shown in generated text
+        n = i - 256 - self.NUM_SPECIAL
+        return (" " + _SYLLABLES[n % 16] + _SYLLABLES[(n // 16) % 16]).encode()
+
+    def decode(self, ids: list[int]) -> str:
+        return b"".join(self._piece(i) for i in ids).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[Message], system: str | None = None) -> list[int]:
+        ids = [self.BOS]
+        if system:
+            ids += [self.SYSTEM, *system.encode("utf-8"), self.END]
+        for m in messages:
+            ids.append(self.USER if m["role"] == "user" else self.ASSISTANT if m["role"] == "assistant" else self.SYSTEM)
+            ids += [*m["content"].encode("utf-8"), self.END]
+        ids.append(self.ASSISTANT)
+        return ids
+
+
+class HFTokenizer:
+    """tokenizer.json through the `tokenizers` library; chat template from tokenizer_config.json."""
+
+    def __init__(self, model_dir: Path, eos_from_config: tuple[int, ...], bos_from_config: int | None) -> None:
+        from tokenizers import Tokenizer as _Tok
+
+        path = model_dir / "tokenizer.json"
+        if not path.exists():
+            raise ModelLoadError(f"{model_dir} has no tokenizer.json")
+        self._tok = _Tok.from_file(str(path))
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        cfg: dict[str, Any] = {}
+        cfg_path = model_dir / "tokenizer_config.json"
+        if cfg_path.exists():
+            cfg = json.loads(cfg_path.read_text())
+        self._template: str | None = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
+        self._bos_text = _token_text(cfg.get("bos_token"))
+        self._eos_text = _token_text(cfg.get("eos_token"))
+        eos = list(eos_from_config)
+        if self._eos_text and (tid := self._tok.token_to_id(self._eos_text)) is not None and tid not in eos:
+            eos.append(tid)
+        self.eos_token_ids = tuple(eos)
+        self.bos_token_id = bos_from_config
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tok.decode(ids, skip_special_tokens=True))
+
+    def apply_chat_template(self, messages: list[Message], system: str | None = None) -> list[int]:
+        msgs = ([{"role": "system", "content": system}] if system else []) + list(messages)
+        if self._template:
+            import jinja2
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+
+            def _raise(msg: str) -> None:
+                raise ValueError(msg)
+
+            env.globals["raise_exception"] = _raise
+            text = env.from_string(self._template).render(
+                messages=msgs, add_generation_prompt=True,
+                bos_token=self._bos_text or "", eos_token=self._eos_text or "",
+            )
+            return self.encode(text, add_special_tokens=False)
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
+        return self.encode(text, add_special_tokens=True)
+
+
+def _token_text(tok: Any) -> str | None:
+    if isinstance(tok, dict):
+        return tok.get("content")
+    return tok if isinstance(tok, str) else None
+
+
+def write_byte_tokenizer_json(path: Path, vocab_size: int) -> None:
+    """A tokenizer.json equivalent to ByteTokenizer's encoding (for dummy HF checkpoints):
+    one token per byte (ByteLevel alphabet), specials, and filler tokens up to vocab_size."""
+    from tokenizers import Tokenizer as _Tok
+    from tokenizers import decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    # ByteLevel maps byte b to a printable char; order the vocab so id == byte value
+    byte_to_char = _bytes_to_unicode()
+    vocab = {byte_to_char[b]: b for b in range(256)}
+    assert set(vocab) <= set(alphabet) | set(vocab)
+    specials = ["<bos>", "<eos>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+    for i, s in enumerate(specials):
+        vocab[s] = 256 + i
+    for i in range(256 + len(specials), vocab_size):
+        vocab[f"<w{i}>"] = i
+    tok = _Tok(models.WordLevel(vocab=vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False), pre_tokenizers.Split("", "isolated")]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(specials)
+    tok.save(str(path))
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}

@@ -1,0 +1,119 @@
+"""Where weights come from: `dummy:<preset>` (seeded random), a local Hugging Face
+directory (config.json + *.safetensors + tokenizer.json), or `null` (no weights).
+Nothing is downloaded."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from zgtool.engine.errors import ModelLoadError, ModelNotFound
+from zgtool.engine.presets import ModelSpec, preset, spec_from_hf_config
+from zgtool.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, write_byte_tokenizer_json
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    spec: ModelSpec | None           # None for the null backend
+    weights: dict[str, torch.Tensor]
+    tokenizer: Tokenizer
+    is_dummy: bool = False
+
+
+def dummy_state_dict(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Seeded random weights in Hugging Face naming (the same loader path as real checkpoints)."""
+    g = torch.Generator().manual_seed(seed)
+    d, hd, inter = spec.hidden_size, spec.dim_per_head, spec.intermediate_size
+
+    def rnd(*shape: int, std: float = 0.02) -> torch.Tensor:
+        return torch.randn(*shape, generator=g) * std
+
+    sd: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rnd(spec.vocab_size, d, std=1.0 / math_sqrt(d))}
+    for i in range(spec.num_layers):
+        p = f"model.layers.{i}."
+        sd[p + "input_layernorm.weight"] = torch.ones(d)
+        sd[p + "post_attention_layernorm.weight"] = torch.ones(d)
+        sd[p + "self_attn.q_proj.weight"] = rnd(spec.num_heads * hd, d)
+        sd[p + "self_attn.k_proj.weight"] = rnd(spec.num_kv_heads * hd, d)
+        sd[p + "self_attn.v_proj.weight"] = rnd(spec.num_kv_heads * hd, d)
+        sd[p + "self_attn.o_proj.weight"] = rnd(d, spec.num_heads * hd)
+        if spec.attention_bias:
+            sd[p + "self_attn.q_proj.bias"] = rnd(spec.num_heads * hd)
+            sd[p + "self_attn.k_proj.bias"] = rnd(spec.num_kv_heads * hd)
+            sd[p + "self_attn.v_proj.bias"] = rnd(spec.num_kv_heads * hd)
+        sd[p + "mlp.gate_proj.weight"] = rnd(inter, d)
+        sd[p + "mlp.up_proj.weight"] = rnd(inter, d)
+        sd[p + "mlp.down_proj.weight"] = rnd(d, inter)
+    sd["model.norm.weight"] = torch.ones(d)
+    if not spec.tie_word_embeddings:
+        sd["lm_head.weight"] = rnd(spec.vocab_size, d, std=1.0)
+    return sd
+
+
+def math_sqrt(x: float) -> float:
+    return float(x) ** 0.5
+
+
+def _dummy_spec(name: str) -> ModelSpec:
+    base = preset(name)
+    # the byte tokenizer's specials become the model's bos/eos
+    return ModelSpec(**{**base.__dict__, "bos_token_id": ByteTokenizer.BOS, "eos_token_ids": (ByteTokenizer.EOS,)})
+
+
+def save_dummy_checkpoint(preset_name: str, out_dir: Path, seed: int = 0) -> Path:
+    """Write dummy:<preset> as a Hugging Face directory (config.json, model.safetensors,
+    tokenizer.json) so transformers and zgtool can load the very same weights."""
+    from safetensors.torch import save_file
+
+    spec = _dummy_spec(preset_name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(spec.to_hf_config(), indent=2))
+    save_file({k: v.contiguous() for k, v in dummy_state_dict(spec, seed).items()}, str(out_dir / "model.safetensors"))
+    write_byte_tokenizer_json(out_dir / "tokenizer.json", spec.vocab_size)
+    (out_dir / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<bos>", "eos_token": "<eos>"}))
+    return out_dir
+
+
+def load_model(model: str, seed: int = 0) -> LoadedModel:
+    if model == "null":
+        return LoadedModel("null", None, {}, ByteTokenizer(512))
+    if model.startswith("dummy:"):
+        spec = _dummy_spec(model.split(":", 1)[1])
+        return LoadedModel(model, spec, dummy_state_dict(spec, seed), ByteTokenizer(spec.vocab_size), is_dummy=True)
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ModelNotFound(
+            f"unknown model {model!r}: not 'null', not 'dummy:<preset>' and no such directory (nothing is downloaded)"
+        )
+    return load_hf_dir(path)
+
+
+def load_hf_dir(path: Path) -> LoadedModel:
+    from safetensors.torch import load_file
+
+    if not path.is_dir():
+        raise ModelLoadError(f"{path} is not a directory with config.json and *.safetensors")
+    cfg_path = path / "config.json"
+    if not cfg_path.exists():
+        raise ModelLoadError(f"{path} has no config.json")
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{path} has no *.safetensors weights")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{cfg_path}: invalid JSON: {exc}") from exc
+    spec = spec_from_hf_config(cfg)
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        weights.update(load_file(str(f)))
+    missing = [n for n in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.self_attn.q_proj.weight")
+               if n not in weights]
+    if missing:
+        raise ModelLoadError(f"{path}: weights are missing {', '.join(missing)}")
+    tok = HFTokenizer(path, spec.eos_token_ids, spec.bos_token_id)
+    return LoadedModel(path.name, spec, weights, tok)
