@@ -46,13 +46,15 @@ class GenerateResult:
 class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         import torch
-
         from zgtool.engine.weights import load_model
 
         self.config = cfg = config or EngineConfig()
+        loaded = load_model(cfg.model, seed=cfg.seed)
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        loaded = load_model(cfg.model, seed=cfg.seed)
+        elif loaded.spec is not None and loaded.spec.hidden_size <= 256:
+            # tiny GEMMs: OpenMP fork/join costs more than it saves and spins against the I/O loop
+            torch.set_num_threads(1)
         self.model_name = cfg.model
         self.tokenizer = loaded.tokenizer
         self.is_dummy = loaded.is_dummy
@@ -310,7 +312,7 @@ class Engine:
         if self._thread is not None:
             raise InvalidRequest("generate() is for engines that were not start()ed")
         params = params or SamplingParams()
-        single = isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int))
+        single = isinstance(prompts, str) or not prompts or isinstance(prompts[0], int)
         items = [prompts] if single else list(prompts)  # type: ignore[list-item]
         seqs = []
         for p in items:

@@ -1,7 +1,7 @@
-"""Console entry point (placeholder until the Typer app lands)."""
+"""Console entry point: `zgtool` (the script) and `python -m zgtool`."""
 
 
 def main() -> None:
-    from zgtool.app import app
+    from zgtool.app import main as app_main
 
-    app()
+    app_main()

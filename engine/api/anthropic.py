@@ -74,6 +74,8 @@ def parse_messages(obj: dict[str, Any], max_tokens_limit: int) -> ChatRequest:
     top_k = opt_int(obj, "top_k", 0)
     if top_k is not None and top_k < 0:
         raise InvalidRequest(f"top_k: must be >= 0, got {top_k}")
+    if obj.get("tools"):
+        raise InvalidRequest("tools: tool use is not supported by this server; send text messages only")
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise InvalidRequest("metadata: must be an object")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.engine.server.errors import HttpError
+
 from zgtool.errors import UsageError
 
 WINDOW_S = 60.0
@@ -181,8 +182,8 @@ class Admission:
 
     def update_load(self, stats: dict[str, Any], now: float) -> None:
         """Halve tier caps while load stays > 0.9; restore after it stays below for hold_s."""
-        load = max(float(stats.get("kv_util") or 0.0), float(stats.get("sm_util") or 0.0) / (
-            100.0 if (stats.get("sm_util") or 0) > 1 else 1.0))
+        # sm_util is NVML's percentage (None on CPU); kv_util is a fraction.
+        load = max(float(stats.get("kv_util") or 0.0), float(stats.get("sm_util") or 0.0) / 100.0)
         high = load > LOAD_HIGH
         reduced = self.cap_factor < 1.0
         if high != reduced:               # the load disagrees with the current factor

@@ -1,0 +1,66 @@
+"""The server's frozen configuration (what `zgtool serve` parsed), validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zgtool.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model: str = "dummy:small"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # engine
+    device: str = "auto"
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    max_num_seqs: int = 32
+    max_waiting: int = 256
+    kv_memory_mb: int | None = None
+    batch_window_ms: float = 0.0
+    deterministic: bool = False
+    # HTTP
+    max_body_bytes: int = 8 * 1024 * 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
+    stream_interval: int = 1
+    grace_s: float = 10.0
+    # TLS: "none" | "self-signed" | "files" (tls_cert + tls_key)
+    tls: str = "none"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_dir: Path | None = None
+    # admission, safety, logs
+    keys: Path | None = None
+    safety_policy: Path | None = None
+    access_log: Path | None = None
+    log_level: str = "warning"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"--port must be in 0..65535, got {self.port}")
+        if self.tls not in ("none", "self-signed", "files"):
+            raise UsageError(f"--tls must be 'self-signed' (or give --tls-cert and --tls-key), not {self.tls!r}")
+        if self.tls == "files" and (self.tls_cert is None or self.tls_key is None):
+            raise UsageError("--tls-cert and --tls-key must be given together")
+        if self.stream_interval < 1:
+            raise UsageError("--stream-interval must be >= 1")
+        if self.max_body_bytes < 1024:
+            raise UsageError("--max-body-bytes must be >= 1024")
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "grace_s"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"{name} must be > 0")
+        if self.batch_window_ms < 0:
+            raise UsageError("--batch-window-ms must be >= 0")
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.tls == "none" else "https"
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        return (self.model, "default")

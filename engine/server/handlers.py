@@ -1,0 +1,252 @@
+"""The generation flows: parse -> model check -> input safety -> tokenize -> admit ->
+engine -> JSON body or SSE stream, for both APIs.
+
+A disconnect watcher (one task per request, no thread wake-up) aborts the engine
+request when the client goes away; the engine frees its KV blocks within one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from zgtool.engine.api import anthropic as anth
+from zgtool.engine.api import openai as oai
+from zgtool.engine.api.common import ChatRequest
+from zgtool.engine.errors import ContextLengthExceeded, ModelNotFound
+from zgtool.engine.server.errors import HttpError, content_policy, error_payload
+from zgtool.engine.server.sse import SSE_HEADERS, TokenGrouper
+
+if TYPE_CHECKING:
+    from zgtool.engine.server.app import Ctx, ServerApp
+
+LONG_PROMPT_CHARS = 32_768   # tokenize longer prompts off the loop so other streams keep flowing
+
+
+async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
+    obj = await app.read_json(ctx, receive)
+    req = anth.parse_messages(obj, app.engine.max_model_len)
+    await _generate(app, ctx, req, receive, send)
+
+
+async def chat_completions(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
+    obj = await app.read_json(ctx, receive)
+    req = oai.parse_chat(obj, app.engine.max_model_len)
+    await _generate(app, ctx, req, receive, send)
+
+
+async def count_tokens(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
+    obj = await app.read_json(ctx, receive)
+    req = anth.parse_count_tokens(obj)
+    _check_model(app, req.model)
+    ids = await _tokenize(app, req)
+    await app.send_json(ctx, send, 200, b'{"input_tokens":' + str(len(ids)).encode() + b"}")
+
+
+def _check_model(app: ServerApp, model: str) -> None:
+    names = app.cfg.served_names
+    if model not in names:
+        raise ModelNotFound(f"model {model!r} is not served here; served models: {', '.join(dict.fromkeys(names))}")
+
+
+async def _tokenize(app: ServerApp, req: ChatRequest) -> list[int]:
+    tok = app.engine.tokenizer
+
+    def run() -> list[int]:
+        return tok.apply_chat_template(messages=req.messages, system=req.system)
+
+    if sum(len(m["content"]) for m in req.messages) + len(req.system or "") > LONG_PROMPT_CHARS:
+        return await asyncio.to_thread(run)
+    return run()
+
+
+def _timing(ctx: Ctx, stream: Any) -> dict[str, float]:
+    """Server-Timing parts: the engine's phases plus input safety; total is the server's own
+    wall time for this request, so the parts always sum to no more than it."""
+    t = stream.timings
+    return {
+        "queue": t.queue_ms,
+        "prefill": t.prefill_ms,
+        "decode": t.decode_ms,
+        "detok": t.detok_ms,
+        "safety": t.safety_ms + ctx.safety_ms,
+        "total": (time.perf_counter() - ctx.t0) * 1e3,
+    }
+
+
+def _timing_event(ctx: Ctx, stream: Any, timing: dict[str, float]) -> dict[str, Any]:
+    ev: dict[str, Any] = {f"{k}_ms": round(v, 3) for k, v in timing.items()}
+    ttft = stream.timings.ttft_ms
+    ev["ttft_ms"] = None if ttft is None else round(ttft, 3)
+    # Emission times relative to arrival: a stream probe compares them with arrival times
+    # to tell a buffering hop from a slow model.
+    t0 = stream.timings.arrival_s
+    ev["token_times_ms"] = [round((t - t0) * 1e3, 3) for t in stream.timings.token_times_s]
+    ev["request_id"] = "inference-" + ctx.rid
+    return ev
+
+
+async def _watch_disconnect(app: ServerApp, receive: Any, rid: str, state: dict[str, bool]) -> None:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            if not state["done"]:
+                state["gone"] = True
+                app.engine.abort(rid)
+            return
+
+
+async def _generate(app: ServerApp, ctx: Ctx, req: ChatRequest, receive: Any, send: Any) -> None:
+    from zgtool.engine import SamplingParams
+
+    _check_model(app, req.model)
+    safety = app.safety
+    if safety is not None and not safety.input.empty:
+        t = time.perf_counter()
+        hit = safety.check_input(req.input_text())
+        ctx.safety_ms += (time.perf_counter() - t) * 1e3
+        if hit is not None:
+            raise content_policy(hit)
+    prompt = await _tokenize(app, req)
+    max_len = app.engine.max_model_len
+    max_tokens = req.max_tokens if req.max_tokens is not None else max_len - len(prompt)
+    if max_tokens < 1:
+        raise ContextLengthExceeded(len(prompt), 1, max_len)
+    params = SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
+                            top_k=req.top_k, seed=req.seed, stop=req.stop, ignore_eos=req.ignore_eos)
+    if app.draining:
+        raise HttpError(529, "overloaded_error", "the server is shutting down; retry on another replica")
+    principal = ctx.principal
+    assert principal is not None
+    stats = app.stats()
+    now = time.monotonic()
+    adm = app.admission
+    adm.update_load(stats, now)
+    adm.admit(principal, len(prompt), stats, now)
+    ctx.log = {"request_id": ctx.rid, "key": principal.name, "api": req.api, "model": req.model,
+               "stream": req.stream, "prompt_tokens": len(prompt)} if app.access_log is not None else None
+    try:
+        stream = app.engine.add_request(prompt, params, request_id=ctx.rid,
+                                        output_filter=safety.output_filter() if safety is not None else None)
+    except BaseException:
+        adm.release(principal, 0, None, time.monotonic())
+        raise
+    state = {"done": False, "gone": False}
+    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(app, receive, ctx.rid, state))
+    try:
+        if req.stream:
+            await _stream(app, ctx, req, stream, send, state)
+        else:
+            await _complete(app, ctx, req, stream, send, state)
+    finally:
+        state["done"] = True
+        watcher.cancel()
+        if stream.finish_reason is None:      # cancelled (shutdown timeout) or failed mid-way
+            app.engine.abort(ctx.rid)
+        usage = stream.usage
+        t = stream.timings
+        adm.release(principal, usage.completion_tokens,
+                    t.total_ms / 1e3 if t.finished_s is not None else None, time.monotonic())
+        app.metrics.observe_finished(t, usage, stream.finish_reason)
+        if ctx.log is not None and app.access_log is not None:
+            ctx.log.update(status=ctx.status, finish_reason=stream.finish_reason, client_gone=state["gone"],
+                           completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
+                           ttft_ms=None if t.ttft_ms is None else round(t.ttft_ms, 3),
+                           **{f"{k}_ms": round(v, 3) for k, v in _timing(ctx, stream).items()})
+            app.access_log.write(ctx.log)
+            ctx.log = None
+
+
+def _usage(req: ChatRequest, stream: Any) -> dict[str, Any]:
+    u = stream.usage
+    mod = anth if req.api == "anthropic" else oai
+    return mod.usage_obj(u.prompt_tokens or len(stream.prompt_token_ids), u.completion_tokens, u.cached_tokens)
+
+
+def _abort_error(last: Any) -> HttpError:
+    if last is not None and last.error:
+        return HttpError(500, "api_error", last.error)
+    return HttpError(529, "overloaded_error", "the request was aborted because the server is shutting down")
+
+
+async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any,
+                    state: dict[str, bool]) -> None:
+    parts: list[str] = []
+    last = None
+    async for out in stream:
+        if out.text:
+            parts.append(out.text)
+        last = out
+    reason = stream.finish_reason
+    if reason == "content_filter":
+        raise content_policy(last.error if last is not None and last.error else "output blocked by the content policy")
+    if reason == "abort":
+        if state["gone"]:
+            return
+        raise _abort_error(last)
+    text = "".join(parts)
+    stop_seq = last.stop_sequence if last is not None else None
+    if req.api == "anthropic":
+        body = anth.message_body("msg_" + ctx.rid, req.model, text, reason, stop_seq, _usage(req, stream))
+    else:
+        body = oai.completion_body("chatcmpl-" + ctx.rid, req.model, text, reason, _usage(req, stream))
+    principal = ctx.principal
+    extra = app.admission.ratelimit_headers(principal, time.monotonic()) if principal is not None else None
+    await app.send_json(ctx, send, 200, json.dumps(body, separators=(",", ":")).encode(), extra,
+                        timing=_timing(ctx, stream))
+
+
+async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any,
+                  state: dict[str, bool]) -> None:
+    is_anth = req.api == "anthropic"
+    headers = app.base_headers(ctx, None) + SSE_HEADERS
+    if ctx.principal is not None:
+        headers += app.admission.ratelimit_headers(ctx.principal, time.monotonic())
+    ctx.started = True
+    ctx.status = 200
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    writer = None
+    if is_anth:
+        head = anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids), 0)
+        encode = anth.text_delta
+    else:
+        writer = oai.ChunkWriter("chatcmpl-" + ctx.rid, req.model)
+        head = writer.role()
+        encode = writer.content
+    await send({"type": "http.response.body", "body": head, "more_body": True})
+    group = TokenGrouper(app.cfg.stream_interval)
+    last = None
+    async for out in stream:
+        last = out
+        if out.finished:
+            break
+        text = group.add(out.text, len(out.token_ids))
+        if text is not None and not state["gone"]:
+            await send({"type": "http.response.body", "body": encode(text), "more_body": True})
+    if state["gone"]:
+        return
+    tail = b""
+    if last is not None and last.text:
+        group.parts.append(last.text)
+    rest = group.flush()
+    if rest is not None:
+        tail += encode(rest)
+    reason = stream.finish_reason
+    if reason in ("content_filter", "abort"):
+        if reason == "content_filter":
+            err = content_policy(last.error if last is not None and last.error else "output blocked by the content policy")
+        else:
+            err = _abort_error(last)
+        app.metrics.observe_error(err.error_type)
+        payload = error_payload(err, req.api, "req_" + ctx.rid)
+        tail += anth.stream_error(payload) if is_anth else writer.error(payload)  # type: ignore[union-attr]
+    else:
+        timing = _timing_event(ctx, stream, _timing(ctx, stream))
+        usage = _usage(req, stream)
+        if is_anth:
+            tail += anth.stream_tail(reason, last.stop_sequence if last is not None else None, usage, timing)
+        else:
+            tail += writer.tail(reason, usage if req.include_usage else None, timing)  # type: ignore[union-attr]
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
