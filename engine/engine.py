@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,7 @@ class Engine:
         self.finished_by_reason: dict[str, int] = {}
         self.last_step_ms = 0.0
         self._pending: list[RequestOutput] = []
+        self.last_request_timings = RequestTimings()
 
     # -- admission into the engine -----------------------------------------
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
@@ -329,6 +330,27 @@ class Engine:
             results.append(GenerateResult(s.request_id, s.prompt_token_ids, s.output_token_ids, s.output_text,
                                           s.finish_reason, s.timings, s.usage, s.error))
         return results[0] if single else results
+
+    def iter_generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Iterator[RequestOutput]:
+        """Stream one request's deltas, stepping the engine in the calling thread."""
+        if self._thread is not None:
+            raise InvalidRequest("iter_generate() is for engines that were not start()ed")
+        seq = self._new_seq(prompt_token_ids, params, f"gen-{next(self._ids)}", None)
+        self._seqs[seq.request_id] = seq
+        self.scheduler.add(seq)
+        try:
+            while not seq.is_finished:
+                for out in self.step():
+                    if out.request_id == seq.request_id:
+                        yield out
+        finally:
+            if not seq.is_finished:
+                self._finish(seq, "abort")
+            self._seqs.pop(seq.request_id, None)
+            self.last_request_timings = seq.timings
+
+    def sequence(self, request_id: str) -> Sequence | None:
+        return self._seqs.get(request_id)
 
     # -- introspection ----------------------------------------------------
     def stats(self) -> dict[str, Any]:
