@@ -1,0 +1,81 @@
+"""`zgtool probe --target NAME`: every probe on one target, one result.
+
+Data (kind "probe.all"): {target_url, tcp, tls, headers, stream, errors, skipped, summary}
+where tcp/tls/headers/stream hold each probe's data (or None), errors {probe: message}
+for probes that failed, skipped {probe: reason} (tls on a plain-http target), and summary
+{intermediaries [names], origin [names], hop_estimate, buffering verdict, handshake/rtt figures}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zgtool.errors import TargetUnreachable, ZgError
+from zgtool.targets import Target
+
+
+@dataclass
+class AllResult:
+    target_url: str
+    tcp: Any = None
+    tls: Any = None
+    headers: Any = None
+    stream: Any = None
+    errors: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def probe_all(target: Target, *, timeout_s: float = 10.0, insecure: bool = False,
+              max_tokens: int = 64) -> AllResult:
+    from zgtool.probes.headers import probe_headers
+    from zgtool.probes.stream import probe_stream
+    from zgtool.probes.tcp import probe_tcp
+    from zgtool.probes.tls import probe_tls
+
+    res = AllResult(target.url)
+    # tcp first: an unreachable target fails here once (exit 3) instead of four times.
+    try:
+        res.tcp = probe_tcp(target, timeout_s=timeout_s, insecure=True)
+    except TargetUnreachable:
+        raise
+    except ZgError as exc:
+        res.errors["tcp"] = exc.message
+    if target.scheme == "https":
+        _run(res, "tls", lambda: probe_tls(target, timeout_s=timeout_s))
+    else:
+        res.skipped["tls"] = "plain http target: no TLS to probe"
+    _run(res, "headers", lambda: probe_headers(target, timeout_s=timeout_s, insecure=insecure))
+    _run(res, "stream", lambda: probe_stream(target, timeout_s=max(timeout_s, 30.0), insecure=insecure,
+                                             max_tokens=max_tokens))
+    res.summary = summarise(res)
+    return res
+
+
+def _run(res: AllResult, name: str, fn: Any) -> None:
+    try:
+        setattr(res, name, fn())
+    except ZgError as exc:
+        res.errors[name] = exc.message
+
+
+def summarise(res: AllResult) -> dict[str, Any]:
+    s: dict[str, Any] = {}
+    if res.headers is not None:
+        a = res.headers.analysis
+        s["origin"] = [d.name for d in a.origin]
+        s["intermediaries"] = [f"{d.name} ({d.level})" for d in a.intermediaries]
+        s["hop_estimate"] = a.hop_estimate
+    if res.stream is not None:
+        s["buffering"] = res.stream.buffering.verdict
+    if res.tcp is not None:
+        st = res.tcp.stream
+        s["connect_ms"] = res.tcp.connect_ms
+        s["syn_synack_ms"] = st.syn_synack_ms if st else None
+        s["server_hops_by_ttl"] = st.server_hops if st else None
+        s["captured"] = res.tcp.captured
+    if res.tls is not None:
+        s["tls"] = f"{res.tls.version} {res.tls.cipher} alpn={res.tls.alpn}"
+        s["ja4s"] = res.tls.ja4s
+    return s

@@ -1,0 +1,143 @@
+"""`probe headers`: one minimal real request, every response header kept and fingerprinted.
+
+Result data (kind "probe.headers"):
+    url, method, path, status, http_version, connect_ms, ttfb_ms, total_ms,
+    request_headers   [[name, value]]   (keys redacted)
+    headers           [[name, value]]   every response header, wire order, duplicates kept
+    body_excerpt      first 500 characters of the body
+    analysis:
+      origin          [Detection]  the answering server(s): {id, name, kind, confidence, level,
+                                   evidence: [{what, weight}]}
+      intermediaries  [Detection]  proxies, CDNs, load balancers, API and AI gateways
+      hop_estimate    int          intermediaries with medium+ confidence, or the Via hop count if larger
+      via             [{protocol, received_by, comment}]
+      server_timing   [{name, dur_ms, desc}]
+      request_ids     {header: value}        request_id_prefixes {header: prefix}
+      load_hint       {...} | None           parsed X-GPU-Load-Hint JSON (load_hint_error if unparsable)
+      rate_limits     {header: value}        *ratelimit*, retry-after
+      caveat          str
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from zgtool.probes.http1 import content_decoder
+from zgtool.probes.request import build, connection_for, redacted_headers
+from zgtool.probes.servertiming import Metric, parse_server_timing
+from zgtool.probes.signatures import Detection, Evidence, match_signatures, sends_server_header
+from zgtool.probes.via import ViaHop, parse_via
+
+from zgtool.targets import Target
+
+CAVEAT = ("No evidence is not proof of no gateway: a reverse proxy MAY leave Via off its responses "
+          "(RFC 9110 §7.6.3) and can strip or rewrite every header; TCP fingerprints cannot separate "
+          "a proxy from the origin on one host.")
+REQUEST_ID_HEADERS = ("request-id", "x-request-id", "x-upstream-request-id", "x-amzn-requestid", "apim-request-id", "x-ms-request-id",
+                      "cf-ray", "x-kong-request-id", "x-litellm-call-id", "x-portkey-trace-id",
+                      "x-akamai-request-id", "x-amz-cf-id", "x-fastly-request-id", "x-cloud-trace-context")
+_RATE_LIMIT = re.compile(r"(ratelimit|rate-limit|^retry-after$)", re.IGNORECASE)
+_ID_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9]*[-_])")
+BODY_LIMIT = 256 * 1024
+
+
+@dataclass
+class HeaderAnalysis:
+    origin: list[Detection]
+    intermediaries: list[Detection]
+    hop_estimate: int
+    via: list[ViaHop]
+    server_timing: list[Metric]
+    request_ids: dict[str, str]
+    request_id_prefixes: dict[str, str]
+    load_hint: dict[str, Any] | None
+    load_hint_error: str | None
+    rate_limits: dict[str, str]
+    caveat: str = CAVEAT
+
+
+@dataclass
+class HeadersResult:
+    url: str
+    method: str
+    path: str
+    status: int
+    http_version: str
+    connect_ms: float | None
+    ttfb_ms: float | None
+    total_ms: float | None
+    request_headers: list[tuple[str, str]]
+    headers: list[tuple[str, str]]
+    body_excerpt: str
+    analysis: HeaderAnalysis
+    notes: list[str] = field(default_factory=list)
+
+
+def analyse_headers(headers: list[tuple[str, str]], body: str = "") -> HeaderAnalysis:
+    """Everything the headers (and an error body) say about who answered and who was in between."""
+    lower = [(k.lower(), v) for k, v in headers]
+    via = parse_via([v for k, v in lower if k == "via"])
+    timing = parse_server_timing([v for k, v in lower if k == "server-timing"])
+    detections = match_signatures(headers, via, timing, body)
+    origin = [d for d in detections if d.kind == "origin"]
+    inter = [d for d in detections if d.kind != "origin"]
+    server = next((v for k, v in lower if k == "server"), None)
+    if not inter and server is None and any(sends_server_header(o.id) for o in origin):
+        # nginx (and others) drop the upstream Server header by default; a missing one
+        # from an origin that always sends it hints at an unnamed hop.
+        inter.append(Detection("unidentified", "unidentified proxy", "proxy", 0.4, "low", [
+            Evidence("Server header missing although the detected origin always sends one", 0.4)]))
+    strong = [d for d in inter if d.confidence >= 0.5]
+    hop_estimate = max(len(strong), len(via))
+    request_ids = {k: v for k, v in lower if k in REQUEST_ID_HEADERS}
+    prefixes = {}
+    for k, v in request_ids.items():
+        m = _ID_PREFIX.match(v)
+        if m and not re.fullmatch(r"[0-9a-fA-F]+[-_]", m.group(1)):
+            prefixes[k] = m.group(1)
+    load_hint, load_err = None, None
+    raw_hint = next((v for k, v in lower if k == "x-gpu-load-hint"), None)
+    if raw_hint is not None:
+        try:
+            parsed = json.loads(raw_hint)
+            if isinstance(parsed, dict):
+                load_hint = parsed
+            else:
+                load_err = f"not a JSON object: {raw_hint[:80]!r}"
+        except json.JSONDecodeError as exc:
+            load_err = f"not JSON ({exc.msg}): {raw_hint[:80]!r}"
+    rate = {k: v for k, v in lower if _RATE_LIMIT.search(k)}
+    return HeaderAnalysis(origin, inter, hop_estimate, via, timing, request_ids, prefixes, load_hint,
+                          load_err, rate)
+
+
+def probe_headers(target: Target, *, method: str | None = None, path: str | None = None,
+                  timeout_s: float = 10.0, insecure: bool = False) -> HeadersResult:
+    req = build(target, stream=False, max_tokens=1, method=method, path=path)
+    conn = connection_for(target, timeout_s=timeout_s, insecure=insecure)
+    with conn:
+        conn.connect()
+        conn.send_request(req.method, req.path, req.headers, req.body)
+        head = conn.read_head()
+        body = bytearray()
+        decode = content_decoder(head)
+        for piece in conn.iter_body(head, method=req.method):
+            body += decode(piece.data)
+            if len(body) >= BODY_LIMIT:
+                break
+        end_s = time.perf_counter()
+    t = conn.timings
+    text = bytes(body).decode("utf-8", "replace")
+    notes = []
+    if head.status >= 400:
+        notes.append(f"the request was answered with HTTP {head.status}; headers of error answers still "
+                     "identify the hops, but an intermediary may have answered on its own")
+    return HeadersResult(
+        url=target.url, method=req.method, path=req.path, status=head.status, http_version=head.http_version,
+        connect_ms=t.ms(t.start_s, t.connected_s), ttfb_ms=t.ms(t.request_sent_s, t.first_byte_s),
+        total_ms=t.ms(t.start_s, end_s), request_headers=redacted_headers(req, target),
+        headers=head.headers, body_excerpt=text[:500], analysis=analyse_headers(head.headers, text), notes=notes)

@@ -1,0 +1,74 @@
+"""probe stream: paced SSE from a real origin, direct and through real nginx (streaming and buffered)."""
+
+from __future__ import annotations
+
+import pytest
+from probe_servers import Nginx, ThreadedUvicorn
+from zgtool.probes.stream import Event, SSEParser, judge, probe_stream
+
+from zgtool.targets import resolve
+
+
+def test_direct_stream_with_emission_times_is_streaming(origin: ThreadedUvicorn) -> None:
+    r = probe_stream(resolve(origin.url))
+    assert r.status == 200 and "event-stream" in r.content_type
+    assert r.num_content_events == 12 and r.content_bytes == 12 * len("token ")
+    assert r.emission is not None and r.emission.source == "token_times_ms" and r.emission.span_ms > 100
+    assert r.buffering.verdict == "streaming" and not r.buffering.buffered
+    assert r.buffering.arrival_span_ms > 0.5 * r.emission.span_ms
+
+
+def test_nginx_streaming_passes_the_stream_through(nginx: Nginx) -> None:
+    r = probe_stream(resolve(f"http://127.0.0.1:{nginx.streaming}"))
+    assert r.buffering.verdict == "streaming" and not r.buffering.buffered
+
+
+def test_nginx_buffered_is_flagged_as_buffering_with_the_figures(nginx: Nginx) -> None:
+    r = probe_stream(resolve(f"http://127.0.0.1:{nginx.buffered}"))
+    b = r.buffering
+    assert b.verdict == "buffering" and b.buffered
+    assert b.emission_span_ms is not None and b.arrival_span_ms < 0.25 * b.emission_span_ms
+    assert "held them back" in b.reason
+    assert r.num_content_events == 12  # the content itself is intact
+
+
+def test_without_emission_times_buffering_is_found_from_arrivals_alone(
+        origin_without_times: ThreadedUvicorn, nginx_without_times: Nginx) -> None:
+    direct = probe_stream(resolve(origin_without_times.url))
+    buffered = probe_stream(resolve(f"http://127.0.0.1:{nginx_without_times.buffered}"))
+    assert direct.emission is None and direct.buffering.verdict == "streaming"
+    assert buffered.buffering.verdict == "buffering"
+    assert buffered.buffering.burst_fraction == 1.0 and buffered.buffering.silence_before_burst_ms >= 20
+
+
+def test_openai_streams_are_parsed_too(origin: ThreadedUvicorn) -> None:
+    r = probe_stream(resolve(origin.url, api="openai"))
+    assert r.path == "/v1/chat/completions" and r.num_content_events == 12
+    assert r.buffering.verdict == "streaming"
+
+
+def ev(t: float, n: int = 5, name: str = "content_block_delta") -> Event:
+    return Event(t, name, n)
+
+
+@pytest.mark.parametrize(("events", "first_body", "verdict"), [
+    # a fast answer in one burst with nothing to compare: cannot tell
+    ([ev(1.0), ev(1.1), ev(1.2)], 0.5, "inconclusive"),
+    # too few content events
+    ([ev(100.0)], 100.0, "inconclusive"),
+    # slow prefill, then fast tokens; message_start came early: streamed as produced
+    ([ev(0.5, 0, "message_start"), ev(400.0), ev(400.5), ev(401.0)], 0.5, "streaming"),
+    # everything, message_start included, after a long silence: buffering
+    ([ev(300.0, 0, "message_start"), ev(300.0), ev(300.0), ev(300.1)], 300.0, "buffering"),
+    # paced arrivals
+    ([ev(10.0 * i) for i in range(1, 8)], 10.0, "streaming"),
+])
+def test_judge_without_emission_times(events: list[Event], first_body: float, verdict: str) -> None:
+    assert judge(events, first_body, 0.3, None).verdict == verdict
+
+
+def test_sse_parser_handles_events_split_across_reads_and_crlf() -> None:
+    p = SSEParser()
+    assert p.feed("event: a\r\ndata: {\"x\"") == []
+    assert p.feed(":1}\r") == []
+    assert p.feed("\n: comment\r\n\r\ndata: b\n\n") == [("a", '{"x":1}'), ("message", "b")]

@@ -1,0 +1,80 @@
+"""The logic behind `zgtool client ask`, kept out of the Typer wiring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zgtool.errors import TargetUnreachable, UsageError
+
+
+@dataclass(frozen=True)
+class AskOptions:
+    target: str
+    prompt: str
+    stream: bool = False
+    fallback: tuple[str, ...] = ()
+    model: str | None = None
+    api: str | None = None
+    system: str | None = None
+    max_tokens: int = 64
+    timeout_s: float = 60.0
+    max_attempts: int = 4
+    max_wait_s: float = 60.0
+    util_threshold_pct: float = 95.0
+    fallback_after: int = 3
+    idempotent: bool = True
+    config: Path | None = None
+    as_json: bool = False
+    out: Path | None = None
+
+
+def run_ask(opts: AskOptions) -> None:
+    from zgtool.client.client import Client, RequestFailed
+    from zgtool.client.policy import AutoFallbackPolicy, FallbackConfig
+    from zgtool.client.render import render, result_data
+    from zgtool.client.retry import RetryConfig
+    from zgtool.output import console, emit_result, err_console
+    from zgtool.results import make_result
+    from zgtool.targets import APIS, resolve
+
+    if opts.api is not None and opts.api not in APIS:
+        raise UsageError(f"--api must be one of {', '.join(APIS)}, not {opts.api!r}")
+    target = resolve(opts.target, opts.config, api=opts.api, model=opts.model)
+    try:
+        retry = RetryConfig(max_attempts=opts.max_attempts, max_wait_s=opts.max_wait_s)
+        policy = None
+        if opts.fallback:
+            policy = AutoFallbackPolicy(FallbackConfig(
+                (target.model, *opts.fallback), util_threshold_pct=opts.util_threshold_pct,
+                recover_below_pct=min(80.0, opts.util_threshold_pct),
+                timeouts_to_fallback=opts.fallback_after))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+    live = opts.stream and not opts.as_json
+
+    def show(piece: str) -> None:
+        console.print(piece, end="", markup=False, highlight=False, soft_wrap=True)
+
+    with Client(target, policy=policy, retry=retry, timeout_s=opts.timeout_s) as client:
+        try:
+            result = client.ask(opts.prompt, max_tokens=opts.max_tokens, system=opts.system, stream=opts.stream,
+                                on_text=show if live else None, idempotent=opts.idempotent)
+            failed = None
+        except RequestFailed as exc:
+            result, failed = exc.result, exc
+    if live and result.text:
+        console.print()
+    elif not opts.as_json and result.ok:
+        console.print(result.text, markup=False, highlight=False)
+    emit_result(make_result("client.ask", result_data(result), target=target.public()),
+                as_json=opts.as_json, out=opts.out)
+    if not opts.as_json:
+        render(result, err_console if failed else console)
+    if failed is not None:
+        f = failed.failure
+        status = f.effective_status
+        if status is not None and 400 <= status < 500 and status not in (408, 409, 429):
+            raise UsageError(f"{target.base_url} refused the request: {f.message} ({status}); not retried")
+        raise TargetUnreachable(f"{target.base_url}: {failed}")

@@ -1,0 +1,127 @@
+"""Client side of `zgtool defrag`: the engine's admin endpoints, errors mapped once.
+
+    GET  /admin/kv                                     -> KV pool / allocator report
+    POST /admin/defrag {"dry_run", "drop_prefix_cache"} -> {"before", "after", "actions", ...}
+
+The admin key goes in `x-api-key` (docs/CONTRACTS.md); it is never written to results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zgtool.errors import MissingCapability, TargetUnreachable, UsageError
+from zgtool.targets import validate_url
+
+ADMIN_KEY_ENV = "ZGTOOL_ADMIN_KEY"
+
+
+@dataclass(frozen=True)
+class DefragRequest:
+    engine_url: str
+    dry_run: bool = False
+    drop_prefix_cache: bool = False
+    admin_key: str | None = None
+    timeout_s: float = 60.0  # compaction copies KV between steps; give it time
+
+    def __post_init__(self) -> None:
+        validate_url(self.engine_url)
+        if self.timeout_s <= 0:
+            raise UsageError("--timeout must be > 0 seconds")
+
+
+class AdminClient:
+    def __init__(self, base_url: str, admin_key: str | None, timeout_s: float) -> None:
+        import httpx  # lazy: CLI start-up stays light
+
+        self.base_url = base_url.rstrip("/")
+        headers = {"x-api-key": admin_key} if admin_key else {}
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self._has_key = bool(admin_key)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def kv(self) -> dict[str, Any]:
+        return self._call("GET", "/admin/kv")
+
+    def defrag(self, dry_run: bool, drop_prefix_cache: bool) -> dict[str, Any]:
+        return self._call("POST", "/admin/defrag", json={"dry_run": dry_run, "drop_prefix_cache": drop_prefix_cache})
+
+    def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        import httpx
+
+        url = self.base_url + path
+        try:
+            resp = self._client.request(method, path, **kw)
+        except httpx.TimeoutException as exc:
+            raise TargetUnreachable(f"engine {url} timed out: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise TargetUnreachable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
+        detail = _error_message(resp)
+        if resp.status_code in (401, 403):
+            if self._has_key:
+                raise UsageError(f"the engine refused the admin key (HTTP {resp.status_code}: {detail}); "
+                                 f"check --admin-key / {ADMIN_KEY_ENV}")
+            raise UsageError(f"the engine requires an admin key (HTTP {resp.status_code}: {detail}); "
+                             f"pass --admin-key KEY or set {ADMIN_KEY_ENV}")
+        if resp.status_code == 404:
+            raise MissingCapability(f"{url} not found (HTTP 404): this server has no zgtool admin endpoints")
+        if resp.status_code >= 500:
+            raise TargetUnreachable(f"the engine failed {method} {path} (HTTP {resp.status_code}: {detail})")
+        if resp.status_code >= 400:
+            raise UsageError(f"the engine rejected {method} {path} (HTTP {resp.status_code}: {detail})")
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise TargetUnreachable(f"{url} answered without JSON; is this a zgtool engine?") from exc
+        if not isinstance(body, dict):
+            raise TargetUnreachable(f"{url} answered {type(body).__name__}, expected a JSON object")
+        return body
+
+
+def _error_message(resp: Any) -> str:
+    """The message from the engine's error shape {"type":"error","error":{"message":...}}."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return (resp.text or resp.reason_phrase or "").strip()[:200]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if body.get("message"):
+            return str(body["message"])
+    return str(body)[:200]
+
+
+def run_defrag(req: DefragRequest) -> dict[str, Any]:
+    """Ask the engine to defrag (or dry-run) and return the "defrag" result payload."""
+    with AdminClient(req.engine_url, req.admin_key, req.timeout_s) as client:
+        before_kv = client.kv()  # also checks reachability and the key before acting
+        resp = client.defrag(req.dry_run, req.drop_prefix_cache)
+        before = resp.get("before")
+        after = resp.get("after")
+        if before is None:
+            before = before_kv
+        if after is None:
+            after = client.kv()
+    extra = {k: v for k, v in resp.items() if k not in ("before", "after", "actions", "dry_run")}
+    return {
+        "engine": req.engine_url,
+        "dry_run": req.dry_run,
+        "drop_prefix_cache": req.drop_prefix_cache,
+        "before": before,
+        "after": after,
+        "actions": resp.get("actions", []),
+        **extra,
+    }
