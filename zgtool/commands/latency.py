@@ -1,9 +1,146 @@
-"""`zgtool latency` (not built yet)."""
+"""`zgtool latency-split TARGET [TARGET ...]`: where every millisecond goes, side by side across paths."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+HELP = """Per-phase latency decomposition with server-side attribution, side by side.
+
+The first TARGET is the baseline; each other target gets a per-phase difference
+("gateway tax") with a 95% bootstrap interval; a difference whose interval
+contains 0 is "not significant". TARGET is a URL or a zgtool.toml name.
+
+\b
+Definitions (vLLM benchmark conventions):
+  dns_ms      timed getaddrinfo before a new connection; the request
+              then uses that address, Host/SNI kept; none for IPs
+  connect_ms  TCP connect (httpcore trace)
+  tls_ms      TLS handshake (httpcore trace), https only
+  send_ms     request headers + body written
+  ttfb_ms     request's first byte sent -> first response byte read
+  ttft_ms     request start -> first content delta (TTFT)
+  itl_ms      every gap between content deltas, pooled (ITL)
+  tpot_ms     (total - ttft) / (output_tokens - 1) (TPOT)
+  total_ms    request start -> response body complete (E2E)
+  server      Server-Timing: engine queue/prefill/decode/detok/
+              safety (+ other = total - parts), gateway gw_*;
+              streams: the zgtool_timing event. The rest of
+              total is network + client.
+Statistics: p50/p90/p95/p99, mean, stddev; bootstrap CI of medians.
+"""
+
+
+def _max_tokens(value: str) -> int:
+    from zgtool.errors import UsageError
+    from zgtool.latency.model import MAX_TOKENS
+
+    if value in MAX_TOKENS:
+        return MAX_TOKENS[value]
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"--max-tokens must be a number or one of {', '.join(MAX_TOKENS)}, not {value!r}") from None
+
+
+def _prompt(preset: str, prompt_file: Path | None) -> tuple[str, str]:
+    from zgtool.errors import UsageError
+    from zgtool.latency.model import PROMPTS
+
+    if prompt_file is not None:
+        try:
+            return prompt_file.read_text(), f"file:{prompt_file.name}"
+        except OSError as exc:
+            raise UsageError(f"cannot read --prompt-file {prompt_file}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"--prompt-file {prompt_file} is not UTF-8 text") from exc
+    if preset not in PROMPTS:
+        raise UsageError(f"unknown --prompt {preset!r}; presets: {', '.join(PROMPTS)} (or --prompt-file)")
+    return PROMPTS[preset], preset
+
+
+def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup: int = 2, stream: bool = True,
+        prompt: str = "short", prompt_file: Path | None = None, max_tokens: str = "short",
+        new_connection: bool = False, api: str | None = None, model: str | None = None,
+        timeout: float = 30.0, insecure: bool = False, cacert: Path | None = None, rounds: int = 4,
+        config: Path | None = None, as_json: bool = False, out: Path | None = None) -> dict:
+    """The command's logic, callable without Typer; returns the versioned result."""
+    from zgtool.errors import UsageError, VerdictFailed
+    from zgtool.latency.analysis import analyse, result_data
+    from zgtool.latency.model import SplitConfig
+    from zgtool.latency.runner import measure_targets
+    from zgtool.output import console, emit_result, err_console
+    from zgtool.results import make_result
+    from zgtool.targets import resolve
+
+    if not targets:
+        raise UsageError("give at least one TARGET (a URL or a name from zgtool.toml)")
+    if insecure and cacert is not None:
+        raise UsageError("--insecure and --cacert exclude each other")
+    if cacert is not None and not cacert.is_file():
+        raise UsageError(f"--cacert {cacert}: no such file")
+    resolved = []
+    seen: dict[str, int] = {}
+    for spec in targets:
+        t = resolve(spec, config, api=api, model=model)
+        seen[t.name] = seen.get(t.name, 0) + 1
+        if seen[t.name] > 1:  # the same target twice (an A/A run) still needs distinct names
+            from dataclasses import replace
+
+            t = replace(t, name=f"{t.name}#{seen[t.name]}")
+        resolved.append(t)
+    text, prompt_name = _prompt(prompt, prompt_file)
+    cfg = SplitConfig(num_requests=requests, concurrency=concurrency, warmup=warmup, stream=stream,
+                      new_connection=new_connection, prompt=text, prompt_name=prompt_name,
+                      max_tokens=_max_tokens(max_tokens), timeout_s=timeout,
+                      verify=False if insecure else (str(cacert) if cacert else True), rounds=rounds)
+
+    def progress(name: str, done: int, total: int) -> None:
+        if not as_json:
+            err_console.print(f"[dim]{name}: {done}/{total}[/dim]")
+
+    samples = measure_targets(resolved, cfg, progress=progress)
+    res = analyse(resolved, samples, cfg)
+    data = result_data(res)
+    result = make_result("latency_split", data, target=[t.public() for t in resolved])
+    if not as_json:
+        from zgtool.latency.render import render
+
+        render(res, console)
+    emit_result(result, as_json=as_json, out=out)
+    dead = [t for t in res.targets if t.num_ok == 0]
+    if dead:
+        detail = "; ".join(f"{t.name}: all {t.num_error} requests failed "
+                           f"({', '.join(f'{k} x{v}' for k, v in t.errors.items())})" for t in dead)
+        raise VerdictFailed(detail)
+    return result
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    @app.command("latency-split", help=HELP)
+    def latency_split(
+        targets: list[str] = typer.Argument(..., help="URLs or target names; the first is the baseline."),
+        requests: int = typer.Option(50, "-n", "--requests", help="Measured requests per target."),
+        concurrency: int = typer.Option(1, "-c", "--concurrency", help="Requests in flight per target."),
+        warmup: int = typer.Option(2, "--warmup", help="Unmeasured requests per target first (own connections)."),
+        stream: bool = typer.Option(True, "--stream/--no-stream", help="SSE streaming (TTFT, ITL) or one body."),
+        prompt: str = typer.Option("short", "--prompt", help="Prompt preset: short, medium, long."),
+        prompt_file: Path | None = typer.Option(None, "--prompt-file", help="Use this file's text as the prompt."),
+        max_tokens: str = typer.Option("short", "--max-tokens", help="A number or short(16)/medium(128)/long(512)."),
+        new_connection: bool = typer.Option(False, "--new-connection/--keep-alive",
+                                            help="Every request pays DNS/TCP/TLS, or reuse one connection."),
+        api: str | None = typer.Option(None, "--api", help="anthropic or openai (for URL targets)."),
+        model: str | None = typer.Option(None, "--model", help="Model name to request (default: the target's)."),
+        timeout: float = typer.Option(30.0, "--timeout", help="Per-request timeout, seconds."),
+        insecure: bool = typer.Option(False, "-k", "--insecure", help="Do not verify TLS certificates."),
+        cacert: Path | None = typer.Option(None, "--cacert", help="CA bundle for a self-signed target."),
+        rounds: int = typer.Option(4, "--rounds", help="Alternate targets in this many blocks (drift control)."),
+        config: Path | None = typer.Option(None, "--config", help="zgtool.toml with named targets."),
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON result to stdout."),
+        out: Path | None = typer.Option(None, "-o", "--output", help="Write the JSON result to this file."),
+    ) -> None:
+        run(targets, requests=requests, concurrency=concurrency, warmup=warmup, stream=stream, prompt=prompt,
+            prompt_file=prompt_file, max_tokens=max_tokens, new_connection=new_connection, api=api, model=model,
+            timeout=timeout, insecure=insecure, cacert=cacert, rounds=rounds, config=config, as_json=as_json,
+            out=out)

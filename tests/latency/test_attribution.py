@@ -1,0 +1,62 @@
+"""Server-Timing parsing and the per-request decomposition (pure functions, no network)."""
+
+from __future__ import annotations
+
+import pytest
+
+from zgtool.latency.analysis import attribute, decompose, waterfall_order
+from zgtool.latency.model import RequestSample
+from zgtool.latency.servertiming import parse_timing_event, server_timing_ms
+
+
+def test_header_parts_from_several_headers_with_quoted_descs() -> None:
+    parts = server_timing_ms(['queue;dur=0.5, prefill;dur=2.25', 'gw_auth;desc="a, b";dur=0.1, miss'])
+    assert parts == {"queue": 0.5, "prefill": 2.25, "gw_auth": 0.1}
+
+
+def test_a_repeated_name_keeps_the_origin_value() -> None:
+    assert server_timing_ms("total;dur=5, total;dur=9") == {"total": 5.0}
+
+
+@pytest.mark.parametrize("payload", [
+    '{"type": "zgtool_timing", "server_timing": "queue;dur=1, total;dur=3"}',
+    '{"type": "zgtool_timing", "queue_ms": 1, "total_ms": 3}',
+    '{"zgtool_timing": {"queue_ms": 1, "total_ms": 3}}',
+    {"type": "zgtool_timing", "server_timing": {"queue": 1, "total": 3}},
+])
+def test_timing_event_shapes_all_parse_to_the_same_parts(payload: object) -> None:
+    assert parse_timing_event(payload) == {"queue": 1.0, "total": 3.0}  # type: ignore[arg-type]
+
+
+def test_engine_other_fills_the_engine_total() -> None:
+    parts, left = attribute({"queue": 1.0, "prefill": 2.0, "decode": 3.0, "total": 10.0})
+    assert parts == {"queue": 1.0, "prefill": 2.0, "decode": 3.0, "engine_other": 4.0}
+    assert left == []
+
+
+def test_gateway_total_minus_engine_total_is_the_gateway_share() -> None:
+    st = {"queue": 1.0, "total": 10.0, "gw_auth": 0.5, "gw_total": 13.0, "gw_upstream": 11.0}
+    parts, left = attribute(st)
+    assert parts["gw_auth"] == 0.5
+    assert parts["gw_other"] == pytest.approx(2.5)
+    assert "gw_upstream" not in parts and left == []  # enclosing span: not counted twice
+
+
+def test_unknown_parts_are_left_unattributed() -> None:
+    _, left = attribute({"cdn-cache": 3.0, "total": 1.0})
+    assert left == ["cdn-cache"]
+
+
+def test_decomposition_sums_to_the_measured_total() -> None:
+    s = RequestSample(index=0, worker=0, round=0, ok=True, connect_ms=0.2, send_ms=0.1, total_ms=20.0,
+                      server_timing={"queue": 1.0, "decode": 10.0, "total": 12.0, "gw_auth": 0.3})
+    rows = decompose(s)
+    assert sum(rows.values()) == pytest.approx(20.0)
+    assert rows["network_client_ms"] == pytest.approx(20.0 - 0.2 - 12.0 - 0.3)  # sending is in here
+    assert "tls_ms" not in rows and "dns_ms" not in rows and "send_ms" not in rows
+
+
+def test_waterfall_rows_are_in_request_order() -> None:
+    names = {"network_client_ms", "decode_ms", "gw_auth_ms", "connect_ms", "tls_ms", "queue_ms"}
+    assert waterfall_order(names) == ["connect_ms", "tls_ms", "gw_auth_ms", "queue_ms", "decode_ms",
+                                      "network_client_ms"]

@@ -1,0 +1,354 @@
+"""One instrumented request: httpcore trace hooks + SSE parsing -> RequestSample.
+
+Phases come from the real client's own instrumentation: httpcore's `trace` extension, and
+for connect_ms/ttfb_ms the tighter marks of the network stream plugged into httpcore
+(transport.py). DNS is inside httpcore's connect_tcp, so it is timed separately with
+getaddrinfo and the request then goes to the resolved address with Host and SNI kept.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+import httpcore
+
+from zgtool.latency.model import RequestSample, SplitConfig
+from zgtool.latency.servertiming import TIMING_KEYS, parse_timing_event, server_timing_ms
+from zgtool.latency.transport import MARKS, make_pool
+from zgtool.targets import Target
+
+_CONNECT = ("connection.connect_tcp.started", "connection.connect_tcp.complete")
+_TLS = ("connection.start_tls.started", "connection.start_tls.complete")
+_SEND_START = "http11.send_request_headers.started"
+_SEND_DONE = "http11.send_request_body.complete"
+_HEADERS_DONE = "http11.receive_response_headers.complete"
+_BODY_DONE = "http11.receive_response_body.complete"
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+class _Trace:
+    """httpcore trace callback: the first timestamp of every event name (a retry keeps the first)."""
+
+    __slots__ = ("t", "local_port")
+
+    def __init__(self) -> None:
+        self.t: dict[str, int] = {}
+        self.local_port: int | None = None
+
+    def __call__(self, name: str, info: dict[str, Any]) -> None:
+        now = perf_counter_ns()  # first thing: everything below is our own overhead
+        self.t.setdefault(name, now)
+        if name == "connection.connect_tcp.complete":
+            try:
+                self.local_port = int(info["return_value"].get_extra_info("client_addr")[1])
+            except Exception:  # a backend without client_addr: the port is only informational
+                self.local_port = None
+
+
+def is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def api_path(target: Target) -> str:
+    """The request path for the target's API, honouring a base URL that already ends in /v1."""
+    from urllib.parse import urlsplit
+
+    base = urlsplit(target.url).path.rstrip("/")
+    tail = "/messages" if target.api == "anthropic" else "/chat/completions"
+    return base + tail if base.endswith("/v1") else base + "/v1" + tail
+
+
+def request_body(target: Target, cfg: SplitConfig) -> bytes:
+    body: dict[str, Any] = {"model": target.model, "max_tokens": cfg.max_tokens,
+                            "messages": [{"role": "user", "content": cfg.prompt}], "stream": cfg.stream}
+    if target.api == "openai" and cfg.stream:
+        body["stream_options"] = {"include_usage": True}
+    return json.dumps(body).encode()
+
+
+def ssl_context(verify: bool | str) -> ssl.SSLContext:
+    if verify is False:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return ssl.create_default_context()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Everything fixed about requests to one target, computed once before measuring."""
+
+    target: Target
+    host: str
+    port: int
+    scheme: str
+    path: str
+    family: int
+    headers: dict[str, str]
+    body: bytes
+    stream: bool
+    is_ip: bool
+
+    @classmethod
+    def build(cls, target: Target, cfg: SplitConfig, family: int = socket.AF_UNSPEC) -> Endpoint:
+        host, port = target.host, target.port
+        default_port = 443 if target.scheme == "https" else 80
+        host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default_port else f":{port}")
+        headers = {"host": host_header, "content-type": "application/json", "accept-encoding": "identity",
+                   "user-agent": "zgtool-latency-split", **target.auth_headers()}
+        if cfg.stream:
+            headers["accept"] = "text/event-stream"
+        return cls(target, host, port, target.scheme, api_path(target), family, headers,
+                   request_body(target, cfg), cfg.stream, is_ip_literal(host))
+
+    def url_for(self, ip: str) -> str:
+        h = f"[{ip}]" if ":" in ip else ip
+        return f"{self.scheme}://{h}:{self.port}{self.path}"
+
+
+_TRANSPORT_ERRORS = (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol,
+                     httpcore.ProxyError, ssl.SSLError, OSError)
+
+
+class Session:
+    """One worker's client for one target: keep-alive holds one connection, --new-connection none.
+
+    httpcore's ConnectionPool is used directly (httpx's Client is a layer of cookies, auth,
+    redirects and URL merging on top of it): the same connection code and trace hooks, less
+    client time in every figure.
+    """
+
+    def __init__(self, ep: Endpoint, cfg: SplitConfig, ctx: ssl.SSLContext | None) -> None:
+        self.ep = ep
+        self.new_connection = cfg.new_connection
+        self.pool = make_pool(ctx, keepalive=not cfg.new_connection)
+        t = cfg.timeout_s
+        self.timeouts = {"connect": t, "read": t, "write": t, "pool": t}
+        self.headers = [(k.encode(), v.encode()) for k, v in ep.headers.items()]
+        self.headers.append((b"content-length", str(len(ep.body)).encode()))
+        self.addr: str | None = ep.host if ep.is_ip else None
+        self.url: str | None = ep.url_for(ep.host) if ep.is_ip else None
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def measure(self, index: int, worker: int, rnd: int, t_run0_ns: int) -> RequestSample:
+        ep = self.ep
+        sample = RequestSample(index=index, worker=worker, round=rnd, ok=False)
+        rec = _Trace()
+        t0 = perf_counter_ns()
+        sample.start_s = (t0 - t_run0_ns) / 1e9
+        if not ep.is_ip and (self.new_connection or self.addr is None):
+            try:
+                infos = socket.getaddrinfo(ep.host, ep.port, ep.family, socket.SOCK_STREAM)
+            except OSError as exc:
+                sample.error = f"dns_error:{exc.__class__.__name__}"
+                sample.total_ms = (perf_counter_ns() - t0) / 1e6
+                return sample
+            sample.dns_ms = (perf_counter_ns() - t0) / 1e6
+            self.addr = str(infos[0][4][0])
+            self.url = ep.url_for(self.addr)
+        ext: dict[str, Any] = {"trace": rec, "timeout": self.timeouts}
+        if ep.scheme == "https" and not ep.is_ip:
+            ext["sni_hostname"] = ep.host
+        content_ns: list[int] = []
+        end_ns: int | None = None
+        MARKS.reset(has_body=bool(ep.body))
+        MARKS.armed = True
+        try:
+            resp = self.pool.handle_request(httpcore.Request("POST", self.url or "", headers=self.headers,
+                                                             content=ep.body, extensions=ext))
+            try:
+                end_ns = self._read(resp, sample, content_ns, rec)
+            finally:
+                resp.close()
+        except httpcore.TimeoutException as exc:
+            sample.error = f"timeout:{exc.__class__.__name__}"
+        except httpcore.ConnectError:
+            sample.error = "connect_error"
+        except _TRANSPORT_ERRORS as exc:
+            sample.error = f"transport_error:{exc.__class__.__name__}"
+        finally:
+            MARKS.armed = False
+        if end_ns is None:
+            end_ns = perf_counter_ns()
+        _fill_phases(sample, rec, t0, end_ns, content_ns)
+        # socket-level marks are tighter than the trace events around them; the trace is the fallback
+        m = MARKS
+        if m.first_write_ns is not None and m.first_read_ns is not None:
+            sample.ttfb_ms = (m.first_read_ns - m.first_write_ns) / 1e6
+        if sample.connect_ms is not None and m.connect_start_ns is not None and m.connect_end_ns is not None:
+            sample.connect_ms = (m.connect_end_ns - m.connect_start_ns) / 1e6
+        sample.ok = sample.error is None
+        return sample
+
+    def _read(self, resp: httpcore.Response, sample: RequestSample, content_ns: list[int], rec: _Trace) -> int:
+        """Read the answer to its end; returns the body-complete timestamp."""
+        ep = self.ep
+        sample.status = resp.status
+        timing: list[str] = []
+        for k, v in resp.headers:
+            name = k.lower()
+            if name == b"server-timing":
+                timing.append(v.decode("latin-1"))
+            elif name in (b"request-id", b"x-request-id") and sample.request_id is None:
+                sample.request_id = v.decode("latin-1")
+        parts = server_timing_ms(timing)
+        chunks: Iterable[bytes] = resp.stream  # type: ignore[assignment]
+        if resp.status >= 400:
+            sample.error = _http_error(resp.status, chunks)
+        elif ep.stream:
+            sample.error, event_parts, sample.output_tokens = _read_stream(chunks, ep.target.api, content_ns)
+            parts.update(event_parts)
+        else:
+            sample.error, sample.output_tokens = _read_body(chunks, ep.target.api)
+        sample.server_timing = parts
+        return rec.t.get(_BODY_DONE) or perf_counter_ns()
+
+
+def _span_ms(t: dict[str, int], a: str, b: str) -> float | None:
+    if a in t and b in t:
+        return (t[b] - t[a]) / 1e6
+    return None
+
+
+def _fill_phases(s: RequestSample, rec: _Trace, t0: int, end_ns: int, content_ns: list[int]) -> None:
+    t = rec.t
+    s.local_port = rec.local_port
+    s.connect_ms = _span_ms(t, *_CONNECT)
+    s.tls_ms = _span_ms(t, *_TLS)
+    s.new_connection = s.connect_ms is not None
+    s.send_ms = _span_ms(t, _SEND_START, _SEND_DONE)
+    s.ttfb_ms = _span_ms(t, _SEND_START, _HEADERS_DONE)
+    s.total_ms = (end_ns - t0) / 1e6
+    s.content_events = len(content_ns)
+    if content_ns:
+        s.ttft_ms = (content_ns[0] - t0) / 1e6
+        s.itl_ms = [(b - a) / 1e6 for a, b in zip(content_ns, content_ns[1:], strict=False)]
+        n = s.output_tokens if s.output_tokens else len(content_ns)
+        if n > 1:
+            s.tpot_ms = (s.total_ms - s.ttft_ms) / (n - 1)
+
+
+def _http_error(status: int, chunks: Iterable[bytes]) -> str:
+    """`http_<status>` plus the API's own error type when the body has one."""
+    raw = b""
+    for chunk in chunks:
+        raw += chunk
+        if len(raw) > _ERROR_BODY_LIMIT:
+            break
+    kind = ""
+    try:
+        doc = json.loads(raw)
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(err, dict):
+            kind = str(err.get("type") or err.get("code") or "")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass
+    return f"http_{status}" + (f":{kind}" if kind else "")
+
+
+def _read_body(chunks: Iterable[bytes], api: str) -> tuple[str | None, int | None]:
+    raw = b"".join(chunks)
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "bad_body:not_json", None
+    if not isinstance(doc, dict):
+        return "bad_body:not_object", None
+    usage = doc.get("usage") or {}
+    tokens = usage.get("output_tokens" if api == "anthropic" else "completion_tokens")
+    if api == "anthropic" and doc.get("type") != "message":
+        return "bad_body:not_a_message", None
+    if api == "openai" and not doc.get("choices"):
+        return "bad_body:no_choices", None
+    return None, int(tokens) if isinstance(tokens, int) else None
+
+
+def _read_stream(chunks: Iterable[bytes], api: str,
+                 content_ns: list[int]) -> tuple[str | None, dict[str, float], int | None]:
+    """Read SSE to the end, stamping each content delta with the time its bytes arrived."""
+    parts: dict[str, float] = {}
+    state: dict[str, Any] = {"tokens": None, "done": False, "error": None}
+    buf = b""
+    for chunk in chunks:
+        now = perf_counter_ns()
+        buf += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+        while (i := buf.find(b"\n\n")) >= 0:
+            block, buf = buf[:i], buf[i + 2:]
+            _handle_event(block, api, now, content_ns, parts, state)
+    if state["error"]:
+        return state["error"], parts, state["tokens"]
+    if not state["done"]:
+        return "stream_incomplete", parts, state["tokens"]
+    return None, parts, state["tokens"]
+
+
+def _handle_event(block: bytes, api: str, now: int, content_ns: list[int],
+                  parts: dict[str, float], state: dict[str, Any]) -> None:
+    name = b""
+    data_lines: list[bytes] = []
+    for line in block.split(b"\n"):
+        if line.startswith(b"event:"):
+            name = line[6:].strip()
+        elif line.startswith(b"data:"):
+            data_lines.append(line[5:].lstrip())
+    data = b"\n".join(data_lines)
+    if api == "anthropic":
+        # The event name equals data.type in the Messages API, so deltas need no JSON parse.
+        if name == b"content_block_delta":
+            content_ns.append(now)
+        elif name == b"message_delta":
+            usage = _json(data).get("usage") or {}
+            if isinstance(usage.get("output_tokens"), int):
+                state["tokens"] = usage["output_tokens"]
+        elif name == b"message_stop":
+            state["done"] = True
+        elif name == b"error":
+            err = _json(data).get("error") or {}
+            state["error"] = f"stream_error:{err.get('type', 'unknown')}"
+        elif b"timing" in name:
+            parts.update(parse_timing_event(data.decode(errors="replace")))
+        return
+    if data == b"[DONE]":
+        state["done"] = True
+        return
+    doc = _json(data)
+    if b"timing" in name:
+        parts.update(parse_timing_event(doc))
+        return
+    for key in TIMING_KEYS:
+        if isinstance(doc.get(key), dict | str):
+            parts.update(parse_timing_event({key: doc[key]}))
+    if isinstance(doc.get("error"), dict):
+        state["error"] = f"stream_error:{doc['error'].get('type') or doc['error'].get('code') or 'unknown'}"
+        return
+    for choice in doc.get("choices") or ():
+        if (choice.get("delta") or {}).get("content"):
+            content_ns.append(now)
+            break
+    usage = doc.get("usage") or {}
+    if isinstance(usage.get("completion_tokens"), int):
+        state["tokens"] = usage["completion_tokens"]
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}

@@ -1,0 +1,144 @@
+"""Run a latency split: check every target is reachable, warm up, then measure in rounds.
+
+Targets alternate block-wise (A B, B A, A B, ...) so slow drift of the machine is shared
+evenly instead of landing on whichever target ran last. Each of the -c workers keeps one
+session per target across rounds, so keep-alive pays its connect once per worker.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Sequence
+from time import perf_counter_ns
+
+from zgtool.errors import TargetUnreachable
+from zgtool.latency.client import Endpoint, Session, is_ip_literal, ssl_context
+from zgtool.latency.model import RequestSample, SplitConfig
+from zgtool.targets import Target
+
+Progress = Callable[[str, int, int], None]
+
+
+def preflight(target: Target, cfg: SplitConfig, ctx: ssl.SSLContext | None) -> int:
+    """Resolve, connect (and handshake for https) once; return the address family that works.
+
+    Raises TargetUnreachable naming the target, so nothing is measured against a dead one.
+    """
+    host, port = target.host, target.port
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise TargetUnreachable(f"target {target.name!r}: cannot resolve {host}: {exc}") from exc
+    last: Exception | None = None
+    for family, _type, proto, _canon, addr in infos:
+        sock = socket.socket(family, socket.SOCK_STREAM, proto)
+        sock.settimeout(min(cfg.timeout_s, 10.0))
+        try:
+            sock.connect(addr)
+        except OSError as exc:
+            last = exc
+            sock.close()
+            continue
+        try:
+            if target.scheme == "https" and ctx is not None:
+                with ctx.wrap_socket(sock, server_hostname=host):
+                    pass
+        except ssl.SSLError as exc:
+            hint = " (use --cacert FILE or --insecure for a self-signed certificate)" \
+                if "CERTIFICATE_VERIFY_FAILED" in str(exc) else ""
+            raise TargetUnreachable(f"target {target.name!r}: TLS handshake with {host}:{port} failed: "
+                                    f"{exc.reason or exc}{hint}") from exc
+        except OSError as exc:
+            raise TargetUnreachable(f"target {target.name!r}: TLS handshake with {host}:{port} failed: "
+                                    f"{exc}") from exc
+        finally:
+            sock.close()
+        return family if not is_ip_literal(host) else socket.AF_UNSPEC
+    raise TargetUnreachable(f"target {target.name!r}: cannot connect to {host}:{port}: {last}")
+
+
+def _split(n: int, parts: int) -> list[int]:
+    base, extra = divmod(n, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+class _Block:
+    """`count` requests to one target over `workers` threads; indices handed out in order."""
+
+    def __init__(self, sessions: list[Session], first_index: int, count: int, rnd: int,
+                 t_run0_ns: int, out: list[RequestSample]) -> None:
+        self.sessions = sessions
+        self.next = first_index
+        self.stop = first_index + count
+        self.rnd = rnd
+        self.t_run0_ns = t_run0_ns
+        self.out = out
+        self.lock = threading.Lock()
+
+    def _take(self) -> int | None:
+        with self.lock:
+            if self.next >= self.stop:
+                return None
+            i = self.next
+            self.next += 1
+            return i
+
+    def work(self, worker: int) -> None:
+        session = self.sessions[worker]
+        while (i := self._take()) is not None:
+            sample = session.measure(i, worker, self.rnd, self.t_run0_ns)
+            with self.lock:
+                self.out.append(sample)
+
+    def run(self) -> None:
+        workers = min(len(self.sessions), self.stop - self.next)
+        if workers <= 1:
+            # c=1 runs on this thread: no hand-off, nothing between the client and its clock
+            self.work(0)
+            return
+        threads = [threading.Thread(target=self.work, args=(w,), daemon=True) for w in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
+                    progress: Progress | None = None) -> list[list[RequestSample]]:
+    """Samples per target (same order as `targets`), each sorted by request index."""
+    ctx = ssl_context(cfg.verify) if any(t.scheme == "https" for t in targets) else None
+    families = [preflight(t, cfg, ctx) for t in targets]
+    endpoints = [Endpoint.build(t, cfg, fam) for t, fam in zip(targets, families, strict=True)]
+    t_run0 = perf_counter_ns()
+    if cfg.warmup:
+        for ep in endpoints:
+            # warm-up sessions are thrown away so the measured keep-alive connect stays visible
+            warm = [Session(ep, cfg, ctx) for _ in range(min(cfg.concurrency, cfg.warmup))]
+            try:
+                _Block(warm, 0, cfg.warmup, -1, t_run0, []).run()
+            finally:
+                for s in warm:
+                    s.close()
+    sessions = [[Session(ep, cfg, ctx) for _ in range(cfg.concurrency)] for ep in endpoints]
+    samples: list[list[RequestSample]] = [[] for _ in targets]
+    done = [0 for _ in targets]
+    rounds = min(cfg.rounds, cfg.num_requests)
+    try:
+        for rnd, count in enumerate(_split(cfg.num_requests, rounds)):
+            order = list(range(len(targets)))
+            if rnd % 2:
+                order.reverse()
+            for ti in order:
+                _Block(sessions[ti], done[ti], count, rnd, t_run0, samples[ti]).run()
+                done[ti] += count
+                if progress is not None:
+                    progress(targets[ti].name, done[ti], cfg.num_requests)
+    finally:
+        for per_target in sessions:
+            for s in per_target:
+                s.close()
+    for per_target in samples:
+        per_target.sort(key=lambda s: s.index)
+    return samples
