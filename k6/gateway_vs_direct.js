@@ -1,0 +1,132 @@
+// Open-model load test: the same request through the gateway, direct to the engine,
+// and direct with streaming. Run with plain k6 or through `zgtool bench`:
+//
+//   k6 run -e DIRECT_URL=http://127.0.0.1:8000 -e GATEWAY_URL=http://127.0.0.1:8080 \
+//          -e RATE=20 -e DURATION=30s gateway_vs_direct.js
+//
+// Environment (all optional):
+//   DIRECT_URL, GATEWAY_URL   base URLs (default 127.0.0.1:8000 / :8080)
+//   ENDPOINT                  /v1/messages (Anthropic) or /v1/chat/completions (OpenAI)
+//   PAYLOAD                   request body JSON file, relative to this script
+//   RATE                      requests per second per scenario (constant-arrival-rate)
+//   DURATION                  per scenario, e.g. 30s
+//   PRE_VUS, MAX_VUS          pre-allocated and maximum VUs per scenario
+//   SCENARIOS                 comma list out of gateway,direct,direct_stream
+//   SEQUENTIAL                1 (default): scenarios run one after another so they do not
+//                             compete for the same CPUs; 0: all at once
+//   DIRECT_HEADERS, GATEWAY_HEADERS   JSON objects of extra request headers (API keys)
+//   SUMMARY                   where handleSummary writes the JSON summary
+//
+// Open model: a request starts every 1/RATE s whether or not earlier ones finished,
+// so a slow server cannot slow the load down (no coordinated omission). Iterations that
+// find no free VU are counted in dropped_iterations: the load generator could not keep
+// the rate. k6 reads a streaming (SSE) body only as a whole, so for direct_stream
+// http_req_waiting is the time to the response headers, not time to first token.
+
+import http from 'k6/http';
+import { check } from 'k6';
+
+const DIRECT_URL = (__ENV.DIRECT_URL || 'http://127.0.0.1:8000').replace(/\/$/, '');
+const GATEWAY_URL = (__ENV.GATEWAY_URL || 'http://127.0.0.1:8080').replace(/\/$/, '');
+const ENDPOINT = __ENV.ENDPOINT || '/v1/messages';
+const PAYLOAD = open(__ENV.PAYLOAD || './payloads/messages.json');
+const RATE = parseInt(__ENV.RATE || '10', 10);
+const DURATION = __ENV.DURATION || '30s';
+const PRE_VUS = parseInt(__ENV.PRE_VUS || '10', 10);
+const MAX_VUS = parseInt(__ENV.MAX_VUS || '50', 10);
+const SEQUENTIAL = (__ENV.SEQUENTIAL || '1') !== '0';
+const SELECTED = (__ENV.SCENARIOS || 'gateway,direct,direct_stream').split(',').map((s) => s.trim()).filter(Boolean);
+const PHASES = ['http_req_blocked', 'http_req_connecting', 'http_req_tls_handshaking', 'http_req_sending',
+  'http_req_waiting', 'http_req_receiving', 'http_req_duration'];
+
+const BODY = JSON.parse(PAYLOAD);
+const STREAM_BODY = JSON.stringify(Object.assign({}, BODY, { stream: true }));
+const PLAIN_BODY = JSON.stringify(Object.assign({}, BODY, { stream: false }));
+const IS_OPENAI = ENDPOINT.indexOf('chat/completions') >= 0;
+const BASE_HEADERS = IS_OPENAI
+  ? { 'content-type': 'application/json' }
+  : { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' };
+
+function headers(envName) {
+  return Object.assign({}, BASE_HEADERS, JSON.parse(__ENV[envName] || '{}'));
+}
+
+const TARGETS = {
+  gateway: { url: GATEWAY_URL + ENDPOINT, body: PLAIN_BODY, headers: headers('GATEWAY_HEADERS'), stream: false },
+  direct: { url: DIRECT_URL + ENDPOINT, body: PLAIN_BODY, headers: headers('DIRECT_HEADERS'), stream: false },
+  direct_stream: { url: DIRECT_URL + ENDPOINT, body: STREAM_BODY, headers: headers('DIRECT_HEADERS'), stream: true },
+};
+
+function seconds(d) {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(d);
+  if (!m) throw new Error(`DURATION must look like 500ms, 30s, 2m or 1h, not ${d}`);
+  return parseFloat(m[1]) * { ms: 0.001, s: 1, m: 60, h: 3600 }[m[2]];
+}
+
+function buildScenarios() {
+  const out = {};
+  const gapS = 1; // a pause between sequential scenarios lets the previous one's connections drain
+  SELECTED.forEach((name, i) => {
+    if (!TARGETS[name]) throw new Error(`unknown scenario ${name}; choose from ${Object.keys(TARGETS)}`);
+    out[name] = {
+      executor: 'constant-arrival-rate',
+      exec: 'hit',
+      rate: RATE,
+      timeUnit: '1s',
+      duration: DURATION,
+      preAllocatedVUs: PRE_VUS,
+      maxVUs: MAX_VUS,
+      startTime: SEQUENTIAL ? `${i * (seconds(DURATION) + gapS)}s` : '0s',
+      tags: { path: name },
+      env: { TARGET: name },
+    };
+  });
+  return out;
+}
+
+// Thresholds that always hold make k6 keep a per-path sub-metric of every phase in the
+// summary; without them the summary only has totals over all paths.
+function buildThresholds() {
+  const t = {};
+  for (const name of SELECTED) {
+    for (const phase of PHASES) t[`${phase}{path:${name}}`] = ['max>=0'];
+    t[`http_reqs{path:${name}}`] = ['count>=0'];
+    t[`http_req_failed{path:${name}}`] = ['rate>=0'];
+    t[`checks{path:${name}}`] = ['rate>=0'];
+    t[`dropped_iterations{scenario:${name}}`] = ['count>=0'];
+    t[`iterations{path:${name}}`] = ['count>=0'];
+  }
+  return t;
+}
+
+export const options = {
+  scenarios: buildScenarios(),
+  thresholds: buildThresholds(),
+  summaryTrendStats: ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'count'],
+  discardResponseBodies: false,
+};
+
+export function hit() {
+  const target = TARGETS[__ENV.TARGET];
+  const res = http.post(target.url, target.body, { headers: target.headers, timeout: '60s' });
+  const done = IS_OPENAI ? '[DONE]' : 'message_stop';
+  check(res, {
+    'status is 200': (r) => r.status === 200,
+    'complete body': (r) => (target.stream ? String(r.body).indexOf(done) >= 0 : String(r.body).length > 0),
+  });
+}
+
+export function handleSummary(data) {
+  const lines = ['zgtool k6 gateway_vs_direct: p95 ms of http_req_duration per path'];
+  for (const name of SELECTED) {
+    const d = data.metrics[`http_req_duration{path:${name}}`];
+    const n = data.metrics[`http_reqs{path:${name}}`];
+    const f = data.metrics[`http_req_failed{path:${name}}`];
+    lines.push(`  ${name.padEnd(14)} p95=${d ? d.values['p(95)'].toFixed(2) : '-'} ms  ` +
+      `requests=${n ? n.values.count : 0}  failed=${f ? f.values.passes : 0}`);
+  }
+  return {
+    [__ENV.SUMMARY || 'summary.json']: JSON.stringify(data, null, 1),
+    stdout: lines.join('\n') + '\n',
+  };
+}

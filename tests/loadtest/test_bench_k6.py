@@ -1,0 +1,99 @@
+"""Real k6 runs against a real uvicorn app: phases per scenario, failures, unreachable targets, ramp."""
+
+from __future__ import annotations
+
+import json
+
+from zgtool.errors import ExitCode
+from zgtool.loadtest import BenchConfig, RampConfig, find_k6, run_bench, run_ramp
+from zgtool.loadtest.summary import PHASES
+from zgtool.targets import Target
+
+
+def test_bench_cli_writes_a_bench_k6_result_with_every_phase_per_scenario(asgi_url, cli, tmp_path):
+    out = tmp_path / "bench.json"
+    proc = cli("bench", "--direct", asgi_url, "--gateway", asgi_url, "--rate", "10", "--duration", "1s",
+               "--no-progress", "--run-dir", tmp_path / "run", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["schema"] == "zgtool.result/1" and result["kind"] == "bench.k6"
+    data = result["data"]
+    assert set(data["scenarios"]) == {"gateway", "direct", "direct_stream"}
+    for name, s in data["scenarios"].items():
+        assert s["requests"] >= 10 and s["failures"] == 0 and s["dropped_iterations"] == 0, name
+        assert s["checks_failed"] == 0, name  # streaming bodies really ended with message_stop
+        for phase in PHASES:
+            assert s[phase]["count"] == s["requests"] and s[phase]["unit"] == "ms", (name, phase)
+            assert s[phase]["p50"] <= s[phase]["p95"] <= s[phase]["max"]
+    assert data["failure_rate"] == 0 and data["load_generator_saturated"] is False
+    assert data["ttft_ms"] is None and any("not time to first token" in n for n in data["notes"])
+    assert (tmp_path / "run" / "summary.json").exists()
+    # the table shows each phase for each path
+    assert "duration" in proc.stdout and "direct_stream" in proc.stdout
+
+    gate = tmp_path / "g.toml"
+    gate.write_text('rules = ["failure_rate < 0.01", "dropped_iterations == 0",'
+                    ' "direct_stream.http_req_receiving.count == direct_stream.requests"]\n')
+    assert cli("gate", "--policy", gate, out).returncode == 0
+
+
+def test_failed_requests_are_counted_per_scenario(asgi_url, tmp_path):
+    payload = tmp_path / "fail.json"
+    payload.write_text(json.dumps({"model": "default", "max_tokens": 4,
+                                   "messages": [{"role": "user", "content": "fail-me"}]}))
+    cfg = BenchConfig(rate_rps=5, duration_s=1.0, scenarios=("direct",), payload=payload)
+    result = run_bench(cfg, direct=Target("direct", asgi_url), gateway=None, k6=find_k6(),
+                       run_dir=tmp_path / "run", progress=False)
+    s = result.scenarios["direct"]
+    assert s.requests >= 5 and s.failures == s.requests and result.failure_rate == 1.0
+    assert s.checks_failed == s.requests  # the 500 also fails the status check
+
+
+def test_dropped_iterations_say_the_load_generator_could_not_keep_the_rate(asgi_url, tmp_path):
+    from rich.console import Console
+
+    from zgtool.loadtest.render import render_bench
+
+    payload = tmp_path / "slow.json"
+    payload.write_text(json.dumps({"model": "default", "max_tokens": 4,
+                                   "messages": [{"role": "user", "content": "slow-me"}]}))
+    cfg = BenchConfig(rate_rps=20, duration_s=1.0, pre_allocated_vus=1, max_vus=1, scenarios=("direct",),
+                      payload=payload)
+    result = run_bench(cfg, direct=Target("direct", asgi_url), gateway=None, k6=find_k6(),
+                       run_dir=tmp_path / "run", progress=False)
+    assert result.scenarios["direct"].dropped_iterations > 5 and result.load_generator_saturated
+    assert result.failures == 0
+    console = Console(record=True, width=160)
+    render_bench(result, console)
+    assert "the load generator could not keep the rate" in console.export_text()
+
+
+def test_unreachable_target_exits_3_before_k6_runs(cli, free_port, tmp_path):
+    proc = cli("bench", "--direct", f"http://127.0.0.1:{free_port}", "--scenarios", "direct",
+               "--no-progress", "--run-dir", tmp_path / "run")
+    assert proc.returncode == ExitCode.UNREACHABLE
+    assert "unreachable" in proc.stderr and not (tmp_path / "run").exists()
+
+
+def test_gateway_scenario_without_a_gateway_is_a_usage_error(asgi_url, cli):
+    proc = cli("bench", "--direct", asgi_url, "--duration", "1s")
+    assert proc.returncode == ExitCode.USAGE and "needs --gateway" in proc.stderr
+
+
+def test_bad_flags_exit_2_with_one_line(cli, asgi_url):
+    for args, msg in ((("--duration", "soon"), "expected a duration"),
+                      (("--scenarios", "direct,sideways"), "unknown sideways"),
+                      (("--rate", "0"), "at least 1")):
+        proc = cli("bench", "--direct", asgi_url, *args)
+        assert proc.returncode == ExitCode.USAGE and msg in proc.stderr, (args, proc.stderr)
+
+
+def test_ramp_reports_p95_per_rate_step_for_each_path(asgi_url, tmp_path):
+    cfg = RampConfig(rates=(5, 10), step_s=1.0, warmup_s=0.5)
+    result = run_ramp(cfg, {"direct": Target("direct", asgi_url), "again": Target("again", asgi_url)},
+                      k6=find_k6(), run_dir=tmp_path / "run", progress=False)
+    assert [p.name for p in result.paths] == ["direct", "again"]
+    for path in result.paths:
+        assert [s.rate_rps for s in path.steps] == [5, 10]
+        assert all(s.requests > 0 and s.failures == 0 and s.p95_ms > 0 for s in path.steps)
+        assert path.knee_reason  # either a knee or "stayed under"

@@ -1,0 +1,70 @@
+"""k6 summary -> zgtool dataclasses, on summaries recorded from real k6 v1.1 runs (data/)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from zgtool.errors import UsageError
+from zgtool.loadtest.summary import PHASES, RampStep, find_knee, ramp_path, scenario_stats
+
+DATA = Path(__file__).parent / "data"
+
+
+def _load(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def test_every_phase_of_every_scenario_is_converted_with_k6_percentiles():
+    summary = _load("k6_summary_gateway_vs_direct.json")
+    s = scenario_stats(summary, "direct", url="http://x", stream=False, rate_rps=10, duration_s=1.0)
+    raw = summary["metrics"]["http_req_duration{path:direct}"]["values"]
+    assert s.http_req_duration.p95 == raw["p(95)"] and s.http_req_duration.p50 == raw["med"]
+    assert s.requests == 11 and s.failures == 0 and s.failure_rate == 0 and s.dropped_iterations == 0
+    for phase in PHASES:
+        assert getattr(s, phase).count == 11
+
+
+def test_failed_requests_are_read_from_the_rate_passes():
+    summary = _load("k6_summary_gateway_vs_direct.json")
+    summary["metrics"]["http_req_failed{path:gateway}"]["values"].update(passes=3, fails=8)
+    s = scenario_stats(summary, "gateway", url="http://x", stream=False, rate_rps=10, duration_s=1.0)
+    assert s.failures == 3 and s.failure_rate == pytest.approx(3 / 11)
+
+
+def test_summary_without_the_per_path_submetrics_is_a_clear_error():
+    summary = _load("k6_summary_gateway_vs_direct.json")
+    del summary["metrics"]["http_req_waiting{path:direct}"]
+    with pytest.raises(UsageError, match=r"no 'http_req_waiting\{path:direct\}'"):
+        scenario_stats(summary, "direct", url="http://x", stream=False, rate_rps=10, duration_s=1.0)
+
+
+def test_ramp_summary_gives_p95_per_rate_step():
+    path = ramp_path(_load("k6_summary_ramp.json"), "direct", "http://x", [5, 20, 40], 1.0)
+    assert [s.requests for s in path.steps] == [4, 20, 40]
+    assert all(not math.isnan(s.p95_ms) for s in path.steps)
+
+
+def _steps(*p95s: float, rates=(10, 20, 40, 80), failures=0) -> list[RampStep]:
+    return [RampStep(r, 5.0, int(r * 5), r, failures, p / 2, p, p * 1.2) for r, p in zip(rates, p95s, strict=True)]
+
+
+def test_knee_is_the_rate_from_which_p95_stays_doubled():
+    knee, reason, base = find_knee(_steps(1.0, 1.2, 2.5, 6.0))
+    assert (knee, base) == (40, 1.0) and "p95 2.50 ms >= 2 x 1.00 ms" in reason
+
+
+def test_a_single_noisy_step_is_not_the_knee():
+    knee, reason, _ = find_knee(_steps(1.0, 2.4, 1.1, 1.3))
+    assert knee is None and "up to 80 req/s" in reason
+
+
+def test_failures_or_an_unkept_rate_mark_the_knee():
+    steps = _steps(1.0, 1.0, 1.0, 1.0)
+    steps[3] = RampStep(80, 5.0, 400, 80, 40, 0.5, 1.0, 1.2)
+    assert find_knee(steps)[0:2] == (80, "40 of 400 requests failed")
+    steps[3] = RampStep(80, 5.0, 200, 40, 0, 0.5, 1.0, 1.2)
+    assert find_knee(steps)[1] == "only 40.0 of 80 req/s started"

@@ -1,0 +1,12 @@
+"""CI performance gates over zgtool result files: policy parsing, field lookup, evaluation.
+
+The grammar is in expr.py, the policy format in policy.py, field lookup in fields.py.
+"""
+
+from zgtool.gate.evaluate import GateReport, GateRow, LoadedResult, evaluate
+from zgtool.gate.policy import DEFAULT_POLICY, Policy, PolicyError, load_policy, parse_percent, parse_policy
+
+__all__ = [
+    "DEFAULT_POLICY", "GateReport", "GateRow", "LoadedResult", "Policy", "PolicyError",
+    "evaluate", "load_policy", "parse_percent", "parse_policy",
+]

@@ -1,0 +1,152 @@
+"""Evaluate a policy over result files: one GateRow per (rule, result) and per regressed field."""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from zgtool.gate.expr import MissingField
+from zgtool.gate.fields import lookup, matching_leaves
+from zgtool.gate.policy import Policy, PolicyError, PolicyRule, RegressionSpec
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+
+
+@dataclass(frozen=True)
+class LoadedResult:
+    label: str  # usually the file path
+    result: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.result.get("kind", ""))
+
+
+@dataclass(frozen=True)
+class GateRow:
+    rule: str
+    check: str
+    result: str
+    status: str  # pass | fail | skip
+    sides: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ()
+    values: tuple[float, ...] = ()
+    detail: str = ""
+    group: str = "rule"  # rule | regression
+
+
+@dataclass(frozen=True)
+class GateReport:
+    policy: str
+    results: tuple[str, ...]
+    rows: tuple[GateRow, ...]
+    baseline: str | None = None
+    max_regression: float | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not any(r.status == FAIL for r in self.rows)
+
+    @property
+    def verdict(self) -> str:
+        return PASS if self.passed else FAIL
+
+
+def _applies(rule: PolicyRule, res: LoadedResult) -> bool:
+    return fnmatch.fnmatchcase(res.kind, rule.kind)
+
+
+def evaluate_rules(policy: Policy, results: list[LoadedResult]) -> list[GateRow]:
+    rows: list[GateRow] = []
+    for prule in policy.rules:
+        applicable = [r for r in results if _applies(prule, r)]
+        if not applicable:
+            rows.append(GateRow(prule.name, prule.rule.text, "-", SKIP, prule.rule.sides(), prule.rule.ops,
+                                detail=f"no result of kind {prule.kind!r}"))
+            continue
+        for res in applicable:
+            rows.append(_evaluate_one(policy, prule, res))
+    return rows
+
+
+def _evaluate_one(policy: Policy, prule: PolicyRule, res: LoadedResult) -> GateRow:
+    rule = prule.rule
+    try:
+        holds, values = rule.evaluate(lambda name: lookup(res.result, name))
+    except MissingField as exc:
+        if prule.skip_missing:
+            return GateRow(prule.name, rule.text, res.label, SKIP, rule.sides(), rule.ops,
+                           detail=f"{exc.field} {exc.detail}")
+        where = f"{policy.source} line {prule.line}" if prule.line else policy.source
+        raise PolicyError(
+            f"{where}: field {exc.field!r} {exc.detail} ({res.label}, kind {res.kind!r}); "
+            f"fix the rule, restrict it with kind = \"...\", or set skip_missing = true"
+        ) from exc
+    if any(math.isnan(v) for v in values):
+        holds = False  # NaN compares false both ways; never let it pass silently
+    return GateRow(prule.name, rule.text, res.label, PASS if holds else FAIL, rule.sides(), rule.ops, values)
+
+
+def evaluate_regression(
+    spec: RegressionSpec, results: list[LoadedResult], baseline: LoadedResult
+) -> list[GateRow]:
+    """current <= baseline * (1 + max) for every matched field (lower is better)."""
+    base_fields = matching_leaves(baseline.result, spec.fields)
+    if not base_fields:
+        raise PolicyError(
+            f"baseline {baseline.label}: no numeric field matches {', '.join(spec.fields)}; "
+            "set [regression] fields in the policy"
+        )
+    rows: list[GateRow] = []
+    same_kind = [r for r in results if r.kind == baseline.kind]
+    if not same_kind:
+        raise PolicyError(
+            f"baseline {baseline.label} is a {baseline.kind!r} result but no RESULT has that kind "
+            f"({', '.join(sorted({r.kind for r in results}))})"
+        )
+    pct = f"{spec.max_ratio:.0%}"
+    for res in same_kind:
+        current = matching_leaves(res.result, spec.fields)
+        for name, base in base_fields.items():
+            check = f"{name} <= baseline * (1 + {pct})"
+            if name not in current:
+                rows.append(GateRow(name, check, res.label, SKIP, detail="field missing in this result",
+                                    group="regression"))
+                continue
+            value = current[name]
+            limit = base * (1.0 + spec.max_ratio)
+            breached = value > limit and (value - base) > spec.noise_floor
+            detail = f"{(value / base - 1):+.1%} vs baseline {base:.4g} (max +{pct})" if base else ""
+            if value > limit and not breached:
+                detail += f", within noise floor {spec.noise_floor:g}"
+            rows.append(GateRow(name, check, res.label, FAIL if breached else PASS,
+                                (name, f"baseline * (1 + {pct})"), ("<=",), (value, limit), detail,
+                                group="regression"))
+    return rows
+
+
+def evaluate(
+    policy: Policy,
+    results: list[LoadedResult],
+    *,
+    baseline: LoadedResult | None = None,
+    max_regression: float | None = None,
+) -> GateReport:
+    rows = evaluate_rules(policy, results)
+    spec = policy.regression
+    if baseline is not None:
+        if max_regression is not None:
+            spec = RegressionSpec(max_ratio=max_regression, fields=spec.fields, noise_floor=spec.noise_floor)
+        rows.extend(evaluate_regression(spec, results, baseline))
+    counts = {s: sum(1 for r in rows if r.status == s) for s in (PASS, FAIL, SKIP)}
+    return GateReport(
+        policy=policy.source,
+        results=tuple(r.label for r in results),
+        rows=tuple(rows),
+        baseline=baseline.label if baseline else None,
+        max_regression=spec.max_ratio if baseline else None,
+        counts=counts,
+    )

@@ -1,0 +1,193 @@
+"""Gate policies: a small TOML file of rules, parsed into frozen dataclasses.
+
+    # every rule is a comparison over dotted result fields (see zgtool/gate/expr.py)
+    rules = ["failure_rate < 0.01"]            # shorthand: applies to every result
+
+    [[rule]]
+    check = "direct.http_req_duration.p95 <= 0.6 * gateway.http_req_duration.p95"
+    name = "direct path is much faster"        # optional label for the table
+    kind = "bench.k6"                          # optional glob over the result kind
+    skip_missing = true                        # optional: a missing field skips the row
+                                               #   instead of failing the policy (exit 2)
+    [regression]                               # used with --baseline FILE
+    max = "10%"                                # --max-regression overrides it
+    fields = ["*http_req_duration.p95", "*_ms.p95"]   # globs over leaf names; '*' spans dots
+    noise_floor = 1.0                          # ignore increases smaller than this (field units)
+
+Every mistake is a PolicyError naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zgtool.errors import UsageError
+from zgtool.gate.expr import Rule, RuleSyntaxError, parse_rule
+
+DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "default_gates.toml"
+_RULE_KEYS = {"check", "name", "kind", "skip_missing"}
+_REGRESSION_KEYS = {"max", "fields", "noise_floor"}
+# end-to-end latencies only: sub-ms phases (blocked, sending) jitter far more than 10%
+DEFAULT_REGRESSION_FIELDS = ("*http_req_duration.p95", "*_ms.p95")
+_TOP_KEYS = {"rules", "rule", "regression"}
+
+
+class PolicyError(UsageError):
+    """An invalid policy (exit 2)."""
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    rule: Rule
+    name: str
+    kind: str = "*"
+    skip_missing: bool = False
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class RegressionSpec:
+    max_ratio: float = 0.10
+    fields: tuple[str, ...] = DEFAULT_REGRESSION_FIELDS
+    noise_floor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_ratio < 100:
+            raise PolicyError(f"max regression must be between 0% and 10000%, not {self.max_ratio:.0%}")
+        if not self.fields:
+            raise PolicyError("regression fields must not be empty")
+        if self.noise_floor < 0:
+            raise PolicyError("regression noise_floor must be >= 0")
+
+
+@dataclass(frozen=True)
+class Policy:
+    source: str
+    rules: tuple[PolicyRule, ...]
+    regression: RegressionSpec = field(default_factory=RegressionSpec)
+
+
+def parse_percent(value: Any, *, what: str = "max regression") -> float:
+    """'10%', '10', 10 or 0.1 -> 0.10. Bare numbers above 1 are read as percent."""
+    if isinstance(value, bool):
+        raise PolicyError(f"{what}: expected a percentage like '10%', not {value!r}")
+    if isinstance(value, int | float):
+        ratio = float(value)
+        return ratio / 100.0 if ratio > 1 else ratio
+    text = str(value).strip()
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(%?)", text)
+    if not m:
+        raise PolicyError(f"{what}: expected a percentage like '10%', not {text!r}")
+    number = float(m.group(1))
+    return number / 100.0 if m.group(2) or number > 1 else number
+
+
+def _line_of(text: str, needle: str) -> int | None:
+    idx = text.find(needle)
+    return None if idx < 0 else text.count("\n", 0, idx) + 1
+
+
+def _line_of_key(text: str, key: str) -> int | None:
+    m = re.search(rf"(?m)^\s*{re.escape(key)}\s*=", text) or re.search(rf"(?m)^\s*\[+{re.escape(key)}\]", text)
+    return None if m is None else text.count("\n", 0, m.start()) + 1
+
+
+def _where(source: str, line: int | None) -> str:
+    return f"{source} line {line}" if line else source
+
+
+def load_policy(path: str | Path | None) -> Policy:
+    p = Path(path) if path is not None else DEFAULT_POLICY
+    try:
+        text = p.read_text()
+    except FileNotFoundError as exc:
+        raise PolicyError(f"policy file not found: {p}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"cannot read policy {p}: {exc}") from exc
+    return parse_policy(text, source=str(p))
+
+
+def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"{source}: invalid TOML: {exc}") from exc
+    for key in doc:
+        if key not in _TOP_KEYS:
+            raise PolicyError(
+                f"{_where(source, _line_of_key(text, key))}: unknown key {key!r}; "
+                f"a policy has rules = [...], [[rule]] tables and [regression]"
+            )
+    rules: list[PolicyRule] = []
+    shorthand = doc.get("rules", [])
+    if not isinstance(shorthand, list) or not all(isinstance(r, str) for r in shorthand):
+        raise PolicyError(f"{_where(source, _line_of_key(text, 'rules'))}: 'rules' must be a list of strings")
+    for check in shorthand:
+        line = _line_of(text, check)
+        rules.append(PolicyRule(rule=_parse(check, source, line, "rules"), name=check, line=line))
+    tables = doc.get("rule", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise PolicyError(f"{_where(source, _line_of_key(text, 'rule'))}: use [[rule]] tables for rules")
+    for i, table in enumerate(tables, start=1):
+        rules.append(_table_rule(table, i, text, source))
+    if not rules:
+        raise PolicyError(f"{source}: the policy has no rules (add rules = [...] or [[rule]] tables)")
+    return Policy(source=source, rules=tuple(rules), regression=_regression(doc.get("regression"), text, source))
+
+
+def _table_rule(table: dict[str, Any], index: int, text: str, source: str) -> PolicyRule:
+    check = table.get("check")
+    line = _line_of(text, check) if isinstance(check, str) and check else None
+    where = _where(source, line)
+    for key in table:
+        if key not in _RULE_KEYS:
+            raise PolicyError(
+                f"{_where(source, _line_of_key(text, key))}: [[rule]] #{index}: unknown field {key!r} "
+                f"(allowed: {', '.join(sorted(_RULE_KEYS))})"
+            )
+    if not isinstance(check, str) or not check.strip():
+        raise PolicyError(f"{where}: [[rule]] #{index} needs check = \"<comparison>\"")
+    name = table.get("name", check)
+    kind = table.get("kind", "*")
+    skip = table.get("skip_missing", False)
+    if not isinstance(name, str) or not isinstance(kind, str):
+        raise PolicyError(f"{where}: [[rule]] #{index}: name and kind must be strings")
+    if not isinstance(skip, bool):
+        raise PolicyError(f"{where}: [[rule]] #{index}: skip_missing must be true or false")
+    return PolicyRule(rule=_parse(check, source, line, "check"), name=name, kind=kind, skip_missing=skip, line=line)
+
+
+def _parse(check: str, source: str, line: int | None, key: str) -> Rule:
+    try:
+        return parse_rule(check)
+    except RuleSyntaxError as exc:
+        raise PolicyError(f"{_where(source, line)}: {key}: {exc}") from exc
+
+
+def _regression(section: Any, text: str, source: str) -> RegressionSpec:
+    if section is None:
+        return RegressionSpec()
+    where = _where(source, _line_of_key(text, "regression"))
+    if not isinstance(section, dict):
+        raise PolicyError(f"{where}: [regression] must be a table")
+    for key in section:
+        if key not in _REGRESSION_KEYS:
+            raise PolicyError(
+                f"{_where(source, _line_of_key(text, key))}: [regression]: unknown field {key!r} "
+                f"(allowed: {', '.join(sorted(_REGRESSION_KEYS))})"
+            )
+    fields = section.get("fields", list(DEFAULT_REGRESSION_FIELDS))
+    if not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields):
+        raise PolicyError(f"{where}: [regression] fields must be a list of glob strings")
+    floor = section.get("noise_floor", 1.0)
+    if isinstance(floor, bool) or not isinstance(floor, int | float):
+        raise PolicyError(f"{where}: [regression] noise_floor must be a number")
+    try:
+        ratio = parse_percent(section.get("max", "10%"))
+        return RegressionSpec(max_ratio=ratio, fields=tuple(fields), noise_floor=float(floor))
+    except PolicyError as exc:
+        raise PolicyError(f"{where}: {exc.message}") from exc

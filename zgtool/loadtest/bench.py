@@ -1,0 +1,135 @@
+"""Drive k6: gateway vs direct vs direct-stream (constant rate) and the rate ramp (knee)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from zgtool.errors import TargetUnreachable, UsageError
+from zgtool.loadtest import scripts
+from zgtool.loadtest.config import BenchConfig, RampConfig, k6_duration
+from zgtool.loadtest.k6bin import k6_version
+from zgtool.loadtest.runner import K6Run, run_k6
+from zgtool.loadtest.summary import BenchResult, RampPath, ramp_path, run_duration_s, scenario_stats
+from zgtool.targets import Target
+
+TTFT_NOTE = ("direct_stream: k6 reads an SSE body only as a whole, so http_req_waiting is the time to the "
+             "response headers, not time to first token; zgtool measures streaming TTFT under load with its "
+             "own client: zgtool latency-split -c N")
+
+
+def check_reachable(target: Target, timeout_s: float = 3.0) -> None:
+    """Fail fast (exit 3) instead of letting k6 count a whole run of refused connections."""
+    try:
+        with socket.create_connection((target.host, target.port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise TargetUnreachable(f"{target.name} ({target.url}) is unreachable: {exc}") from exc
+
+
+def _headers_json(target: Target) -> str:
+    return json.dumps(target.auth_headers())
+
+
+def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6: Path,
+              run_dir: Path | None = None, progress: bool = True) -> BenchResult:
+    if "gateway" in config.scenarios and gateway is None:
+        raise UsageError("the gateway scenario needs --gateway TARGET (or --start, or --scenarios direct,...)")
+    needs_direct = any(s.startswith("direct") for s in config.scenarios)
+    for t in ([direct] if needs_direct else []) + ([gateway] if gateway and "gateway" in config.scenarios else []):
+        check_reachable(t)
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="zgtool-bench-"))
+    payload = Path(config.payload or scripts.payload(config.api)).resolve()
+    env = {
+        "DIRECT_URL": direct.base_url,
+        "GATEWAY_URL": gateway.base_url if gateway else "",
+        "ENDPOINT": scripts.ENDPOINTS[config.api],
+        "PAYLOAD": str(payload),
+        "RATE": str(config.rate_rps),
+        "DURATION": k6_duration(config.duration_s),
+        "PRE_VUS": str(config.pre_allocated_vus),
+        "MAX_VUS": str(config.max_vus),
+        "SCENARIOS": ",".join(config.scenarios),
+        "SEQUENTIAL": "1" if config.sequential else "0",
+        # keys travel in the environment, never on k6's command line
+        "DIRECT_HEADERS": _headers_json(direct),
+        "GATEWAY_HEADERS": _headers_json(gateway) if gateway else "{}",
+    }
+    run = K6Run(k6=k6, script=scripts.script(scripts.GATEWAY_VS_DIRECT), env=env, run_dir=run_dir,
+                expected_s=config.expected_s, timeout_s=config.expected_s + 120)
+    out = run_k6(run, progress=progress, label="k6 " + " → ".join(config.scenarios))
+    urls = {"gateway": gateway.base_url if gateway else "", "direct": direct.base_url,
+            "direct_stream": direct.base_url}
+    stats = {
+        name: scenario_stats(out.summary, name, url=urls[name], stream=name == "direct_stream",
+                             rate_rps=config.rate_rps, duration_s=config.duration_s)
+        for name in config.scenarios
+    }
+    requests = sum(s.requests for s in stats.values())
+    failures = sum(s.failures for s in stats.values())
+    dropped = sum(s.dropped_iterations for s in stats.values())
+    notes = [TTFT_NOTE] if "direct_stream" in stats else []
+    if dropped:
+        notes.append(f"the load generator could not keep the rate: {dropped} iterations dropped "
+                     f"(raise --max-vus, lower --rate, or give k6 its own machine)")
+    notes.extend(f"k6: {w}" for w in out.warnings[:5])
+    return BenchResult(
+        k6_version=k6_version(k6), script=run.script.name,
+        config={"rate_rps": config.rate_rps, "duration_s": config.duration_s,
+                "pre_allocated_vus": config.pre_allocated_vus, "max_vus": config.max_vus,
+                "sequential": config.sequential, "api": config.api, "payload": str(payload),
+                "endpoint": env["ENDPOINT"], "run_dir": str(run_dir)},
+        scenarios=stats, requests=requests, failures=failures,
+        failure_rate=failures / requests if requests else float("nan"),
+        dropped_iterations=dropped, load_generator_saturated=dropped > 0,
+        test_run_s=run_duration_s(out.summary), notes=notes,
+    )
+
+
+@dataclass(frozen=True)
+class RampResult:
+    """The data of a "bench.k6.ramp" result: p95 per rate step per path, and each knee."""
+
+    k6_version: str
+    script: str
+    config: dict[str, object]
+    paths: list[RampPath]
+    notes: list[str]
+
+
+def run_ramp(config: RampConfig, targets: dict[str, Target], *, k6: Path, run_dir: Path | None = None,
+             progress: bool = True) -> RampResult:
+    if not targets:
+        raise UsageError("the ramp needs at least one target")
+    for t in targets.values():
+        check_reachable(t)
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="zgtool-ramp-"))
+    env = {
+        "TARGETS": json.dumps({name: t.base_url for name, t in targets.items()}),
+        "RATES": ",".join(map(str, config.rates)),
+        "STEP": k6_duration(config.step_s),
+        "WARMUP": k6_duration(config.warmup_s) if config.warmup_s else "0s",
+        "ENDPOINT": scripts.ENDPOINTS[config.api],
+        "PAYLOAD": str(scripts.payload(config.api).resolve()),
+        "STREAM": "1" if config.stream else "0",
+        "PRE_VUS": str(config.pre_allocated_vus),
+        "MAX_VUS": str(config.max_vus),
+        "HEADERS_BY_PATH": json.dumps({name: t.auth_headers() for name, t in targets.items()}),
+    }
+    expected = config.expected_s(len(targets))
+    run = K6Run(k6=k6, script=scripts.script(scripts.RAMP), env=env, run_dir=run_dir, expected_s=expected,
+                summary_name="ramp-summary.json", timeout_s=expected + 120)
+    out = run_k6(run, progress=progress, label="k6 ramp " + " → ".join(targets))
+    paths = [ramp_path(out.summary, name, t.base_url, list(config.rates), config.step_s,
+                       knee_factor=config.knee_factor) for name, t in targets.items()]
+    notes = [f"knee: the rate from which on every step's p95 is >= {config.knee_factor:g}x the low-rate p95 "
+             "(the lower of the first two steps), or >1% of requests fail, or <90% of them start; "
+             f"{config.warmup_s:g} s of warm-up at the first rate are not counted"]
+    notes.extend(f"k6: {w}" for w in out.warnings[:5])
+    return RampResult(k6_version(k6), run.script.name,
+                      {"rates": list(config.rates), "step_s": config.step_s, "warmup_s": config.warmup_s, "api": config.api,
+                       "stream": config.stream, "max_vus": config.max_vus, "run_dir": str(run_dir)},
+                      paths, notes)

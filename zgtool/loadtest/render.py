@@ -1,0 +1,64 @@
+"""Rich tables for bench results (rendering only; the dataclasses come from summary.py)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from zgtool.loadtest.bench import RampResult
+from zgtool.loadtest.summary import PHASES, BenchResult
+
+
+def _ms(v: float) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.2f}"
+
+
+def render_bench(result: BenchResult, console: Console) -> None:
+    names = list(result.scenarios)
+    cfg = result.config
+    table = Table(title=f"k6 {result.k6_version}: {cfg['rate_rps']} req/s for {cfg['duration_s']:g} s per "
+                        f"scenario ({'one after another' if cfg['sequential'] else 'at once'}), ms p50 / p95")
+    table.add_column("phase")
+    for name in names:
+        table.add_column(name, justify="right")
+    for phase in PHASES:
+        cells = []
+        for name in names:
+            t = getattr(result.scenarios[name], phase)
+            cells.append(f"{_ms(t.p50)} / {_ms(t.p95)}")
+        table.add_row(phase.removeprefix("http_req_"), *cells)
+    s = result.scenarios
+    table.add_section()
+    table.add_row("requests", *[str(s[n].requests) for n in names])
+    table.add_row("achieved req/s", *[f"{s[n].achieved_rps:.1f}" for n in names])
+    table.add_row("failures", *[_fail(s[n].failures) for n in names])
+    table.add_row("dropped", *[_fail(s[n].dropped_iterations) for n in names])
+    console.print(table)
+    if result.load_generator_saturated:
+        console.print(f"[bold yellow]the load generator could not keep the rate[/]: "
+                      f"{result.dropped_iterations} iterations dropped")
+    for note in result.notes:
+        if not note.startswith("the load generator"):
+            console.print(f"[dim]note: {note}[/dim]")
+
+
+def _fail(n: int) -> str:
+    return f"[bold red]{n}[/]" if n else "0"
+
+
+def render_ramp(result: RampResult, console: Console) -> None:
+    rates = result.config["rates"]
+    table = Table(title=f"k6 ramp ({result.config['step_s']:g} s per step): p95 ms per rate, knee = p95 doubles")
+    table.add_column("path")
+    for r in rates:  # type: ignore[union-attr]
+        table.add_column(f"{r}/s", justify="right")
+    table.add_column("knee req/s", justify="right")
+    for path in result.paths:
+        cells = [_ms(s.p95_ms) + ("" if not s.failures else f" [red]({s.failures} failed)[/]") for s in path.steps]
+        knee = f"{path.knee_rps:g}" if path.knee_rps is not None else f"> {rates[-1]}"  # type: ignore[index]
+        table.add_row(path.name, *cells, knee)
+    console.print(table)
+    for path in result.paths:
+        console.print(f"[dim]{path.name}: {path.knee_reason}[/dim]")
