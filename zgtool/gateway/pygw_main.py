@@ -1,0 +1,99 @@
+"""Command line of the pygw process (`python -m zgtool.gateway.pygw ...`): parse, validate
+with one-line errors, then run uvicorn (httptools + uvloop, one process)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from zgtool.errors import ExitCode, TargetUnreachable, UsageError, ZgError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m zgtool.gateway.pygw", description="zgtool's Python AI gateway")
+    p.add_argument("--upstream", required=True, help="base URL of the upstream (Anthropic Messages API)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--redis", default=None, help="redis://host:port/db: share limits and cache between gateways")
+    p.add_argument("--keys", type=Path, default=None, help="virtual keys TOML (open gateway when absent)")
+    p.add_argument("--policy", default="default", help="moderation policy: a TOML file, 'default' or 'none'")
+    p.add_argument("--cache-ttl", type=float, default=300.0, help="seconds a cached answer lives")
+    p.add_argument("--rpm", type=float, default=600_000, help="requests/minute per key when no keys file sets one")
+    p.add_argument("--burst", type=int, default=10_000, help="token-bucket size per key when no keys file sets one")
+    p.add_argument("--max-retries", type=int, default=2)
+    p.add_argument("--max-connections", type=int, default=256, help="upstream connection pool size")
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def build_config(argv: list[str] | None = None):  # -> (GatewayConfig, host, port, log_level)
+    from zgtool.gateway.policy import load_keys, load_policy
+    from zgtool.gateway.pygw import GatewayConfig
+    from zgtool.targets import validate_url
+
+    args = build_parser().parse_args(argv)
+    validate_url(args.upstream)
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be 1..65535, not {args.port}")
+    if args.max_retries < 0 or args.cache_ttl <= 0:
+        raise UsageError("--max-retries must be >= 0 and --cache-ttl > 0")
+    if args.redis:
+        _check_redis(args.redis)
+    cfg = GatewayConfig(
+        upstream=args.upstream.rstrip("/"),
+        keys=load_keys(args.keys, rpm=args.rpm, burst=args.burst),
+        policy=load_policy(args.policy),
+        redis_url=args.redis,
+        cache_ttl_s=args.cache_ttl,
+        max_retries=args.max_retries,
+        max_connections=args.max_connections,
+    )
+    return cfg, args.host, args.port, args.log_level
+
+
+def _check_redis(url: str) -> None:
+    """Fail at start with one line, not on the first request."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3)
+        client.ping()
+        client.close()
+    except ValueError as exc:
+        raise UsageError(f"--redis {url!r} is not a redis URL: {exc}") from exc
+    except redis.RedisError as exc:
+        raise TargetUnreachable(f"cannot reach redis at {url}: {exc}") from exc
+
+
+def main(argv: list[str] | None = None) -> None:
+    import logging
+
+    try:
+        cfg, host, port, log_level = build_config(argv)
+    except ZgError as exc:
+        print(f"pygw: {exc.message}", file=sys.stderr)
+        sys.exit(int(exc.exit_code))
+    import uvicorn
+
+    from zgtool.gateway.pygw import Gateway
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s pygw %(levelname)s %(message)s")
+    print(f"pygw: listening on http://{host}:{port} -> {cfg.upstream}"
+          f" (keys: {'open' if cfg.keys.open else len(cfg.keys.keys)}, redis: {cfg.redis_url or 'off'},"
+          f" moderation rules: {len(cfg.policy.rules)})", file=sys.stderr, flush=True)
+    config = uvicorn.Config(
+        Gateway(cfg), host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+        access_log=False, log_level=log_level, timeout_keep_alive=65, timeout_graceful_shutdown=5,
+    )
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(f"pygw: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        sys.exit(int(ExitCode.USAGE))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""LocalStack: the engine plus the reference gateway paths (nginx, pygw, nginx -> pygw),
+each a supervised child on its own port, all stopped on exit, exception or signal.
+
+    with LocalStack(StackConfig(model="null", paths=("nginx", "pygw", "stack"))) as st:
+        st.urls  # {"direct": ..., "nginx": ..., "pygw": ..., "stack": ...}
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zgtool.errors import UsageError
+from zgtool.gateway.nginx import NGINX_MODES, NginxServer, find_nginx, nginx_argv, write_config
+from zgtool.gateway.procs import Child, free_port, http_ok, stop_all, wait_ready
+
+PATHS = ("nginx", "nginx-buffered", "pygw", "stack")
+GATEWAYS = ("none", "nginx", "pygw", "stack")
+
+
+class StartFailed(UsageError):
+    """A child did not come up; the message names the part and its log."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    model: str = "null"
+    paths: tuple[str, ...] = ("nginx", "pygw", "stack")
+    nginx_mode: str = "streaming"            # mode of the "nginx" and "stack" fronts
+    host: str = "127.0.0.1"
+    upstream: str | None = None              # front an existing server instead of starting an engine
+    engine_port: int | None = None
+    gateway_port: int | None = None          # front of the first gateway path in `paths`
+    engine_args: tuple[str, ...] = ()        # extra `zgtool serve` flags (--tls, --keys, ...)
+    tls: bool = False                        # TLS termination at every nginx front (self-signed)
+    basic_auth: tuple[str, str] | None = None  # (user, password) checked by nginx
+    pygw_keys: Path | None = None
+    pygw_policy: str = "default"
+    pygw_args: tuple[str, ...] = ()
+    redis_url: str | None = None
+    nginx_workers: int = 1                   # one worker: like for like with the one-process engine
+    run_dir: Path | None = None              # None: a temp folder, removed after a clean stop
+    start_timeout_s: float = 180.0
+    stop_grace_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.paths if p not in PATHS]
+        if bad:
+            raise UsageError(f"unknown gateway path {bad[0]!r}; choose from {', '.join(PATHS)}")
+        if self.nginx_mode not in NGINX_MODES:
+            raise UsageError(f"--nginx-mode must be one of {', '.join(NGINX_MODES)}, not {self.nginx_mode!r}")
+        if (self.tls or self.basic_auth) and not self.nginx_fronts:
+            raise UsageError("TLS termination and basic auth are done by nginx: choose an nginx or stack path")
+        if self.upstream is not None:
+            from zgtool.targets import validate_url
+
+            validate_url(self.upstream)
+        for port in (self.engine_port, self.gateway_port):
+            if port is not None and not 0 < port < 65536:
+                raise UsageError(f"port must be 1..65535, not {port}")
+
+    @property
+    def nginx_fronts(self) -> list[str]:
+        return [p for p in self.paths if p in ("nginx", "nginx-buffered", "stack")]
+
+    @property
+    def needs_pygw(self) -> bool:
+        return "pygw" in self.paths or "stack" in self.paths
+
+    @classmethod
+    def for_gateway(cls, gateway: str, **kw: Any) -> StackConfig:
+        """`zgtool serve --gateway G` / `zgtool gateway --kind G` -> the paths to run."""
+        if gateway not in GATEWAYS:
+            raise UsageError(f"--gateway must be one of {', '.join(GATEWAYS)}, not {gateway!r}")
+        return cls(paths=() if gateway == "none" else (gateway,), **kw)
+
+
+@dataclass
+class LocalStack:
+    config: StackConfig
+    urls: dict[str, str] = field(default_factory=dict, init=False)
+    children: list[Child] = field(default_factory=list, init=False)
+    run_dir: Path = field(default=Path(), init=False)
+    _own_run_dir: bool = field(default=False, init=False)
+    _failed: bool = field(default=False, init=False)
+    _prev_sigterm: Any = field(default=None, init=False)
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.pid for c in self.children if c.pid is not None]
+
+    def logs(self) -> dict[str, Path]:
+        return {c.name: c.log_path for c in self.children}
+
+    def __enter__(self) -> LocalStack:
+        cfg = self.config
+        if cfg.run_dir is None:
+            self.run_dir, self._own_run_dir = Path(tempfile.mkdtemp(prefix="zgtool-stack-")), True
+        else:
+            self.run_dir = cfg.run_dir.resolve()
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._install_sigterm()
+        try:
+            self._start_all()
+        except BaseException:
+            self._failed = True
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop_all(self.children, self.config.stop_grace_s)
+        if threading.current_thread() is threading.main_thread() and self._prev_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._prev_sigterm)
+            self._prev_sigterm = None
+        if self._own_run_dir and not self._failed and exc[0] is None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _install_sigterm(self) -> None:
+        # SIGTERM takes the same road as Ctrl-C: unwinding through __exit__ stops every child
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_term(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        self._prev_sigterm = signal.signal(signal.SIGTERM, on_term)
+
+    def _spawn(self, name: str, argv: list[str], ready_url: str, *, any_status: bool = False) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        child = Child(name, argv, self.run_dir / f"{name}.log", env=env)
+        self.children.append(child)
+        try:
+            child.start()
+        except OSError as exc:
+            raise StartFailed(f"{name} could not be started ({exc}); see {child.log_path}") from exc
+        probe = _responds(ready_url) if any_status else http_ok(ready_url, auth=self.config.basic_auth)
+        why = wait_ready(child, probe, timeout_s=self.config.start_timeout_s)
+        if why is not None:
+            tail = child.log_tail()
+            raise StartFailed(f"{name} failed to start: {why}; log {child.log_path}" + (f": {tail}" if tail else ""))
+
+    def _start_all(self) -> None:
+        cfg = self.config
+        host = cfg.host
+        taken: set[int] = set()
+
+        def port(wanted: int | None = None) -> int:
+            p = wanted or free_port(host)
+            while p in taken:
+                p = free_port(host)
+            taken.add(p)
+            return p
+
+        gw_port = cfg.gateway_port
+        if cfg.upstream:
+            upstream = cfg.upstream.rstrip("/")
+        else:
+            engine_port = port(cfg.engine_port)
+            upstream = f"http://{host}:{engine_port}"
+            # the app's own entry point (what the console script runs), not a module path
+            # that depends on how zgtool/cli.py is wired
+            argv = [sys.executable, "-c", "from zgtool.app import main; main()", "serve", "--model", cfg.model,
+                    "--host", host, "--port", str(engine_port), *cfg.engine_args]
+            self._spawn("engine", argv, upstream + "/health")
+        self.urls["direct"] = upstream
+
+        pygw_port = 0
+        front_ports: dict[str, int] = {}
+        for path in cfg.paths:  # the first path listed gets --gateway-port
+            front_ports[path] = port(gw_port)
+            gw_port = None
+        if cfg.needs_pygw:
+            pygw_port = front_ports["pygw"] if "pygw" in front_ports else port()
+            argv = [sys.executable, "-m", "zgtool.gateway.pygw", "--upstream", upstream, "--host", host,
+                    "--port", str(pygw_port), "--policy", cfg.pygw_policy, *cfg.pygw_args]
+            if cfg.pygw_keys:
+                argv += ["--keys", str(cfg.pygw_keys)]
+            if cfg.redis_url:
+                argv += ["--redis", cfg.redis_url]
+            pygw_url = f"http://{host}:{pygw_port}"
+            self._spawn("pygw", argv, pygw_url + "/health")
+            if "pygw" in cfg.paths:
+                self.urls["pygw"] = pygw_url
+        servers = []
+        up_addr = upstream.split("://", 1)[1].split("/", 1)[0]
+        for path in cfg.nginx_fronts:
+            mode = "buffered" if path == "nginx-buffered" else cfg.nginx_mode
+            target = f"{host}:{pygw_port}" if path == "stack" else up_addr
+            servers.append(NginxServer(path, front_ports[path], target, mode, host, cfg.tls, bool(cfg.basic_auth)))
+        if servers:
+            if cfg.upstream and cfg.upstream.startswith("https://"):
+                raise UsageError("nginx fronts a plaintext upstream; give an http:// upstream URL")
+            binary = find_nginx()
+            write_config(servers, self.run_dir, workers=cfg.nginx_workers, basic_auth=cfg.basic_auth)
+            first = servers[0]
+            self._spawn("nginx", nginx_argv(binary, self.run_dir), first.url + "/", any_status=True)
+            for s in servers:
+                self.urls[s.name] = s.url
+                if s is not first:
+                    ready = _responds(s.url + "/")
+                    if wait_ready(self.children[-1], ready, timeout_s=10) is not None:
+                        raise StartFailed(f"nginx is not answering on {s.url}; log {self.run_dir / 'nginx-error.log'}")
+
+
+def _responds(url: str):
+    """Ready when anything HTTP answers (nginx in front of a user's upstream may 404 or 502)."""
+
+    def probe() -> bool:
+        import httpx
+
+        httpx.get(url, timeout=2.0, verify=False)
+        return True
+
+    return probe
+
+
+def watch(stack: LocalStack, poll_s: float = 0.5) -> None:
+    """Block until Ctrl-C/SIGTERM (returns) or a child dies (raises, naming it and its log)."""
+    try:
+        while True:
+            for c in stack.children:
+                code = c.exit_code()
+                if code is not None:
+                    tail = c.log_tail()
+                    raise UsageError(f"{c.name} exited with code {code}; log {c.log_path}" + (f": {tail}" if tail else ""))
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        return
+
+
+def serve_with_gateway(config: StackConfig, *, console: Any = None) -> None:
+    """What `zgtool serve --gateway ...` and `zgtool gateway ...` run: start, print the
+    endpoint table, block until interrupted, stop every child."""
+    from zgtool.gateway.render import print_endpoints
+
+    if config.run_dir is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        kind = "gateway" if config.upstream else "serve"
+        config = _replace(config, run_dir=Path("runs") / f"{kind}-{stamp}-{os.getpid()}")
+    try:
+        with LocalStack(config) as st:
+            print_endpoints(st, console=console)
+            watch(st)
+    except KeyboardInterrupt:  # Ctrl-C during start-up: children are already stopped
+        pass
+
+
+def _replace(cfg: StackConfig, **kw: Any) -> StackConfig:
+    import dataclasses
+
+    return dataclasses.replace(cfg, **kw)
