@@ -27,7 +27,7 @@ def free_port() -> int:
 
 def start_engine() -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "from zgtool.app import main; main()", "serve", "--model",
+    proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model",
                              "null", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.engine.server.errors import HttpError
-
 from zgtool.errors import UsageError
 
 WINDOW_S = 60.0

@@ -14,6 +14,7 @@ import secrets
 import time
 from typing import Any
 
+from zgtool import __version__
 from zgtool.engine.api.common import load_json_object
 from zgtool.engine.server import handlers
 from zgtool.engine.server.accesslog import AccessLog
@@ -23,8 +24,6 @@ from zgtool.engine.server.errors import HttpError, error_body, not_found, to_htt
 from zgtool.engine.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from zgtool.engine.server.metrics import ServerMetrics
 from zgtool.engine.server.safety import SafetyPolicy
-
-from zgtool import __version__
 
 log = logging.getLogger("zgtool.serve")
 SERVER_HEADER = (b"server", f"zgtool-engine/{__version__}".encode())
@@ -39,7 +38,7 @@ class ClientGone(Exception):
 class Ctx:
     """Per-request state shared by the handlers."""
 
-    __slots__ = ("rid", "api", "t0", "headers", "principal", "started", "safety_ms", "status", "log")
+    __slots__ = ("rid", "api", "t0", "headers", "principal", "started", "safety_ms", "status", "log", "error_type")
 
     def __init__(self, rid: str, api: str, t0: float, headers: dict[bytes, bytes]) -> None:
         self.rid = rid
@@ -50,7 +49,8 @@ class Ctx:
         self.started = False          # response headers sent
         self.safety_ms = 0.0          # input-side safety time (the engine times the output side)
         self.status = 0
-        self.log: dict[str, Any] | None = None
+        self.log: dict[str, Any] | None = None     # access-log record being built (generation routes)
+        self.error_type: str | None = None
 
 
 class ServerApp:
@@ -62,6 +62,9 @@ class ServerApp:
         self.safety = safety
         self.access_log = access_log
         self.draining = False
+        # run.py serves with our protocol, which calls a per-request disconnect hook; under
+        # any other ASGI server the handlers fall back to a watcher task.
+        self.disconnect_hook = False
         self.created = int(time.time())
         self.metrics = ServerMetrics(cfg.model, engine.stats,
                                      extra=lambda: {"zg_admission_cap_factor": admission.cap_factor})
@@ -69,6 +72,7 @@ class ServerApp:
         self._ids = itertools.count(1)
         self._stats: dict[str, Any] = {}
         self._stats_t = -1.0
+        self._hint = b""
         self.routes: dict[str, dict[str, Any]] = {
             "/v1/messages": {"POST": handlers.messages},
             "/v1/messages/count_tokens": {"POST": handlers.count_tokens},
@@ -131,6 +135,20 @@ class ServerApp:
             raise
         except Exception as exc:  # noqa: BLE001 - the one place errors become answers
             await self._fail(ctx, send, exc)
+        if self.access_log is not None and (ctx.status >= 400 or path not in ("/health", "/metrics")):
+            self._log_request(ctx, scope)
+
+    def _log_request(self, ctx: Ctx, scope: dict[str, Any]) -> None:
+        """One line per request: the generation flow's record, or a minimal one (errors, admin)."""
+        assert self.access_log is not None
+        rec = ctx.log
+        if rec is None:
+            rec = {"request_id": ctx.rid, "key": ctx.principal.name if ctx.principal else None,
+                   "api": ctx.api, "total_ms": round((time.perf_counter() - ctx.t0) * 1e3, 3)}
+        rec.update(method=scope["method"], path=scope["path"], status=ctx.status)
+        if ctx.error_type is not None:
+            rec["error_type"] = ctx.error_type
+        self.access_log.write(rec)
 
     async def _fail(self, ctx: Ctx, send: Any, exc: BaseException) -> None:
         err = to_http_error(exc)
@@ -138,17 +156,16 @@ class ServerApp:
             log.error("request %s failed", ctx.rid, exc_info=exc)
         self.metrics.observe_error(err.error_type)
         if ctx.started:
+            ctx.error_type = err.error_type
             return   # streaming handlers report their own mid-stream errors
         headers = list(err.headers)
         if err.status == 413:
             headers.append((b"connection", b"close"))   # do not read the rest of a huge body
         if ctx.principal is not None and err.status != 429:
             headers += self.admission.ratelimit_headers(ctx.principal, time.monotonic())
+        ctx.error_type = err.error_type
         await self.send_json(ctx, send, err.status, error_body(err, ctx.api, "req_" + ctx.rid), headers,
                              timing=None)
-        if ctx.log is not None and self.access_log is not None:
-            ctx.log.update(status=err.status, error_type=err.error_type)
-            self.access_log.write(ctx.log)
 
     # -- helpers shared with handlers --------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -156,18 +173,21 @@ class ServerApp:
         if now - self._stats_t > STATS_TTL_S:
             self._stats = self.engine.stats()
             self._stats_t = now
+            self._hint = b""
         return self._stats
 
     def load_hint(self) -> bytes:
         s = self.stats()
-        hint: dict[str, Any] = {"kv_util": round(float(s.get("kv_util") or 0.0), 4),
-                                "running": s.get("running", 0), "waiting": s.get("waiting", 0),
-                                "cap_factor": self.admission.cap_factor}
-        if s.get("sm_util") is not None:
-            hint["sm_util"] = s["sm_util"]
-        if s.get("vram_free_gb") is not None:
-            hint["vram_free_gb"] = s["vram_free_gb"]
-        return json.dumps(hint, separators=(",", ":")).encode()
+        if not self._hint:     # rebuilt when the stats are refreshed, not per request
+            hint: dict[str, Any] = {"kv_util": round(float(s.get("kv_util") or 0.0), 4),
+                                    "running": s.get("running", 0), "waiting": s.get("waiting", 0),
+                                    "cap_factor": self.admission.cap_factor}
+            if s.get("sm_util") is not None:
+                hint["sm_util"] = s["sm_util"]
+            if s.get("vram_free_gb") is not None:
+                hint["vram_free_gb"] = s["vram_free_gb"]
+            self._hint = json.dumps(hint, separators=(",", ":")).encode()
+        return self._hint
 
     def base_headers(self, ctx: Ctx, timing: dict[str, float] | None) -> list[tuple[bytes, bytes]]:
         if timing is None:

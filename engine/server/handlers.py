@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 from zgtool.engine.api import anthropic as anth
 from zgtool.engine.api import openai as oai
 from zgtool.engine.api.common import ChatRequest
+from zgtool.engine.config import SamplingParams
 from zgtool.engine.errors import ContextLengthExceeded, ModelNotFound
 from zgtool.engine.server.errors import HttpError, content_policy, error_payload
+from zgtool.engine.server.protocol import DISCONNECT_HOOK
 from zgtool.engine.server.sse import SSE_HEADERS, TokenGrouper
 
 if TYPE_CHECKING:
@@ -28,13 +30,13 @@ LONG_PROMPT_CHARS = 32_768   # tokenize longer prompts off the loop so other str
 async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     obj = await app.read_json(ctx, receive)
     req = anth.parse_messages(obj, app.engine.max_model_len)
-    await _generate(app, ctx, req, receive, send)
+    await _generate(app, ctx, scope, req, receive, send)
 
 
 async def chat_completions(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     obj = await app.read_json(ctx, receive)
     req = oai.parse_chat(obj, app.engine.max_model_len)
-    await _generate(app, ctx, req, receive, send)
+    await _generate(app, ctx, scope, req, receive, send)
 
 
 async def count_tokens(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
@@ -53,13 +55,9 @@ def _check_model(app: ServerApp, model: str) -> None:
 
 async def _tokenize(app: ServerApp, req: ChatRequest) -> list[int]:
     tok = app.engine.tokenizer
-
-    def run() -> list[int]:
-        return tok.apply_chat_template(messages=req.messages, system=req.system)
-
     if sum(len(m["content"]) for m in req.messages) + len(req.system or "") > LONG_PROMPT_CHARS:
-        return await asyncio.to_thread(run)
-    return run()
+        return await asyncio.to_thread(tok.apply_chat_template, messages=req.messages, system=req.system)
+    return tok.apply_chat_template(messages=req.messages, system=req.system)  # type: ignore[no-any-return]
 
 
 def _timing(ctx: Ctx, stream: Any) -> dict[str, float]:
@@ -88,19 +86,17 @@ def _timing_event(ctx: Ctx, stream: Any, timing: dict[str, float]) -> dict[str, 
     return ev
 
 
-async def _watch_disconnect(app: ServerApp, receive: Any, rid: str, state: dict[str, bool]) -> None:
+async def _watch_disconnect(receive: Any, on_gone: Any) -> None:
+    """Fallback for ASGI servers without our protocol's disconnect hook: one task per request."""
     while True:
         msg = await receive()
         if msg["type"] == "http.disconnect":
-            if not state["done"]:
-                state["gone"] = True
-                app.engine.abort(rid)
+            on_gone()
             return
 
 
-async def _generate(app: ServerApp, ctx: Ctx, req: ChatRequest, receive: Any, send: Any) -> None:
-    from zgtool.engine import SamplingParams
-
+async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRequest, receive: Any,
+                    send: Any) -> None:
     _check_model(app, req.model)
     safety = app.safety
     if safety is not None and not safety.input.empty:
@@ -134,7 +130,18 @@ async def _generate(app: ServerApp, ctx: Ctx, req: ChatRequest, receive: Any, se
         adm.release(principal, 0, None, time.monotonic())
         raise
     state = {"done": False, "gone": False}
-    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(app, receive, ctx.rid, state))
+    rid = ctx.rid
+
+    def on_gone() -> None:
+        if not state["done"]:
+            state["gone"] = True
+            app.engine.abort(rid)
+
+    watcher = None
+    if app.disconnect_hook:
+        scope[DISCONNECT_HOOK] = on_gone
+    else:
+        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, on_gone))
     try:
         if req.stream:
             await _stream(app, ctx, req, stream, send, state)
@@ -142,7 +149,8 @@ async def _generate(app: ServerApp, ctx: Ctx, req: ChatRequest, receive: Any, se
             await _complete(app, ctx, req, stream, send, state)
     finally:
         state["done"] = True
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
         if stream.finish_reason is None:      # cancelled (shutdown timeout) or failed mid-way
             app.engine.abort(ctx.rid)
         usage = stream.usage
@@ -150,13 +158,11 @@ async def _generate(app: ServerApp, ctx: Ctx, req: ChatRequest, receive: Any, se
         adm.release(principal, usage.completion_tokens,
                     t.total_ms / 1e3 if t.finished_s is not None else None, time.monotonic())
         app.metrics.observe_finished(t, usage, stream.finish_reason)
-        if ctx.log is not None and app.access_log is not None:
-            ctx.log.update(status=ctx.status, finish_reason=stream.finish_reason, client_gone=state["gone"],
+        if ctx.log is not None:     # written by the app once the answer is out
+            ctx.log.update(finish_reason=stream.finish_reason, client_gone=state["gone"],
                            completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
                            ttft_ms=None if t.ttft_ms is None else round(t.ttft_ms, 3),
                            **{f"{k}_ms": round(v, 3) for k, v in _timing(ctx, stream).items()})
-            app.access_log.write(ctx.log)
-            ctx.log = None
 
 
 def _usage(req: ChatRequest, stream: Any) -> dict[str, Any]:

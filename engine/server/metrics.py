@@ -2,18 +2,20 @@
 
 Histograms are observed once per finished request on the I/O loop (the inter-token
 gaps come from the request's token timestamps), so the per-token path does no metric
-work. Engine gauges (running, waiting, KV use, prefix cache) are read from
+work, and they are plain lists (one thread writes them) rendered at scrape time. Engine gauges (running, waiting, KV use, prefix cache) are read from
 ``engine.stats()`` at scrape time.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -63,42 +65,57 @@ class _EngineCollector(Collector):
             yield gauge(name, name.replace("_", " "), value)
 
 
+class _Histogram:
+    """Lock-free histogram: only the I/O loop thread observes, so no mutex per sample
+    (prometheus_client takes one per observe, which showed in profiles)."""
+
+    __slots__ = ("buckets", "counts", "sum")
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect_left(self.buckets, v)] += 1
+        self.sum += v
+
+    def family(self, name: str, doc: str, model: str) -> HistogramMetricFamily:
+        acc = 0
+        cum = []
+        for bound, n in zip((*self.buckets, float("inf")), self.counts, strict=True):
+            acc += n
+            cum.append((floatToGoString(bound), acc))
+        fam = HistogramMetricFamily(name, doc, labels=["model_name"])
+        fam.add_metric([model], cum, self.sum)
+        return fam
+
+
 class ServerMetrics:
+    """Request metrics, observed once per finished request on the I/O loop."""
+
     def __init__(self, model: str, stats: Callable[[], dict[str, Any]],
                  extra: Callable[[], dict[str, float]] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        r = self.registry
-        lab = ["model_name"]
-        self.ttft = Histogram("zg_time_to_first_token_seconds", "Arrival to first token.", lab,
-                              buckets=TTFT_BUCKETS, registry=r).labels(model)
-        self.itl = Histogram("zg_inter_token_latency_seconds", "Gap between successive tokens.", lab,
-                             buckets=ITL_BUCKETS, registry=r).labels(model)
-        self.queue = Histogram("zg_request_queue_time_seconds", "Arrival to first scheduled.", lab,
-                               buckets=E2E_BUCKETS, registry=r).labels(model)
-        self.e2e = Histogram("zg_e2e_request_latency_seconds", "Arrival to finish.", lab,
-                             buckets=E2E_BUCKETS, registry=r).labels(model)
-        self.prompt_tokens = Counter("zg_prompt_tokens", "Prompt tokens processed.", lab, registry=r).labels(model)
-        self.generation_tokens = Counter("zg_generation_tokens", "Tokens generated.", lab,
-                                         registry=r).labels(model)
-        self._success = Counter("zg_request_success", "Finished requests by finish reason.",
-                                ["model_name", "finished_reason"], registry=r)
-        self._errors = Counter("zg_request_errors", "Error answers by error type.",
-                               ["model_name", "error_type"], registry=r)
         self._model = model
-        self._success_children: dict[str, Any] = {}
-        self._error_children: dict[str, Any] = {}
-        r.register(_EngineCollector(stats, model, extra or dict))
+        self.ttft = _Histogram(TTFT_BUCKETS)
+        self.itl = _Histogram(ITL_BUCKETS)
+        self.queue = _Histogram(E2E_BUCKETS)
+        self.e2e = _Histogram(E2E_BUCKETS)
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.finished: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+        self.registry.register(_EngineCollector(stats, model, extra or dict))
+        self.registry.register(_RequestCollector(self))
 
     def observe_finished(self, timings: Any, usage: Any, finish_reason: str | None) -> None:
         """One finished request (any finish reason): histograms, token counters, finish counter."""
         reason = finish_reason or "abort"
-        child = self._success_children.get(reason)
-        if child is None:
-            child = self._success_children[reason] = self._success.labels(self._model, reason)
-        child.inc()
+        self.finished[reason] = self.finished.get(reason, 0) + 1
         if usage is not None:
-            self.prompt_tokens.inc(usage.prompt_tokens)
-            self.generation_tokens.inc(usage.completion_tokens)
+            self.prompt_tokens += usage.prompt_tokens
+            self.generation_tokens += usage.completion_tokens
         if timings is None:
             return
         if timings.first_scheduled_s is not None:
@@ -107,15 +124,41 @@ class ServerMetrics:
         if ttft is not None:
             self.ttft.observe(ttft / 1e3)
         times = timings.token_times_s
+        observe = self.itl.observe
         for a, b in zip(times, times[1:], strict=False):
-            self.itl.observe(b - a)
+            observe(b - a)
         self.e2e.observe(timings.total_ms / 1e3)
 
     def observe_error(self, error_type: str) -> None:
-        child = self._error_children.get(error_type)
-        if child is None:
-            child = self._error_children[error_type] = self._errors.labels(self._model, error_type)
-        child.inc()
+        self.errors[error_type] = self.errors.get(error_type, 0) + 1
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _RequestCollector(Collector):
+    def __init__(self, m: ServerMetrics) -> None:
+        self._m = m
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._m
+        model = m._model
+        yield m.ttft.family("zg_time_to_first_token_seconds", "Arrival to first token.", model)
+        yield m.itl.family("zg_inter_token_latency_seconds", "Gap between successive tokens.", model)
+        yield m.queue.family("zg_request_queue_time_seconds", "Arrival to first scheduled.", model)
+        yield m.e2e.family("zg_e2e_request_latency_seconds", "Arrival to finish.", model)
+        for name, doc, value in (("zg_prompt_tokens", "Prompt tokens processed.", m.prompt_tokens),
+                                 ("zg_generation_tokens", "Tokens generated.", m.generation_tokens)):
+            c = CounterMetricFamily(name, doc, labels=["model_name"])
+            c.add_metric([model], value)
+            yield c
+        fin = CounterMetricFamily("zg_request_success", "Finished requests by finish reason.",
+                                  labels=["model_name", "finished_reason"])
+        for reason, n in sorted(m.finished.items()):
+            fin.add_metric([model, reason], n)
+        yield fin
+        err = CounterMetricFamily("zg_request_errors", "Error answers by error type.",
+                                  labels=["model_name", "error_type"])
+        for etype, n in sorted(m.errors.items()):
+            err.add_metric([model, etype], n)
+        yield err

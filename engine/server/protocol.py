@@ -18,6 +18,10 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# ASGI scope key (an extension of ours): a callable run once if the client goes away
+# before the response completes.
+DISCONNECT_HOOK = "zgtool.on_disconnect"
+
 
 def _timeout_response(what: str) -> bytes:
     body = json.dumps({"type": "error", "error": {
@@ -82,6 +86,13 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # The app registered this when it handed the request to the engine: the engine
+            # learns of the disconnect now, with no per-request watcher task on the loop.
+            hook = cycle.scope.get(DISCONNECT_HOOK)
+            if hook is not None:
+                hook()
         super().connection_lost(exc)
 
 

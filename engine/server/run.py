@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+
 from zgtool.engine.server.config import ServeConfig
 from zgtool.engine.server.tls import TlsFiles
-
 from zgtool.errors import MissingCapability, UsageError
 
 ENDPOINTS = ("POST /v1/messages", "POST /v1/messages/count_tokens", "POST /v1/chat/completions",
@@ -132,6 +132,7 @@ def make_server(built: Built) -> ZgServer:
     from zgtool.engine.server.protocol import protocol_class
 
     cfg = built.config
+    built.app.disconnect_hook = True
     ucfg = uvicorn.Config(
         built.app,
         loop="uvloop",
@@ -144,6 +145,7 @@ def make_server(built: Built) -> ZgServer:
         log_level=cfg.log_level,
         access_log=False,
         server_header=False,     # the app sends Server: zgtool-engine/<version>
+        proxy_headers=False,     # an engine is not behind a trusted proxy by default; saves a wrapper
         backlog=2048,
     )
     return ZgServer(ucfg, built.app)

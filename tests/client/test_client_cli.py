@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def zgtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-c", "from zgtool.app import main; main()", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "zgtool", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=60)
 
 

@@ -41,7 +41,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (tmp / "keys.toml").write_text(KEYS)
     port = free_port()
     log = (tmp / "serve.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-c", "from zgtool.app import main; main()", "serve", "--model",
+    proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model",
                              "null", "--host", "127.0.0.1", "--port", str(port), "--keys", str(tmp / "keys.toml")],
                             stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
     url = f"http://127.0.0.1:{port}"
@@ -151,7 +151,7 @@ def test_engine_ask_cli_runs_against_the_live_engine(engine: str, keys: None, tm
     env = {**os.environ, "COLUMNS": "200"}
     cfg = tmp_path / "zgtool.toml"
     cfg.write_text(f'[targets.eng]\nurl = "{engine}"\nkey_env = "ZG_CLIENT_OPEN_KEY"\n')
-    proc = subprocess.run([sys.executable, "-c", "from zgtool.app import main; main()", "client", "ask", "eng",
+    proc = subprocess.run([sys.executable, "-m", "zgtool", "client", "ask", "eng",
                            "hello", "--stream", "--fallback", "null", "--max-tokens", "8"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -175,6 +175,6 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) 
     full_env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
     full_env.pop("ZGTOOL_DEBUG", None)
     return subprocess.run(
-        [sys.executable, "-c", "from zgtool.app import main; main()", *args],
+        [sys.executable, "-m", "zgtool", *args],
         capture_output=True, text=True, timeout=timeout, env=full_env,
     )

@@ -23,7 +23,7 @@ from zgtool.gateway.procs import free_port
 from zgtool.gateway.supervisor import LocalStack, StackConfig
 
 PATHS = ("direct", "nginx", "nginx-buffered", "pygw", "stack")
-ZGTOOL = [sys.executable, "-c", "from zgtool.app import main; main()"]
+ZGTOOL = [sys.executable, "-m", "zgtool"]
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,55 @@
-"""`zgtool verify` (not built yet)."""
+"""`zgtool verify`: the whole local comparison (engine direct vs a gateway path) in one command."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+HELP = """Start the engine and a gateway path side by side, measure both, write a report.
+
+Runs, on free ports: the engine (--model) and the gateway path (--gateway: nginx,
+pygw, or stack = nginx -> pygw); probe headers/tls/tcp/stream on each path;
+latency-split non-stream and stream at concurrency 1 and 8; a short k6 bench
+(when k6 is installed, unless --no-k6); an engine metrics snapshot and an
+engine/GPU timeline. Every result plus report.html goes to --out (default
+reports/<timestamp>/); the default gate policy is applied, and the verdict
+(gateway tax in ms and %, per phase, with significance) is printed.
+
+A part that cannot run (no nginx, no k6, no capture privilege, no GPU) is
+skipped with the reason; the rest still runs. Everything started is stopped at
+the end, on failure and on Ctrl-C. Exit: 0 done, 1 gate breached with
+--fail-on-gate, 2 usage or start-up failure, 130 interrupted.
+"""
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    @app.command("verify", help=HELP)
+    def verify(
+        model: str = typer.Option("dummy:small", "--model", "-m", help="Engine model: dummy:<preset>, null or a dir."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer requests and a shorter k6 run (~1 min)."),
+        out: Path | None = typer.Option(None, "--out", help="Folder for results + report.html."),
+        no_k6: bool = typer.Option(False, "--no-k6", help="Skip the k6 load stage."),
+        gateway: str = typer.Option("stack", "--gateway", help="nginx | pygw | stack (nginx -> pygw)."),
+        policy: Path | None = typer.Option(None, "--policy", help="Gate policy TOML (default: the shipped one)."),
+        fail_on_gate: bool = typer.Option(False, "--fail-on-gate", help="Exit 1 when a gate check is breached."),
+        as_json: bool = typer.Option(False, "--json", help="Print the verify result as JSON to stdout."),
+    ) -> None:
+        import json
+        import sys
+
+        from zgtool.errors import VerdictFailed
+        from zgtool.output import console, err_console
+        from zgtool.verify.plan import VerifyConfig
+        from zgtool.verify.run import Ui, run_verify
+        from zgtool.verify.summary import render_summary, summary_json
+
+        cfg = VerifyConfig(model=model, quick=quick, out_dir=out, k6=not no_k6, gateway=gateway, policy=policy,
+                           fail_on_gate=fail_on_gate)
+        data, report = run_verify(cfg, Ui(err_console))
+        if as_json:
+            sys.stdout.write(json.dumps(summary_json(data), indent=2) + "\n")
+        else:
+            render_summary(data, report, console)
+        if fail_on_gate and data.gate and not data.gate["passed"]:
+            raise VerdictFailed(f"gate breached: {'; '.join(data.gate['failed'][:3])} (report {report})")

@@ -168,7 +168,7 @@ class LocalStack:
             upstream = f"http://{host}:{engine_port}"
             # the app's own entry point (what the console script runs), not a module path
             # that depends on how zgtool/cli.py is wired
-            argv = [sys.executable, "-c", "from zgtool.app import main; main()", "serve", "--model", cfg.model,
+            argv = [sys.executable, "-m", "zgtool", "serve", "--model", cfg.model,
                     "--host", host, "--port", str(engine_port), *cfg.engine_args]
             self._spawn("engine", argv, upstream + "/health")
         self.urls["direct"] = upstream
