@@ -16,10 +16,15 @@ report.html inside the first folder given, else ./report.html.
 """
 
 
+def _reflow(text: str) -> str:
+    # Typer keeps single newlines; one line per paragraph lets the terminal wrap it
+    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
 def register(app: typer.Typer) -> None:
     report_app = typer.Typer(help="Reports from zgtool result files.", no_args_is_help=True)
 
-    @report_app.command("html", help=HTML_HELP)
+    @report_app.command("html", help=_reflow(HTML_HELP))
     def html_cmd(
         results: list[Path] = typer.Argument(..., metavar="RESULTS_OR_DIR...",
                                              help="Result JSON files and/or folders of them."),

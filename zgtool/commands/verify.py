@@ -23,8 +23,13 @@ the end, on failure and on Ctrl-C. Exit: 0 done, 1 gate breached with
 """
 
 
+def _reflow(text: str) -> str:
+    # Typer keeps single newlines; one line per paragraph lets the terminal wrap it
+    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("verify", help=HELP)
+    @app.command("verify", help=_reflow(HELP))
     def verify(
         model: str = typer.Option("dummy:small", "--model", "-m", help="Engine model: dummy:<preset>, null or a dir."),
         quick: bool = typer.Option(False, "--quick", help="Fewer requests and a shorter k6 run (~1 min)."),

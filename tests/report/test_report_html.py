@@ -1,0 +1,135 @@
+"""`zgtool report html`: rendered from recorded results of every kind and from partial sets."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from html import escape
+from pathlib import Path
+
+import pytest
+
+from zgtool.errors import UsageError
+from zgtool.report.html import render_files
+from zgtool.report.load import collect
+
+ALL_SECTIONS = ("verdict", "waterfall", "recommendations", "cdf", "tokens", "stream", "k6", "intermediaries",
+                "network", "engine", "percentiles", "environment")
+URL = re.compile(r"https?://[^\s\"'<>)]+")
+
+
+def section(html: str, sid: str) -> str:
+    m = re.search(rf'<section id="{sid}">(.*?)</section>', html, re.S)
+    assert m, f"section {sid} missing"
+    return m.group(1)
+
+
+def measured_strings(paths: list[Path]) -> str:
+    """Every string value of the input results, HTML-escaped as the report writes them."""
+    out: list[str] = []
+
+    def walk(o: object) -> None:
+        if isinstance(o, dict):
+            for k, v in o.items():
+                out.append(str(k))
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+        elif isinstance(o, str):
+            out.append(o)
+    for p in paths:
+        for f in ([p] if p.is_file() else sorted(p.glob("*.json"))):
+            walk(json.loads(f.read_text()))
+    return "\n".join(out + [escape(s) for s in out])
+
+
+@pytest.fixture(scope="module")
+def every_kind(data_dir: Path) -> list[Path]:
+    return [data_dir / "verify", data_dir / "single"]
+
+
+@pytest.fixture(scope="module")
+def full_html(every_kind: list[Path]) -> str:
+    return render_files(every_kind, title="every kind")
+
+
+def test_every_kind_fills_every_section(full_html: str, every_kind: list[Path]) -> None:
+    kinds = collect(every_kind).kinds
+    for k in ("probe.all", "probe.tcp", "probe.tls", "probe.headers", "probe.stream", "latency_split", "bench.k6",
+              "gate", "dcgm.watch", "engine.metrics", "defrag", "verify"):
+        assert k in kinds
+    for sid in ALL_SECTIONS:
+        assert "Not in this report" not in section(full_html, sid), sid
+    assert full_html.count("<svg") >= 20
+
+
+def test_no_url_except_inside_the_measured_data(full_html: str, every_kind: list[Path]) -> None:
+    data = measured_strings(every_kind)
+    urls = URL.findall(full_html)
+    assert urls, "the recorded data holds target URLs; the report should show them"
+    own = [u for u in urls if u.rstrip(".,;:") not in data and u not in data]
+    assert own == []
+    # and nothing the browser would fetch: no src/href to anything but in-page anchors
+    assert not re.search(r'(src|href)\s*=\s*"(?!#)', full_html)
+    assert "@import" not in full_html and "url(" not in full_html
+
+
+def test_only_a_k6_result_gives_the_k6_section_and_says_why_the_rest_is_missing(data_dir: Path) -> None:
+    html = render_files([data_dir / "verify" / "bench.k6.json"])
+    k6 = section(html, "k6")
+    assert "Not in this report" not in k6 and "<svg" in k6 and "direct_stream" in k6
+    assert "no latency_split result among the inputs" in section(html, "waterfall")
+    assert "no probe.stream / probe.all result among the inputs" in section(html, "stream")
+
+
+def test_a_skipped_verify_stage_is_the_reason_its_section_gives(data_dir: Path, tmp_path: Path) -> None:
+    verify = json.loads((data_dir / "verify" / "verify.json").read_text())
+    for st in verify["data"]["stages"]:
+        if st["name"] == "k6":
+            st["status"], st["reason"] = "skipped", "k6 is not installed (looked in $ZGTOOL_K6, PATH)"
+    (tmp_path / "verify.json").write_text(json.dumps(verify))
+    shutil.copy(data_dir / "verify" / "probe.all-direct.json", tmp_path)
+    html = render_files([tmp_path])
+    assert "k6 skipped: k6 is not installed" in section(html, "k6")
+    assert "Not in this report" not in section(html, "intermediaries")
+
+
+def test_single_probe_results_fill_tls_and_stream_sections(data_dir: Path) -> None:
+    html = render_files([data_dir / "single"])
+    net = section(html, "network")
+    assert "TLSv1.3" in net and "JA4S" in net and "self" in net.lower()
+    stream = section(html, "stream")
+    assert "buffering" in stream and "streaming" in stream
+
+
+def test_a_folder_without_results_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text('{"not": "a result"}')
+    with pytest.raises(UsageError, match="no zgtool result files"):
+        collect([tmp_path])
+
+
+def test_a_named_file_that_is_not_a_result_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(UsageError, match="not a JSON result file"):
+        collect([bad])
+
+
+def test_report_opens_in_chromium_without_console_errors(browser, full_html: str, tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    page.write_text(full_html)
+    shot = tmp_path / "report.png"
+    run = browser(page, shot)
+    assert run.console == []
+    assert shot.stat().st_size > 20_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the inline script ran to its last line (it counts the sections it found)
+    assert f'data-ready="{len(ALL_SECTIONS)}"' in run.dom
+
+
+def test_the_console_check_catches_a_page_that_throws(browser, tmp_path: Path) -> None:
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><html><body><script>throw new Error('boom-zg')</script></body></html>")
+    run = browser(page)
+    assert any("boom-zg" in line for line in run.console)

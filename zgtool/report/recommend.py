@@ -1,0 +1,257 @@
+"""Recommendations computed from the data: each rule has its threshold here and quotes the figures
+that triggered it; a rule whose data is absent says nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from zgtool.report.load import ResultSet
+from zgtool.report.model import ok_samples, path_name, phase_p, probes_by_path, splits
+from zgtool.report.verdict import NOT_SIGNIFICANT, taxes
+
+CACHE_HIT_RATE_MIN = 0.20        # below this a response cache costs more than it saves
+TAX_PCT_MAX = 10.0               # a significant tax above this share of the direct total is worth acting on
+TAX_GROWTH_FACTOR = 2.0          # tax at the highest concurrency vs at c=1: the gateway queues
+ITL_JITTER_RATIO = 3.0           # p99 / p50 inter-token gap: a stream that stutters
+K6_FAILURE_RATE_MAX = 0.01
+K6_RATE_SHORTFALL = 0.9          # achieved below 90% of the asked rate
+KV_UTIL_PCT_MAX = 90.0
+PREFIX_HIT_RATE_MIN = 0.10
+CERT_DAYS_MIN = 14.0
+INTERMEDIARY_CONFIDENCE = 0.5
+ENGINE_DRIFT_PCT = 5.0           # the engine's own work should not differ by path; more than this = noise
+ENGINE_WORK = ("prefill_ms", "decode_ms", "detok_ms")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    severity: str                # act | check | info
+    title: str
+    detail: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+Rule = Callable[[ResultSet], list[Recommendation]]
+
+
+def _buffering(rs: ResultSet) -> list[Recommendation]:
+    out = []
+    for path, probes in probes_by_path(rs).items():
+        b = (probes.get("stream") or {}).get("buffering") or {}
+        if b.get("verdict") == "buffering":
+            frac, silence = b.get("burst_fraction"), b.get("silence_before_burst_ms")
+            out.append(Recommendation(
+                "act", f"A hop on the {path} path buffers the stream",
+                f"{(frac or 0):.0%} of the streamed content arrived in one burst after {silence or 0:.0f} ms of "
+                "silence, so users see no token until the answer is done. Turn response buffering off for SSE "
+                "(nginx: proxy_buffering off, or send X-Accel-Buffering: no).",
+                {"burst_fraction": frac, "silence_before_burst_ms": silence, "reason": b.get("reason")}))
+    return out
+
+
+def _cache(rs: ResultSet) -> list[Recommendation]:
+    v = rs.first("verify")
+    cache = ((v or {}).get("data") or {}).get("cache") or {}
+    hits, n = cache.get("hits"), cache.get("answers_with_x_cache")
+    if not n:  # no verify observation: fall back to the x-cache answers the probes saw
+        seen = [val for probes in probes_by_path(rs).values() for p in ("headers", "stream")
+                for name, val in (probes.get(p) or {}).get("headers") or [] if name.lower() == "x-cache"]
+        hits, n = sum(1 for s in seen if s.upper().startswith("HIT")), len(seen)
+    if not n:
+        return []
+    rate = hits / n
+    lookups = [phase_p(t, "gw_cache_ms") for r in splits(rs) for t in (r.get("data") or {}).get("targets") or []]
+    lookups = [x for x in lookups if x is not None]
+    cost = max(lookups) if lookups else None
+    if rate >= CACHE_HIT_RATE_MIN:
+        return [Recommendation("info", f"The gateway cache answers {rate:.0%} of requests",
+                               f"{hits} of {n} answers were cache hits (threshold {CACHE_HIT_RATE_MIN:.0%}).",
+                               {"hits": hits, "answers": n})]
+    cost_txt = f" while its lookup costs {cost:.3f} ms per request (median gw_cache_ms)" if cost is not None else ""
+    return [Recommendation(
+        "act", f"The gateway cache is a pure cost here: hit rate {rate:.0%}",
+        f"{hits} of {n} answers were cache hits, below {CACHE_HIT_RATE_MIN:.0%}{cost_txt}. Switch the cache off "
+        "for this workload, or cache only repeatable (temperature 0) requests.",
+        {"hits": hits, "answers": n, "hit_rate": rate, "gw_cache_ms_p50": cost})]
+
+
+def _tax(rs: ResultSet) -> list[Recommendation]:
+    rows = [t for r in splits(rs) for t in taxes(r)]
+    out = []
+    big = [t for t in rows if t.significance != NOT_SIGNIFICANT and (t.tax_pct or 0) > TAX_PCT_MAX]
+    for t in big:
+        top = [p for p in t.phases if p.significance != NOT_SIGNIFICANT and p.diff_ms > 0][:3]
+        parts = ", ".join(f"{p.phase} {p.diff_ms:+.2f} ms" for p in top) or "no single phase stands out"
+        out.append(Recommendation(
+            "act", f"{t.candidate} adds {t.tax_ms:+.2f} ms ({t.tax_pct:+.1f}%) at {t.label}",
+            f"Above the {TAX_PCT_MAX:.0f}% threshold and significant (95% CI {t.tax_lo_ms:+.2f}..{t.tax_hi_ms:+.2f} ms)."
+            f" Where it goes: {parts}. Remove the phases the gateway does not need for this route, or move "
+            "them into the serving process.",
+            {"tax_ms": t.tax_ms, "tax_pct": t.tax_pct, "direct_ms": t.baseline_total_ms}))
+    by_cand: dict[tuple[str, bool], list[Any]] = {}
+    for t in rows:
+        by_cand.setdefault((t.candidate, t.stream), []).append(t)
+    for (cand, stream), ts in by_cand.items():
+        ts.sort(key=lambda t: t.concurrency)
+        lo, hi = ts[0], ts[-1]
+        if (len(ts) > 1 and lo.tax_ms and hi.tax_ms and lo.tax_ms > 0 and hi.significance != NOT_SIGNIFICANT
+                and hi.tax_ms > TAX_GROWTH_FACTOR * lo.tax_ms):
+            out.append(Recommendation(
+                "check", f"The {cand} tax grows with concurrency ({'stream' if stream else 'non-stream'})",
+                f"{lo.tax_ms:+.2f} ms at c={lo.concurrency} becomes {hi.tax_ms:+.2f} ms at c={hi.concurrency} "
+                f"(more than {TAX_GROWTH_FACTOR:g}x): the gateway serialises work under load (one worker, a small "
+                "connection pool or a GIL-bound step). Give it more workers or keep-alive connections upstream.",
+                {"low_c": lo.concurrency, "low_ms": lo.tax_ms, "high_c": hi.concurrency, "high_ms": hi.tax_ms}))
+    if rows and not big:
+        worst = max(rows, key=lambda t: t.tax_pct or 0.0)
+        out.append(Recommendation(
+            "info", "The gateway tax stays under the threshold",
+            f"No configuration has a significant tax above {TAX_PCT_MAX:.0f}% of the direct total (largest: "
+            f"{worst.tax_ms or 0:+.2f} ms, {worst.tax_pct or 0:+.1f}% at {worst.label}, {worst.significance}).",
+            {"tax_ms": worst.tax_ms, "tax_pct": worst.tax_pct}))
+    return out
+
+
+def _noise(rs: ResultSet) -> list[Recommendation]:
+    """The same engine serves both paths, so its compute phases should match; when they differ
+    significantly the machine was busy and the tax figures carry that noise."""
+    out = []
+    for t in (t for r in splits(rs) for t in taxes(r)):
+        drift = [p for p in t.phases if p.phase in ENGINE_WORK and p.significance != NOT_SIGNIFICANT
+                 and p.pct_of_total is not None and abs(p.pct_of_total) > ENGINE_DRIFT_PCT]
+        if drift:
+            what = ", ".join(f"{p.phase} {p.diff_ms:+.2f} ms ({p.pct_of_total:+.1f}%)" for p in drift)
+            out.append(Recommendation(
+                "check", f"Engine compute differs between the paths at {t.label}: the run was noisy",
+                f"{what} between {t.baseline} and {t.candidate}, above {ENGINE_DRIFT_PCT:g}% of the direct total, "
+                "although one engine serves both paths. Other load on the machine moved the figures; rerun on a "
+                "quiet machine or with more requests before trusting this configuration's tax.",
+                {"phases": {p.phase: p.diff_ms for p in drift}}))
+    return out
+
+
+def _jitter(rs: ResultSet) -> list[Recommendation]:
+    out = []
+    for r in splits(rs):
+        cfg = (r.get("data") or {}).get("config") or {}
+        for t in (r.get("data") or {}).get("targets") or []:
+            p50, p99 = phase_p(t, "itl_ms", "p50"), phase_p(t, "itl_ms", "p99")
+            if p50 and p99 and p99 / p50 > ITL_JITTER_RATIO:
+                out.append(Recommendation(
+                    "check", f"Stream stutters on {t['name']} at c={cfg.get('concurrency')}",
+                    f"Inter-token gap p99 {p99:.1f} ms is {p99 / p50:.1f}x its p50 {p50:.1f} ms (threshold "
+                    f"{ITL_JITTER_RATIO:g}x): steps are stalled by prefills of other requests or by the host. "
+                    "Chunked prefill or a lower batch cap smooth it.",
+                    {"itl_p50_ms": p50, "itl_p99_ms": p99, "requests": len(ok_samples(t))}))
+    return out
+
+
+def _k6(rs: ResultSet) -> list[Recommendation]:
+    out = []
+    for r in rs.of("bench.k6"):
+        for name, s in ((r.get("data") or {}).get("scenarios") or {}).items():
+            fr, rate, got = s.get("failure_rate"), s.get("rate_rps"), s.get("achieved_rps")
+            if fr is not None and fr > K6_FAILURE_RATE_MAX:
+                out.append(Recommendation("act", f"k6 {name}: {fr:.1%} of requests failed",
+                                          f"{s.get('failures')} of {s.get('requests')} failed (threshold "
+                                          f"{K6_FAILURE_RATE_MAX:.0%}); see the k6 log for the status codes.",
+                                          {"failure_rate": fr}))
+            if rate and got is not None and got < K6_RATE_SHORTFALL * rate:
+                out.append(Recommendation(
+                    "check", f"k6 {name}: the path did not keep the asked rate",
+                    f"{got:.2f} req/s achieved of {rate} asked ({got / rate:.0%}, threshold "
+                    f"{K6_RATE_SHORTFALL:.0%}); {s.get('dropped_iterations', 0)} iterations dropped. The path is "
+                    "past its knee at this rate: find it with `zgtool bench --ramp`.",
+                    {"achieved_rps": got, "rate_rps": rate}))
+    return out
+
+
+def _engine(rs: ResultSet) -> list[Recommendation]:
+    out = []
+    for r in rs.of("dcgm.watch"):
+        for g in (r.get("data") or {}).get("gpus") or []:
+            kv = ((g.get("summary") or {}).get("kv_util_pct") or {}).get("max")
+            if kv is not None and kv > KV_UTIL_PCT_MAX:
+                out.append(Recommendation("act", f"The KV pool ran full ({kv:.0f}% peak)",
+                                          f"Peak KV use {kv:.1f}% is above {KV_UTIL_PCT_MAX:.0f}%: requests wait "
+                                          "for blocks or are preempted. Give the engine more KV memory "
+                                          "(--kv-memory-mb) or cap the batch.", {"kv_util_pct_max": kv}))
+    for r in rs.of("engine.metrics"):
+        d = (r.get("data") or {}).get("derived") or {}
+        if d.get("preemptions"):
+            out.append(Recommendation("check", f"{d['preemptions']:.0f} preemptions",
+                                      "Sequences were preempted and recomputed: the KV pool is too small for "
+                                      "the offered concurrency.", {"preemptions": d["preemptions"]}))
+        rate, q = d.get("prefix_cache_hit_rate"), d.get("prefix_cache_queries")
+        if rate is not None and q and rate < PREFIX_HIT_RATE_MIN:
+            out.append(Recommendation(
+                "info", f"Prefix cache hit rate {rate:.1%}",
+                f"{d.get('prefix_cache_hits', 0):.0f} of {q:.0f} prompt tokens came from the prefix cache (below "
+                f"{PREFIX_HIT_RATE_MIN:.0%}): prompts share little, so a prefix-aware router would not help here.",
+                {"prefix_cache_hit_rate": rate}))
+    return out
+
+
+def _probes(rs: ResultSet) -> list[Recommendation]:
+    out = []
+    for path, probes in probes_by_path(rs).items():
+        a = (probes.get("headers") or {}).get("analysis") or {}
+        seen = [d for d in a.get("intermediaries") or [] if (d.get("confidence") or 0) >= INTERMEDIARY_CONFIDENCE]
+        if path == "direct" and seen:
+            out.append(Recommendation("act", "The direct path is not direct",
+                                      f"{', '.join(d['name'] for d in seen)} answered on the path measured as "
+                                      "the baseline; every tax figure understates the gateway's cost.",
+                                      {"intermediaries": [d["name"] for d in seen]}))
+        cert = (probes.get("tls") or {}).get("certificate") or {}
+        days = cert.get("days_left")
+        if days is not None and days < CERT_DAYS_MIN:
+            out.append(Recommendation("act", f"{path}: certificate expires in {days:.0f} days",
+                                      f"{cert.get('subject_cn')} (issuer {cert.get('issuer_cn')}) expires "
+                                      f"{cert.get('not_after')}; threshold {CERT_DAYS_MIN:.0f} days.",
+                                      {"days_left": days}))
+        tls = probes.get("tls") or {}
+        if tls and tls.get("verified") is False:
+            out.append(Recommendation("check", f"{path}: certificate not trusted by the system CAs",
+                                      f"{tls.get('verify_error')}: clients need --cacert or pinning.",
+                                      {"verify_error": tls.get("verify_error")}))
+    return out
+
+
+def _gate(rs: ResultSet) -> list[Recommendation]:
+    out = []
+    for r in rs.of("gate"):
+        rows = [row for row in (r.get("data") or {}).get("rows") or [] if row.get("status") == "fail"]
+        for row in rows:
+            values = " vs ".join(f"{v:.4g}" for v in row.get("values") or [])
+            out.append(Recommendation("act", f"Gate breached: {row.get('rule')}",
+                                      f"{row.get('check')} does not hold for {row.get('result')} ({values}).",
+                                      {"values": row.get("values")}))
+    return out
+
+
+RULES: tuple[Rule, ...] = (_buffering, _tax, _noise, _cache, _jitter, _k6, _engine, _probes, _gate)
+_ORDER = {"act": 0, "check": 1, "info": 2}
+
+
+def recommendations(rs: ResultSet) -> list[Recommendation]:
+    out = [rec for rule in RULES for rec in rule(rs)]
+    return sorted(out, key=lambda r: _ORDER.get(r.severity, 3))
+
+
+def checks() -> list[str]:
+    """What the rules look for, with their thresholds (shown when none fired)."""
+    return ["a buffering hop on a stream", f"a significant gateway tax above {TAX_PCT_MAX:g}% of the direct total",
+            f"a tax growing more than {TAX_GROWTH_FACTOR:g}x with concurrency",
+            f"a gateway cache hit rate below {CACHE_HIT_RATE_MIN:.0%}",
+            f"inter-token gap p99 above {ITL_JITTER_RATIO:g}x its p50",
+            f"k6 failures above {K6_FAILURE_RATE_MAX:.0%} or under {K6_RATE_SHORTFALL:.0%} of the asked rate",
+            f"KV pool peak above {KV_UTIL_PCT_MAX:g}%, preemptions, prefix-cache hit rate below {PREFIX_HIT_RATE_MIN:.0%}",
+            f"engine compute differing by path by more than {ENGINE_DRIFT_PCT:g}% (a noisy run)",
+            "an intermediary on the direct path",
+            f"a certificate expiring within {CERT_DAYS_MIN:g} days or untrusted",
+            "a breached gate"]
+
+
+__all__ = ["Recommendation", "checks", "recommendations", "path_name"]

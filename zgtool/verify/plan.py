@@ -1,0 +1,104 @@
+"""What a verify run does: the user's choices (frozen, validated) and the numbers derived from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zgtool.errors import ExitCode, UsageError, ZgError
+
+GATEWAYS = ("nginx", "pygw", "stack")
+DEFAULT_MODEL = "dummy:small"
+
+
+class Interrupted(ZgError):
+    """Ctrl-C / SIGTERM during a run: everything started is already stopped."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    model: str = DEFAULT_MODEL
+    quick: bool = False
+    out_dir: Path | None = None          # None: reports/<timestamp>/
+    k6: bool = True
+    gateway: str = "stack"               # nginx -> pygw: the whole reference gateway path
+    policy: Path | None = None           # gate policy (None: the shipped default)
+    fail_on_gate: bool = False
+
+    def __post_init__(self) -> None:
+        if self.gateway not in GATEWAYS:
+            raise UsageError(f"--gateway must be one of {', '.join(GATEWAYS)}, not {self.gateway!r}")
+        if not self.model.strip():
+            raise UsageError("--model is empty; use dummy:<preset>, null or a local model directory")
+        if self.policy is not None and not self.policy.is_file():
+            raise UsageError(f"--policy {self.policy}: no such file")
+        if self.out_dir is not None and self.out_dir.exists() and not self.out_dir.is_dir():
+            raise UsageError(f"--out {self.out_dir} exists and is not a folder")
+
+
+@dataclass(frozen=True)
+class SplitRun:
+    """One latency-split configuration (both paths measured in it, direct first as the baseline)."""
+
+    label: str
+    stream: bool
+    concurrency: int
+    num_requests: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Run lengths: sized so the default run takes ~3 min and --quick ~1 min on a 2-core CPU box."""
+
+    splits: tuple[SplitRun, ...]
+    split_max_tokens: int
+    split_warmup: int
+    split_rounds: int
+    probe_max_tokens: int
+    k6_rate_rps: int
+    k6_duration_s: float
+    k6_max_tokens: int
+    cache_requests: int
+    sample_interval_s: float
+
+    @classmethod
+    def for_config(cls, cfg: VerifyConfig) -> Plan:
+        n1, n8 = (8, 16) if cfg.quick else (32, 48)
+        splits = tuple(SplitRun(f"{'stream' if s else 'nonstream'}-c{c}", s, c, n1 if c == 1 else n8)
+                       for c in (1, 8) for s in (False, True))
+        return cls(splits=splits, split_max_tokens=8, split_warmup=1 if cfg.quick else 2,
+                   split_rounds=2 if cfg.quick else 4, probe_max_tokens=16 if cfg.quick else 32,
+                   k6_rate_rps=4, k6_duration_s=3.0 if cfg.quick else 8.0, k6_max_tokens=8,
+                   cache_requests=4 if cfg.quick else 8, sample_interval_s=0.5)
+
+
+@dataclass
+class Stage:
+    """One step of the run as the report and the summary see it."""
+
+    name: str
+    title: str
+    status: str = "pending"              # ok | skipped | failed | interrupted
+    reason: str | None = None
+    seconds: float = 0.0
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class VerifyData:
+    """The data of the "verify" result: what ran, what was skipped and why, and the verdict."""
+
+    config: dict[str, Any]
+    plan: dict[str, Any]
+    urls: dict[str, str]
+    stages: list[Stage]
+    files: list[str]
+    verdict: dict[str, Any] | None = None
+    gate: dict[str, Any] | None = None
+    cache: dict[str, Any] | None = None
+    report: str | None = None
+    wall_s: float = 0.0
+    pids: list[int] = field(default_factory=list)

@@ -1,0 +1,100 @@
+"""The measuring steps of a verify run; each returns a versioned result (zgtool.results) or raises.
+
+Each step calls the other parts' Python APIs (probes, latency-split, k6 bench) with the run's
+plan; the `command` written into each result is the equivalent stand-alone zgtool command.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from zgtool.results import make_result
+from zgtool.targets import Target
+from zgtool.verify.plan import Plan, SplitRun
+
+CACHE_PROMPT = "Say hello in one short sentence."
+
+
+def probe_path(target: Target, plan: Plan) -> dict[str, Any]:
+    from zgtool.probes.combined import probe_all
+
+    data = probe_all(target, timeout_s=10.0, max_tokens=plan.probe_max_tokens)
+    return make_result("probe.all", data, target=target.public(),
+                       command=f"zgtool probe --target {target.url} --max-tokens {plan.probe_max_tokens}")
+
+
+def latency_split(targets: list[Target], run: SplitRun, plan: Plan) -> dict[str, Any]:
+    from zgtool.errors import VerdictFailed
+    from zgtool.latency.analysis import analyse, result_data
+    from zgtool.latency.model import PROMPTS, SplitConfig
+    from zgtool.latency.runner import measure_targets
+
+    cfg = SplitConfig(num_requests=run.num_requests, concurrency=run.concurrency, warmup=plan.split_warmup,
+                      stream=run.stream, prompt=PROMPTS["short"], prompt_name="short",
+                      max_tokens=plan.split_max_tokens, rounds=plan.split_rounds)
+    samples = measure_targets(targets, cfg)
+    res = analyse(targets, samples, cfg)
+    dead = [t for t in res.targets if t.num_ok == 0]
+    if dead:
+        raise VerdictFailed("; ".join(f"{t.name}: all {t.num_error} requests failed ({', '.join(t.errors)})"
+                                      for t in dead))
+    urls = " ".join(t.url for t in targets)
+    command = (f"zgtool latency-split {urls} -n {run.num_requests} -c {run.concurrency} "
+               f"--{'stream' if run.stream else 'no-stream'} --max-tokens {plan.split_max_tokens} "
+               f"--warmup {plan.split_warmup} --rounds {plan.split_rounds}")
+    return make_result("latency_split", result_data(res), target=[t.public() for t in targets], command=command)
+
+
+def k6_bench(direct: Target, gateway: Target, plan: Plan, run_dir: Path) -> dict[str, Any]:
+    """gateway, direct and direct_stream scenarios in turn; MissingCapability when k6 is absent."""
+    from zgtool.loadtest.bench import run_bench
+    from zgtool.loadtest.config import BenchConfig
+    from zgtool.loadtest.k6bin import find_k6
+
+    k6 = find_k6()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    payload = run_dir / "payload.json"
+    # the stock payload asks for 16 tokens; the plan keeps k6's share of the run short
+    payload.write_text(json.dumps({"model": "default", "max_tokens": plan.k6_max_tokens,
+                                   "messages": [{"role": "user", "content": CACHE_PROMPT}]}))
+    cfg = BenchConfig(rate_rps=plan.k6_rate_rps, duration_s=plan.k6_duration_s, pre_allocated_vus=8,
+                      max_vus=32, payload=payload)
+    data = run_bench(cfg, direct=direct, gateway=gateway, k6=k6, run_dir=run_dir, progress=False)
+    command = (f"zgtool bench --direct {direct.url} --gateway {gateway.url} --rate {plan.k6_rate_rps} "
+               f"--duration {plan.k6_duration_s:g}s --payload {payload}")
+    return make_result("bench.k6", data, target=direct.public(), command=command)
+
+
+def engine_metrics(engine_url: str) -> dict[str, Any]:
+    from zgtool.verify.engine_metrics import snapshot
+
+    return make_result("engine.metrics", snapshot(engine_url), target={"url": engine_url},
+                       command=f"curl {engine_url}/metrics; curl {engine_url}/admin/kv")
+
+
+def cache_check(gateway: Target, plan: Plan) -> dict[str, Any]:
+    """Send the run's own request (no temperature: what latency-split and k6 send) a few times
+    through the gateway and read its x-cache answer: the hit rate this workload gets."""
+    import httpx
+
+    from zgtool.probes.servertiming import parse_server_timing
+
+    body = {"model": gateway.model, "max_tokens": plan.split_max_tokens,
+            "messages": [{"role": "user", "content": CACHE_PROMPT}]}
+    seen: list[str | None] = []
+    lookup_ms: list[float] = []
+    with httpx.Client(timeout=30.0, headers=gateway.auth_headers()) as client:
+        for _ in range(plan.cache_requests):
+            resp = client.post(gateway.base_url + "/v1/messages", json=body)
+            seen.append(resp.headers.get("x-cache"))
+            for m in parse_server_timing(resp.headers.get("server-timing", "")):
+                if m.name == "gw_cache" and m.dur_ms is not None:
+                    lookup_ms.append(m.dur_ms)
+    answered = [s for s in seen if s is not None]
+    hits = sum(1 for s in answered if s.upper().startswith("HIT"))
+    return {"path": gateway.name, "requests": len(seen), "answers_with_x_cache": len(answered), "hits": hits,
+            "hit_rate": hits / len(answered) if answered else None, "x_cache": seen,
+            "gw_cache_ms": lookup_ms,
+            "note": "the measured workload's own request (no temperature=0, so pygw does not cache it)"}
