@@ -38,7 +38,7 @@ ENGINE_SPANS = (ENGINE_TOTAL, "ttft")
 GW_TOTAL = "gw_total"
 # gateway spans that enclose the upstream call: attributing them would count the engine twice
 GW_ENCLOSING = ("gw_upstream", "gw_proxy", "gw_backend")
-METRICS = ("send_ms", "ttfb_ms", "ttft_ms", "tpot_ms", "itl_ms", "total_ms")
+METRICS = ("send_ms", "ttfb_ms", "ttft_ms", "tpot_ms", "itl_ms", "total_ms", "outside_engine_ms")
 STREAM_ONLY = ("ttft_ms", "tpot_ms", "itl_ms")
 
 
@@ -89,9 +89,21 @@ def waterfall_order(names: set[str]) -> list[str]:
     return [n for n in order if n in names]
 
 
+def outside_engine_ms(s: RequestSample) -> float | None:
+    """total_ms minus the engine's own total: everything the request spent outside the engine
+    (client, network, every hop). The gateway tax on this figure is immune to the engine's
+    compute drifting between paths, which on a busy CPU can dwarf a hop."""
+    engine_total = s.server_timing.get(ENGINE_TOTAL)
+    if s.total_ms is None or engine_total is None:
+        return None
+    return max(0.0, s.total_ms - engine_total)
+
+
 def _metric_values(ok: Sequence[RequestSample], metric: str) -> list[float]:
     if metric == "itl_ms":
         return [g for s in ok for g in s.itl_ms]
+    if metric == "outside_engine_ms":
+        return [v for v in (outside_engine_ms(s) for s in ok) if v is not None]
     vals = (getattr(s, metric) for s in ok)
     return [v for v in vals if v is not None]
 

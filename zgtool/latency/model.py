@@ -23,6 +23,8 @@ DEFINITIONS: dict[str, str] = {
     "tpot_ms": "(total_ms - ttft_ms) / (output_tokens - 1) per request, None when output_tokens <= 1 (vLLM TPOT)",
     "server parts": "Server-Timing durations (engine queue/prefill/decode/detok/safety/total, gateway gw_*) "
                     "from the header and, for streams, the timing event; engine_other = total - engine parts",
+    "outside_engine_ms": "total_ms minus the engine's Server-Timing total: client, network and every hop; "
+                         "its difference between paths is the gateway tax without the engine's compute noise",
     "network_client_ms": "total_ms minus DNS/connect/TLS and the attributed server parts: sending, network, "
                          "hops that report nothing (e.g. nginx) and the client itself",
     "waterfall": "rows are disjoint by construction and their means sum to the mean total_ms; send_ms is "

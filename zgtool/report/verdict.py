@@ -40,6 +40,7 @@ class ConfigTax:
     significance: str
     phases: list[PhaseTax] = field(default_factory=list)   # waterfall phases, largest |diff| first
     ttft: PhaseTax | None = None
+    outside_engine: PhaseTax | None = None   # tax on total - engine total: immune to engine drift
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def taxes(result: dict[str, Any]) -> list[ConfigTax]:
             tax_ms=total.diff_ms if total else None, tax_lo_ms=total.lo_ms if total else None,
             tax_hi_ms=total.hi_ms if total else None, tax_pct=total.pct_of_total if total else None,
             significance=total.significance if total else NOT_SIGNIFICANT, phases=phases,
-            ttft=tax("ttft_ms") if cfg.get("stream") else None))
+            ttft=tax("ttft_ms") if cfg.get("stream") else None, outside_engine=tax("outside_engine_ms")))
     return out
 
 
@@ -112,13 +113,26 @@ def describe(row: ConfigTax) -> str:
     sig = "significant" if row.significance != NOT_SIGNIFICANT else NOT_SIGNIFICANT
     top = [p for p in row.phases if p.significance != NOT_SIGNIFICANT][:2]
     where = ("; mostly " + ", ".join(f"{p.phase} {_fmt_ms(p.diff_ms)}" for p in top)) if top else ""
-    return f"{row.candidate} {verb} {_fmt_ms(row.tax_ms)}{pct} per request at {row.label}{ci}, {sig}{where}"
+    out = f"{row.candidate} {verb} {_fmt_ms(row.tax_ms)}{pct} per request at {row.label}{ci}, {sig}{where}"
+    oe = row.outside_engine
+    if oe is not None:
+        oe_ci = f" [95% CI {oe.lo_ms:+.2f}..{oe.hi_ms:+.2f}]" if oe.lo_ms is not None and oe.hi_ms is not None else ""
+        oe_sig = "significant" if oe.significance != NOT_SIGNIFICANT else NOT_SIGNIFICANT
+        out += f"; outside the engine {_fmt_ms(oe.diff_ms)}{oe_ci}, {oe_sig}"
+    return out
 
 
 def verdict(latency_results: list[dict[str, Any]]) -> Verdict | None:
     rows = [t for r in latency_results for t in taxes(r)]
     if not rows:
         return None
+    # the outside-engine tax is the hop's own cost; total latency also carries the engine's
+    # compute, which drifts between paths on a busy machine. Headline the former when present.
+    oe_rows = [r for r in rows if r.outside_engine is not None]
+    oe_sig = [r for r in oe_rows if r.outside_engine and r.outside_engine.significance != NOT_SIGNIFICANT]
+    if oe_sig:
+        worst_oe = max(oe_sig, key=lambda r: r.outside_engine.diff_ms if r.outside_engine else 0.0)
+        return Verdict(rows, f"{describe(worst_oe)}.")
     sig = [r for r in rows if r.tax_ms is not None and r.significance != NOT_SIGNIFICANT]
     if not sig:
         headline = (f"No significant gateway tax on total latency in {len(rows)} configuration(s): "
