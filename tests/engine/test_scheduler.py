@@ -54,33 +54,27 @@ def test_cap_on_running_sequences_is_respected_fcfs():
 def test_out_of_blocks_preempts_newest_and_it_resumes_by_recompute():
     bm = BlockManager(4, 4, enable_prefix_caching=False)
     sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=64)
-    a, b = seq(7, "a", max_tokens=20), seq(7, "b", max_tokens=20)
+    a, b = seq(7, "a", max_tokens=8), seq(7, "b", max_tokens=8, first=100)
     sched.add(a)
     sched.add(b)
-    run_step(sched, sched.schedule())  # both prefilled: 2 blocks each, pool full
-    assert bm.num_free_blocks == 0
-    batch = sched.schedule()  # a needs a 3rd block at token 9 -> preempt b
-    run_step(sched, batch)
-    steps = 0
-    while b.status is not Status.RUNNING or b.num_preemptions == 0:
-        batch = sched.schedule()
-        if b in batch.preempted or b.num_preemptions:
-            break
-        run_step(sched, batch)
-        steps += 1
-        assert steps < 10
-    assert b.num_preemptions >= 1 and b.status is Status.WAITING
-    assert b.num_computed_tokens == 0 and b.block_table == []
+    run_step(sched, sched.schedule())  # both prefilled: 2 blocks each, the pool is full
+    run_step(sched, sched.schedule())  # position 7 still fits in each second block
+    assert bm.num_free_blocks == 0 and b.num_output_tokens == 2
+    batch = sched.schedule()           # a needs a 3rd block for position 8: b, the newest, is preempted
+    assert b in batch.preempted and b not in batch.seqs and a in batch.seqs
+    assert b.status is Status.WAITING and b.block_table == [] and b.num_computed_tokens == 0
     outputs_before = b.output_token_ids
+    run_step(sched, batch)
     while not a.is_finished:
         run_step(sched, sched.schedule())
     # a finished and freed its blocks: b resumes, recomputing prompt + its earlier outputs
     batch = sched.schedule()
-    assert b in batch.seqs and batch.num_new_tokens[batch.seqs.index(b)] == b.num_tokens
+    assert batch.seqs == [b] and batch.num_new_tokens == [b.num_tokens]
     assert b.output_token_ids == outputs_before
+    run_step(sched, batch)
     while not b.is_finished:
         run_step(sched, sched.schedule())
-    assert bm.num_used_blocks == 0
+    assert b.num_output_tokens == 8 and bm.num_used_blocks == 0
 
 
 def test_abort_while_waiting_or_running_frees_every_block():
