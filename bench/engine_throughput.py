@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 from zgtool.engine.weights import save_dummy_checkpoint
 
@@ -28,9 +29,10 @@ def make_prompts(n: int, length: int) -> list[list[int]]:
     return [[256, *torch.randint(262, 8000, (length - 1,), generator=g).tolist()] for _ in range(n)]
 
 
-def ours_throughput(path: Path, prompts: list[list[int]], out_len: int) -> dict:
+def ours_throughput(path: Path, prompts: list[list[int]], out_len: int, deterministic: bool = False) -> dict:
     eng = Engine(EngineConfig(model=str(path), device="cpu", dtype="float32", max_num_seqs=len(prompts),
-                              max_num_batched_tokens=2048, enable_prefix_caching=False))
+                              max_num_batched_tokens=2048, enable_prefix_caching=False,
+                              deterministic=deterministic))
     params = SamplingParams(max_tokens=out_len, temperature=0, ignore_eos=True)
     eng.generate(prompts[:2], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))  # warm-up
     t0 = time.perf_counter()
@@ -123,6 +125,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--output", type=int, default=128)
+    ap.add_argument("--det-output", type=int, default=32,
+                    help="output tokens for the deterministic-mode cost comparison (0 skips it)")
     ap.add_argument("--sequential-requests", type=int, default=3,
                     help="HF one-at-a-time is slow: its tok/s is measured on this many requests")
     args = ap.parse_args()
@@ -135,6 +139,12 @@ def main() -> None:
     hf_bat = hf_throughput(path, prompts, args.output, batched=True)
     ovh = step_overhead(path, prompts)
     pfx = prefix_ttft(path)
+    det = None
+    if args.det_output:
+        fast = ours_throughput(path, prompts, args.det_output)
+        slow = ours_throughput(path, prompts, args.det_output, deterministic=True)
+        det = {"normal_tok_s": fast["tok_s"], "deterministic_tok_s": slow["tok_s"],
+               "cost_ratio": fast["tok_s"] / slow["tok_s"]}
 
     print(f"engine throughput, dummy:small ({args.requests} requests, prompt {args.prompt}, output {args.output}), "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -146,6 +156,9 @@ def main() -> None:
           f"{ovh['bare_forward_ms_p50']:.2f} ms -> serving overhead {ovh['overhead_pct']:.1f}%")
     print(f"TTFT with a shared {pfx['system_prompt_tokens']}-token system prompt: cold {pfx['cold_ttft_ms']:.1f} ms, "
           f"warm {pfx['warm_ttft_ms']:.1f} ms -> {pfx['speedup']:.1f}x")
+    if det:
+        print(f"deterministic mode ({args.det_output} output tokens): {det['deterministic_tok_s']:.1f} tok/s vs "
+              f"{det['normal_tok_s']:.1f} tok/s normal -> costs x{det['cost_ratio']:.2f}")
     print(json.dumps({
         "bench": "engine_throughput", "model": "dummy:small",
         "ours_tok_s": ours["tok_s"], "hf_sequential_tok_s": hf_seq["tok_s"], "hf_batched_tok_s": hf_bat["tok_s"],
@@ -153,6 +166,7 @@ def main() -> None:
         "step_ms_p50": ovh["step_ms_p50"], "bare_forward_ms_p50": ovh["bare_forward_ms_p50"],
         "step_overhead_pct": ovh["overhead_pct"], "cold_ttft_ms": pfx["cold_ttft_ms"],
         "warm_ttft_ms": pfx["warm_ttft_ms"], "prefix_ttft_speedup": pfx["speedup"],
+        "deterministic": det,
     }))
 
 

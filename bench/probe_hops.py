@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from zgtool.probes.headers import probe_headers
-
 from zgtool.gateway.supervisor import LocalStack, StackConfig
+from zgtool.probes.headers import probe_headers
 from zgtool.stats import summarize
 from zgtool.targets import resolve
 

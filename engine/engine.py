@@ -33,7 +33,6 @@ from zgtool.engine.scheduler import Scheduler
 from zgtool.engine.sequence import Sequence, Status
 from zgtool.engine.stream import RequestStream
 
-
 SWITCH_INTERVAL_S = 0.0002
 
 
@@ -53,6 +52,7 @@ class GenerateResult:
 class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         import torch
+
         from zgtool.engine.weights import load_model
 
         self.config = cfg = config or EngineConfig()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+
 from zgtool.engine.model import AttnMeta, LlamaModel
 from zgtool.engine.sampling import sample
 from zgtool.engine.scheduler import ScheduledBatch

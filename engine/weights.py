@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 from zgtool.engine.errors import ModelLoadError, ModelNotFound
 from zgtool.engine.presets import ModelSpec, preset, spec_from_hf_config
 from zgtool.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, write_byte_tokenizer_json

@@ -31,7 +31,6 @@ from zgtool.probes.request import build, connection_for, redacted_headers
 from zgtool.probes.servertiming import Metric, parse_server_timing
 from zgtool.probes.signatures import Detection, Evidence, match_signatures, sends_server_header
 from zgtool.probes.via import ViaHop, parse_via
-
 from zgtool.targets import Target
 
 CAVEAT = ("No evidence is not proof of no gateway: a reverse proxy MAY leave Via off its responses "

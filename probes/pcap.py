@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zgtool.probes.tlsparse import ServerHello, find_client_hello, find_server_hello, is_tls_record
-
 from zgtool.errors import UsageError
+from zgtool.probes.tlsparse import ServerHello, find_client_hello, find_server_hello, is_tls_record
 
 INITIAL_TTLS = (32, 64, 128, 255)
 # scapy's lo socket sees each packet twice (outgoing + incoming); identical IP bytes this close
@@ -332,9 +331,8 @@ def _assemble(segments: list[tuple[int, bytes]]) -> bytes:
 
 
 def _application(req: bytes, resp: bytes) -> tuple[int | None, str | None, str | None, str | None, Any]:
-    from zgtool.probes.http1 import parse_head
-
     from zgtool.errors import ZgError
+    from zgtool.probes.http1 import parse_head
 
     status = server = line = sni = sh = None
     if is_tls_record(req):

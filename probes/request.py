@@ -6,10 +6,9 @@ import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from zgtool.probes.http1 import Http1Connection
-
 from zgtool import __version__
 from zgtool.errors import UsageError
+from zgtool.probes.http1 import Http1Connection
 from zgtool.targets import Target
 
 USER_AGENT = f"zgtool-probe/{__version__}"

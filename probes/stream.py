@@ -33,7 +33,6 @@ from typing import Any
 
 from zgtool.probes.http1 import content_decoder
 from zgtool.probes.request import build, connection_for
-
 from zgtool.targets import Target
 
 EMISSION_KEYS = {"token_times_ms": 1.0, "emit_times_ms": 1.0, "token_times_s": 1e3, "emit_times_s": 1e3}

@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zgtool.errors import MissingCapability, TargetUnreachable
 from zgtool.probes.http1 import Http1Connection
 from zgtool.probes.pcap import TcpStream, analyse_packets, dedupe, load_layers
 from zgtool.probes.request import build
-
-from zgtool.errors import MissingCapability, TargetUnreachable
 from zgtool.targets import Target
 
 CAPTURE_START_TIMEOUT_S = 5.0

@@ -23,9 +23,8 @@ import ssl
 import time
 from dataclasses import dataclass, field
 
-from zgtool.probes.tlsparse import ServerHello, find_server_hello
-
 from zgtool.errors import TargetUnreachable, UsageError
+from zgtool.probes.tlsparse import ServerHello, find_server_hello
 from zgtool.targets import Target
 
 ALPN_OFFER = ("h2", "http/1.1")

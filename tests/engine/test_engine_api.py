@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 from zgtool.engine.errors import EngineError, ModelNotFound
 

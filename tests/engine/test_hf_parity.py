@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 from zgtool.engine.block_manager import BlockManager
 from zgtool.engine.model import AttnMeta
@@ -25,6 +26,7 @@ CASES = {
 
 def write_checkpoint(tmp: Path, arch: str, extra: dict) -> Path:
     from safetensors.torch import save_file
+
     from zgtool.engine.tokenizer import write_byte_tokenizer_json
 
     cls = getattr(transformers, arch)

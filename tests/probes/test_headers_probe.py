@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from probe_servers import Nginx, NotHTTPServer, ThreadedUvicorn, TLSServer, free_port
-from zgtool.probes.headers import probe_headers
 
 from zgtool.errors import TargetUnreachable
+from zgtool.probes.headers import probe_headers
 from zgtool.targets import resolve
 
 

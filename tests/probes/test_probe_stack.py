@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from probe_servers import free_port
+
 from zgtool.probes.headers import probe_headers
 from zgtool.probes.stream import probe_stream
 from zgtool.probes.tls import probe_tls
-
 from zgtool.targets import resolve
 
 if importlib.util.find_spec("zgtool.gateway.supervisor") is None:

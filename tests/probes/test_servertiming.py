@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from zgtool.probes.servertiming import Metric, parse_server_timing
 
 CASES = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from zgtool.probes.headers import analyse_headers
 from zgtool.probes.signatures import load_database
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from probe_servers import Nginx, ThreadedUvicorn
-from zgtool.probes.stream import Event, SSEParser, judge, probe_stream
 
+from zgtool.probes.stream import Event, SSEParser, judge, probe_stream
 from zgtool.targets import resolve
 
 

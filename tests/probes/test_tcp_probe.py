@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from probe_servers import ThreadedUvicorn
-from zgtool.probes.pcap import analyse_packets, read_capture
-from zgtool.probes.tcp import probe_tcp, start_capture, stop_capture
 
 from zgtool.errors import UsageError
+from zgtool.probes.pcap import analyse_packets, read_capture
+from zgtool.probes.tcp import probe_tcp, start_capture, stop_capture
 from zgtool.targets import resolve
 
 CLIENT, SERVER = ("10.0.0.2", 40000), ("10.0.0.9", 8000)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from probe_servers import ThreadedUvicorn, TLSServer
-from zgtool.probes.tls import probe_tls
 
 from zgtool.errors import TargetUnreachable, UsageError
+from zgtool.probes.tls import probe_tls
 from zgtool.targets import resolve
 
 

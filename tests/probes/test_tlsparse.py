@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from zgtool.probes.tlsparse import find_client_hello, find_server_hello, iter_handshake_messages
 
 

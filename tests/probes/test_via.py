@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from zgtool.probes.via import ViaHop, parse_via
 
 CASES = [
