@@ -332,10 +332,10 @@ class Engine:
             raise InvalidRequest("generate() is for engines that were not start()ed")
         params = params or SamplingParams()
         single = isinstance(prompts, str) or not prompts or isinstance(prompts[0], int)
-        items = [prompts] if single else list(prompts)  # type: ignore[list-item]
+        items: list[Any] = [prompts] if single else list(prompts)
         seqs = []
         for p in items:
-            ids = self.tokenizer.encode(p, add_special_tokens=True) if isinstance(p, str) else list(p)
+            ids: list[int] = self.tokenizer.encode(p, add_special_tokens=True) if isinstance(p, str) else list(p)
             seq = self._new_seq(ids, params, f"gen-{next(self._ids)}", None)
             self._seqs[seq.request_id] = seq
             self.scheduler.add(seq)

@@ -108,7 +108,7 @@ def spec_from_hf_config(cfg: dict[str, Any]) -> ModelSpec:
             f"unsupported architecture {archs or cfg.get('model_type')!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     # transformers >= 5 nests rope settings under rope_parameters
-    rope = dict(cfg.get("rope_parameters") or {})
+    rope: dict[str, Any] = dict(cfg.get("rope_parameters") or {})
     scaling = cfg.get("rope_scaling") or None
     theta = cfg.get("rope_theta", rope.get("rope_theta", 10000.0))
     if scaling is None and rope.get("rope_type", "default") not in ("default", None):

@@ -169,7 +169,9 @@ def signature(ip: Any, tcp: Any) -> str:
 
 def dedupe(packets: Any) -> tuple[list[Any], int]:
     """Drop the second copy of each packet scapy sees twice on loopback; (kept, dropped)."""
-    kept, last_seen, dropped = [], {}, 0
+    kept: list[Any] = []
+    last_seen: dict[bytes, float] = {}
+    dropped = 0
     for pkt in packets:
         lay = _layers(pkt)
         if lay is not None:

@@ -14,7 +14,8 @@ import asyncio
 import json
 import socket
 from asyncio import TimerHandle
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -90,7 +91,8 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             # The app registered this when it handed the request to the engine: the engine
             # learns of the disconnect now, with no per-request watcher task on the loop.
-            hook = cycle.scope.get(DISCONNECT_HOOK)
+            # uvicorn types the scope as a TypedDict that does not know our extension key.
+            hook = cast("Callable[[], None] | None", cycle.scope.get(DISCONNECT_HOOK))
             if hook is not None:
                 hook()
         super().connection_lost(exc)

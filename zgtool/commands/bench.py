@@ -112,11 +112,13 @@ def run_bench_command(cfg, opts: BenchOpts) -> None:  # noqa: ANN001 - BenchConf
     if not opts.start and not opts.direct:
         raise UsageError("give --direct TARGET (and --gateway TARGET), or --start to run the local stack")
     ctx = _stack(opts, (opts.via,)) if opts.start else nullcontext()
+    gateway: Target | None
     with ctx as st:
         if st is not None:
             direct = Target("direct", st.urls["direct"], cfg.api)
             gateway = Target(opts.via, st.urls[opts.via], cfg.api)
         else:
+            assert opts.direct is not None, "without --start, --direct is required (checked above)"
             direct = _resolve(opts.direct, opts.config, cfg.api)
             gateway = _resolve(opts.gateway, opts.config, cfg.api) if opts.gateway else None
         result = run_bench(cfg, direct=direct, gateway=gateway, k6=opts.k6, run_dir=opts.run_dir,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from zgtool.errors import UsageError
 
@@ -117,7 +118,17 @@ def derive(metrics: dict[str, float]) -> dict[str, float]:
     return m
 
 
-def _gpu_identity(labels: Mapping[str, str]) -> tuple[str, dict[str, str]] | None:
+class _Identity(TypedDict):
+    """GpuReading's identity fields, as read from the exporter's labels."""
+
+    host: str
+    gpu: str
+    uuid: str
+    model: str
+    mig: str
+
+
+def _gpu_identity(labels: Mapping[str, str]) -> tuple[str, _Identity] | None:
     gpu = labels.get("gpu")
     if gpu is None:
         return None  # host-level or unlabeled series: not a GPU row
@@ -125,7 +136,7 @@ def _gpu_identity(labels: Mapping[str, str]) -> tuple[str, dict[str, str]] | Non
     host = labels.get("Hostname") or labels.get("hostname") or labels.get("instance") or ""
     mig = labels.get("GPU_I_ID", "")
     key = f"{host}/gpu{gpu}" + (f"/mig{mig}" if mig else "")
-    ident = {
+    ident: _Identity = {
         "host": host,
         "gpu": gpu,
         "uuid": labels.get("UUID") or labels.get("uuid", ""),

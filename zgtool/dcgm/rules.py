@@ -122,7 +122,9 @@ def _eval(node: ast.AST, m: dict[str, float]) -> float:
     if isinstance(node, ast.Name):
         return m[node.id]
     if isinstance(node, ast.Constant):
-        return float(node.value)
+        value = node.value
+        assert isinstance(value, int | float), "_check admits only numeric constants"
+        return float(value)
     if isinstance(node, ast.BinOp):
         return _BINOPS[type(node.op)](_eval(node.left, m), _eval(node.right, m))
     if isinstance(node, ast.UnaryOp):

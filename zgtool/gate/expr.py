@@ -139,7 +139,9 @@ def field_name(node: ast.AST) -> str:
 
 def _eval(node: ast.AST, resolve: Resolver) -> float:
     if isinstance(node, ast.Constant):
-        return float(node.value)
+        value = node.value
+        assert isinstance(value, int | float), "parse_rule admits only numeric constants"
+        return float(value)
     if isinstance(node, ast.Name | ast.Attribute):
         return resolve(field_name(node))
     if isinstance(node, ast.BinOp):

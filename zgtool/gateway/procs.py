@@ -20,6 +20,7 @@ _PR_SET_PDEATHSIG = 1
 _LIVE: set[Child] = set()
 _LIVE_LOCK = threading.Lock()
 
+_LIBC: ctypes.CDLL | None
 try:  # loaded before any fork: preexec_fn must not import or allocate much
     _LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - non-glibc platforms

@@ -139,6 +139,6 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
         for per_target in sessions:
             for s in per_target:
                 s.close()
-    for per_target in samples:
-        per_target.sort(key=lambda s: s.index)
+    for target_samples in samples:
+        target_samples.sort(key=lambda s: s.index)
     return samples

@@ -7,6 +7,7 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zgtool.errors import TargetUnreachable, UsageError
 from zgtool.loadtest import scripts
@@ -95,7 +96,7 @@ class RampResult:
 
     k6_version: str
     script: str
-    config: dict[str, object]
+    config: dict[str, Any]
     paths: list[RampPath]
     notes: list[str]
 

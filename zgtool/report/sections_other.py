@@ -245,11 +245,11 @@ def engine_section(rs: ResultSet) -> Section:
         d = f.get("data") or {}
         before, after = d.get("before") or {}, d.get("after") or {}
         keys = [k for k in before if not isinstance(before[k], dict | list)]
-        rows = "".join(f"<tr><td>{escape(k)}</td><td class=num>{escape(_val(before.get(k)))}</td>"
-                       f"<td class=num>{escape(_val(after.get(k)))}</td></tr>" for k in keys)
+        trs = "".join(f"<tr><td>{escape(k)}</td><td class=num>{escape(_val(before.get(k)))}</td>"
+                      f"<td class=num>{escape(_val(after.get(k)))}</td></tr>" for k in keys)
         acts = "".join(f"<li>{escape(_val(a))}</li>" for a in d.get("actions") or [])
         parts.append("<h3>defrag: KV pool before / after</h3><table class=\"t\"><thead><tr><th>figure</th>"
-                     f"<th>before</th><th>after</th></tr></thead><tbody>{rows}</tbody></table>"
+                     f"<th>before</th><th>after</th></tr></thead><tbody>{trs}</tbody></table>"
                      + (f"<ul>{acts}</ul>" if acts else ""))
     sec.body = "".join(parts)
     return sec

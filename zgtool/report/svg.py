@@ -286,7 +286,7 @@ def diverging_bars(rows: Sequence[tuple[str, float, float | None, float | None, 
     """Signed bars around a zero line with interval whiskers: (label, value, lo, hi, colour, muted)."""
     if not rows:
         return '<p class="muted">no data points to draw</p>'
-    ext = [abs(v) for _, v, lo, hi, _, _ in rows for v in (v, lo, hi) if v is not None] or [1.0]
+    ext = [abs(x) for _, v, lo, hi, _, _ in rows for x in (v, lo, hi) if x is not None] or [1.0]
     m = max(ext) or 1.0
     pw = width - label_w - 80
     zero = label_w + pw / 2

@@ -66,7 +66,7 @@ def derive(values: dict[str, float]) -> dict[str, Any]:
     return {
         "prefix_cache_queries": queries,
         "prefix_cache_hits": hits,
-        "prefix_cache_hit_rate": hits / queries if queries else None,
+        "prefix_cache_hit_rate": hits / queries if queries and hits is not None else None,
         "kv_util": values.get("zg_kv_cache_usage_perc"),
         "preemptions": values.get("zg_num_preemptions_total", values.get("zg_num_preemptions")),
         "requests_ok": values.get("zg_request_success_total"),

@@ -172,11 +172,11 @@ def _measure(runner: Runner, plan: Plan, direct: Target, gateway: Target, out_di
     runner.sampler = runner.stage("sampler", "engine/GPU timeline sampler", start_sampler)
     for t in (direct, gateway):
         runner.stage(f"probe-{t.name}", f"probe headers/tls/tcp/stream on {t.name}",
-                     lambda st, t=t: _probe(runner, st, t, plan, S))
+                     lambda st, t=t: _probe(runner, st, t, plan, S))  # type: ignore[misc]  # mypy#15459
     for split in plan.splits:
         runner.stage(f"latency-{split.label}", f"latency-split {split.label.replace('-', ' ')} "
                      f"({split.num_requests} requests per path)",
-                     lambda st, split=split: runner.write(f"latency_split-{split.label}",
+                     lambda st, split=split: runner.write(f"latency_split-{split.label}",  # type: ignore[misc]  # mypy#15459
                                                           S.latency_split([direct, gateway], split, plan), st))
     if cfg.k6:
         runner.stage("k6", f"k6 bench: gateway, direct, direct_stream ({plan.k6_duration_s:g} s each)",
