@@ -64,13 +64,13 @@ def free_port() -> int:
 
 
 def run_cli(*args: str | Path, env: dict[str, str] | None = None, python: str = sys.executable,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+            timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run([python, "-m", "zgtool", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+                          timeout=timeout, env=full_env, cwd=cwd)
 
 
 @pytest.fixture
 def cli():
-    """cli(*args, env=None, python=sys.executable) -> CompletedProcess of `zgtool ARGS`."""
+    """cli(*args, env=None, python=sys.executable, cwd=None) -> CompletedProcess of `zgtool ARGS`."""
     return run_cli

@@ -12,8 +12,9 @@ from zgtool.targets import Target
 
 def test_bench_cli_writes_a_bench_k6_result_with_every_phase_per_scenario(asgi_url, cli, tmp_path):
     out = tmp_path / "bench.json"
+    # a relative --run-dir: k6 runs in its script folder, so zgtool must hand it absolute paths
     proc = cli("bench", "--direct", asgi_url, "--gateway", asgi_url, "--rate", "10", "--duration", "1s",
-               "--no-progress", "--run-dir", tmp_path / "run", "-o", out)
+               "--no-progress", "--run-dir", "run", "-o", out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["schema"] == "zgtool.result/1" and result["kind"] == "bench.k6"

@@ -50,7 +50,8 @@ def run_k6(run: K6Run, *, progress: bool = True, label: str = "k6") -> K6Output:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run.run_dir / "k6.log"
     out_path = run.run_dir / "k6.stdout"
-    env = {**os.environ, "K6_NO_USAGE_REPORT": "true", **run.env, "SUMMARY": str(run.summary_path)}
+    # k6 runs in the script folder: the summary path must not be relative to ours
+    env = {**os.environ, "K6_NO_USAGE_REPORT": "true", **run.env, "SUMMARY": str(run.summary_path.resolve())}
     if run.summary_path.exists():
         run.summary_path.unlink()
     cmd = [str(run.k6), "run", "--quiet", "--no-usage-report", "--no-color", str(run.script)]
