@@ -41,7 +41,7 @@ def _fmt(v: float | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rates", default="10,25,50,100,200,400")
+    ap.add_argument("--rates", default="50,100,200,400,800,1200,1600")
     ap.add_argument("--step", default="3s")
     ap.add_argument("--run-dir", type=Path, default=Path("reports") / "load_knee")
     args = ap.parse_args()

@@ -38,18 +38,59 @@ class LayerWeights:
 
 
 @dataclass
-class AttnMeta:
-    """Where each token's KV goes and what each sequence attends to, for one step."""
+class PrefillMeta:
+    """One sequence's prompt chunk: tokens [start_tok, end_tok) of the step, at positions
+    [start_pos, start_pos + n), attending to ctx = start_pos + n cached positions."""
 
-    positions: torch.Tensor           # [T]
-    slot_mapping: torch.Tensor        # [T] flat slot in the pool
+    start_tok: int
+    end_tok: int
+    blocks: torch.Tensor          # [nb] block ids covering ctx
+    start_pos: int
+    mask: torch.Tensor | None     # [n, ctx] bool, None when causal from position 0
+
+
+@dataclass
+class AttnMeta:
+    """Where each token's KV goes and what each sequence attends to, for one step.
+    Built once per step (build_attn_meta) and shared by every layer."""
+
+    positions: torch.Tensor             # [T]
+    slot_mapping: torch.Tensor          # [T] flat slot in the pool
     # decodes (one query token per sequence), batched
-    decode_idx: torch.Tensor | None   # [B] token index in T
-    decode_tables: torch.Tensor | None  # [B, max_blocks]
-    decode_lens: torch.Tensor | None  # [B] context length incl. the new token
-    decode_lens_list: list[int]
-    # prefill chunks, one per sequence: (token start, token end, block table [nb], start pos)
-    prefills: list[tuple[int, int, torch.Tensor, int]]
+    decode_idx: torch.Tensor | None     # [B] token index in T
+    decode_blocks: torch.Tensor | None  # [B * nb] block ids, rows padded with block 0
+    decode_mask: torch.Tensor | None    # [B, 1, 1, nb * bs] valid context positions
+    decode_lens: list[int]              # context length per decode, incl. the new token
+    decode_tables: list[list[int]]      # unpadded block tables (deterministic mode)
+    prefills: list[PrefillMeta]
+
+
+def build_attn_meta(positions: list[int], slots: list[int], dec_idx: list[int], dec_tables: list[list[int]],
+                    dec_lens: list[int], prefills: list[tuple[int, int, list[int], int]], block_size: int,
+                    device: torch.device) -> AttnMeta:
+    dec_blocks = dec_mask = t_dec_idx = None
+    if dec_idx:
+        width = max(len(t) for t in dec_tables)
+        flat = [b for t in dec_tables for b in (*t, *([0] * (width - len(t))))]
+        dec_blocks = torch.tensor(flat, dtype=torch.long, device=device)
+        lens = torch.tensor(dec_lens, dtype=torch.long, device=device)
+        dec_mask = (torch.arange(width * block_size, device=device)[None, :] < lens[:, None])[:, None, None, :]
+        t_dec_idx = torch.tensor(dec_idx, dtype=torch.long, device=device)
+    pre = []
+    for s, e, table, start in prefills:
+        ctx = start + (e - s)
+        mask = None
+        if start > 0:
+            qpos = torch.arange(start, ctx, device=device)[:, None]
+            mask = torch.arange(ctx, device=device)[None, :] <= qpos
+        nb = -(-ctx // block_size)
+        pre.append(PrefillMeta(s, e, torch.tensor(table[:nb], dtype=torch.long, device=device), start, mask))
+    return AttnMeta(
+        positions=torch.tensor(positions, dtype=torch.long, device=device),
+        slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+        decode_idx=t_dec_idx, decode_blocks=dec_blocks, decode_mask=dec_mask, decode_lens=dec_lens,
+        decode_tables=dec_tables, prefills=pre,
+    )
 
 
 def rope_inv_freq(spec: ModelSpec) -> torch.Tensor:
@@ -201,52 +242,60 @@ class LlamaModel:
         kc[meta.slot_mapping] = k
         vc[meta.slot_mapping] = v
         out = torch.empty_like(q)  # [T, H, D]
-        bs = self.block_size
         if self.deterministic:
             self._attend_rows(q, kc, vc, meta, out)
         else:
             if meta.decode_idx is not None:
-                assert meta.decode_tables is not None and meta.decode_lens is not None
-                nb = meta.decode_tables.shape[1]
-                slots = (meta.decode_tables[:, :, None] * bs + torch.arange(bs, device=h.device)).reshape(-1)
-                b = meta.decode_tables.shape[0]
-                kk = kc[slots].view(b, nb * bs, self.num_kv_heads, self.head_dim).transpose(1, 2)
-                vv = vc[slots].view(b, nb * bs, self.num_kv_heads, self.head_dim).transpose(1, 2)
-                mask = (torch.arange(nb * bs, device=h.device)[None, :] < meta.decode_lens[:, None])[:, None, None, :]
+                assert meta.decode_blocks is not None
+                b = meta.decode_idx.shape[0]
+                kk = self._gather(kc, meta.decode_blocks).view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+                vv = self._gather(vc, meta.decode_blocks).view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
                 qd = q[meta.decode_idx].unsqueeze(2)  # [B, H, 1, D]
-                od = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=mask, enable_gqa=True, scale=self.scale)
+                od = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=meta.decode_mask, enable_gqa=True,
+                                                    scale=self.scale)
                 out[meta.decode_idx] = od.squeeze(2)
-            for s, e, table, start in meta.prefills:
-                ctx = start + (e - s)
-                slots = (table[:, None] * bs + torch.arange(bs, device=h.device)).reshape(-1)[:ctx]
-                kk = kc[slots].transpose(0, 1).unsqueeze(0)  # [1, KVH, ctx, D]
-                vv = vc[slots].transpose(0, 1).unsqueeze(0)
-                qp = q[s:e].transpose(0, 1).unsqueeze(0)     # [1, H, n, D]
-                if start == 0:
+            for p in meta.prefills:
+                ctx = p.start_pos + (p.end_tok - p.start_tok)
+                kk = self._context(kc, p.blocks, ctx)  # [1, KVH, ctx, D]
+                vv = self._context(vc, p.blocks, ctx)
+                qp = q[p.start_tok:p.end_tok].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+                if p.mask is None:
                     op = F.scaled_dot_product_attention(qp, kk, vv, is_causal=True, enable_gqa=True, scale=self.scale)
                 else:
-                    qpos = torch.arange(start, ctx, device=h.device)[:, None]
-                    mask = torch.arange(ctx, device=h.device)[None, :] <= qpos
-                    op = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=mask, enable_gqa=True, scale=self.scale)
-                out[s:e] = op[0].transpose(0, 1)
+                    op = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=p.mask, enable_gqa=True,
+                                                        scale=self.scale)
+                out[p.start_tok:p.end_tok] = op[0].transpose(0, 1)
         return self.linear(out.reshape(t, -1), lw.o)
+
+    def _gather(self, cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+        """Whole blocks out of the pool: [slots, KVH, D] viewed as [blocks, bs*KVH*D] rows, so
+        index_select copies contiguous block-sized rows (far cheaper than per-slot indexing)."""
+        rows = cache.view(-1, self.block_size * self.num_kv_heads * self.head_dim)
+        return rows.index_select(0, blocks)
+
+    def _context(self, cache: torch.Tensor, blocks: torch.Tensor, ctx: int) -> torch.Tensor:
+        """One sequence's first ctx positions as [1, KVH, ctx, D]."""
+        return self._gather(cache, blocks).view(-1, self.num_kv_heads, self.head_dim)[:ctx].transpose(0, 1).unsqueeze(0)
 
     def _attend_rows(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta,
                      out: torch.Tensor) -> None:
         """Batch-invariant attention: each query row alone over exactly its own context."""
         bs = self.block_size
-        rows: list[tuple[int, torch.Tensor, int]] = []  # (token index, slots, ctx)
+        dev = q.device
+        seqs: list[tuple[list[int], torch.Tensor, int]] = []  # (token indices, blocks, ctx of the last row)
         if meta.decode_idx is not None:
-            assert meta.decode_tables is not None
             for j, ti in enumerate(meta.decode_idx.tolist()):
-                ctx = meta.decode_lens_list[j]
-                rows.append((ti, meta.decode_tables[j], ctx))
-        for s, e, table, start in meta.prefills:
-            for i in range(e - s):
-                rows.append((s + i, table, start + i + 1))
-        for ti, table, ctx in rows:
-            slots = (table[:, None] * bs + torch.arange(bs, device=q.device)).reshape(-1)[:ctx]
-            kk = kc[slots].transpose(0, 1).unsqueeze(0)
-            vv = vc[slots].transpose(0, 1).unsqueeze(0)
-            qr = q[ti].view(1, self.num_heads, 1, self.head_dim)
-            out[ti] = F.scaled_dot_product_attention(qr, kk, vv, enable_gqa=True, scale=self.scale)[0, :, 0]
+                ctx = meta.decode_lens[j]
+                table = meta.decode_tables[j][: -(-ctx // bs)]
+                seqs.append(([ti], torch.tensor(table, dtype=torch.long, device=dev), ctx))
+        for p in meta.prefills:
+            seqs.append((list(range(p.start_tok, p.end_tok)), p.blocks, p.start_pos + (p.end_tok - p.start_tok)))
+        for rows, blocks, last_ctx in seqs:
+            kall = self._context(kc, blocks, last_ctx)  # gathered once per sequence
+            vall = self._context(vc, blocks, last_ctx)
+            first_ctx = last_ctx - len(rows) + 1
+            for i, ti in enumerate(rows):
+                ctx = first_ctx + i
+                qr = q[ti].view(1, self.num_heads, 1, self.head_dim)
+                out[ti] = F.scaled_dot_product_attention(qr, kall[:, :, :ctx], vall[:, :, :ctx], enable_gqa=True,
+                                                         scale=self.scale)[0, :, 0]

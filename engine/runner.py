@@ -8,7 +8,7 @@ from typing import Protocol
 
 import torch
 
-from zgtool.engine.model import AttnMeta, LlamaModel
+from zgtool.engine.model import AttnMeta, LlamaModel, build_attn_meta
 from zgtool.engine.sampling import sample
 from zgtool.engine.scheduler import ScheduledBatch
 from zgtool.engine.sequence import Sequence
@@ -48,26 +48,14 @@ class ModelRunner:
                 slots.append(table[p // bs] * bs + p % bs)
             if n == 1 and start > 0:
                 dec_idx.append(s)
-                dec_tables.append(table)
+                dec_tables.append(list(table))
                 dec_lens.append(start + 1)
             else:
                 prefills.append((s, s + n, table, start))
             if needs_sample(seq, n):
                 logit_rows.append(len(ids) - 1)
         dev = self.device
-        t_dec_tables = t_dec_lens = t_dec_idx = None
-        if dec_idx:
-            width = max(len(t) for t in dec_tables)
-            padded = [t + [0] * (width - len(t)) for t in dec_tables]
-            t_dec_tables = torch.tensor(padded, dtype=torch.long, device=dev)
-            t_dec_lens = torch.tensor(dec_lens, dtype=torch.long, device=dev)
-            t_dec_idx = torch.tensor(dec_idx, dtype=torch.long, device=dev)
-        meta = AttnMeta(
-            positions=torch.tensor(pos, dtype=torch.long, device=dev),
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
-            decode_idx=t_dec_idx, decode_tables=t_dec_tables, decode_lens=t_dec_lens, decode_lens_list=dec_lens,
-            prefills=[(s, e, torch.tensor(t, dtype=torch.long, device=dev), st) for s, e, t, st in prefills],
-        )
+        meta = build_attn_meta(pos, slots, dec_idx, dec_tables, dec_lens, prefills, bs, dev)
         return torch.tensor(ids, dtype=torch.long, device=dev), meta, logit_rows
 
     @torch.inference_mode()

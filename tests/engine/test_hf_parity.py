@@ -10,7 +10,7 @@ import torch
 
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 from zgtool.engine.block_manager import BlockManager
-from zgtool.engine.model import AttnMeta
+from zgtool.engine.model import build_attn_meta
 
 transformers = pytest.importorskip("transformers")
 
@@ -63,12 +63,8 @@ def _our_logits(engine: Engine, ids: list[int]) -> torch.Tensor:
     nb = -(-len(ids) // engine.block_size)
     table = [bm._pop_free() for _ in range(nb)]
     bs = engine.block_size
-    meta = AttnMeta(
-        positions=torch.arange(len(ids)),
-        slot_mapping=torch.tensor([table[p // bs] * bs + p % bs for p in range(len(ids))]),
-        decode_idx=None, decode_tables=None, decode_lens=None, decode_lens_list=[],
-        prefills=[(0, len(ids), torch.tensor(table), 0)],
-    )
+    meta = build_attn_meta(list(range(len(ids))), [table[p // bs] * bs + p % bs for p in range(len(ids))],
+                           [], [], [], [(0, len(ids), table, 0)], bs, torch.device("cpu"))
     return model.logits(model.forward(torch.tensor(ids), meta))
 
 
