@@ -17,12 +17,20 @@ def _ms(v: float | None, signed: bool = True) -> str:
     return f"{v:+.2f}" if signed else f"{v:.2f}"
 
 
+def _outside(p: dict[str, Any] | None) -> str:
+    """The tax on total - engine total (immune to engine compute drift), '*' when significant."""
+    if not p or p.get("diff_ms") is None:
+        return "–"
+    star = "*" if p.get("significance") not in (None, "not significant") else ""
+    return f"{p['diff_ms']:+.2f}{star}"
+
+
 def render_summary(data: VerifyData, report: Path, console: Console) -> None:
     v = data.verdict
     if v:
         console.print(f"\n[bold]Verdict:[/bold] {v['headline']}")
         table = Table(title="Gateway tax: gateway − direct medians, 95% bootstrap CI", title_justify="left")
-        for col in ("config", "direct", "gateway", "tax ms", "95% CI", "tax %", "significance"):
+        for col in ("config", "direct", "gateway", "tax ms", "95% CI", "tax %", "significance", "outside engine"):
             table.add_column(col, justify="left" if col in ("config", "significance") else "right")
         lines = []
         for r in v["rows"]:
@@ -32,11 +40,13 @@ def render_summary(data: VerifyData, report: Path, console: Console) -> None:
             style = "yellow" if sig == "higher" else "green" if sig == "lower" else "dim"
             table.add_row(r["label"], _ms(r["baseline_total_ms"], False), _ms(r["candidate_total_ms"], False),
                           _ms(r["tax_ms"]), ci, "–" if r["tax_pct"] is None else f"{r['tax_pct']:+.1f}%",
-                          f"[{style}]{sig}[/{style}]")
+                          f"[{style}]{sig}[/{style}]", _outside(r.get("outside_engine")))
             top = [p for p in r["phases"] if p["significance"] != "not significant"][:3]
             if top:
                 lines.append(f"  {r['label']}: " + ", ".join(f"{p['phase']} {p['diff_ms']:+.2f} ms" for p in top))
         console.print(table)
+        console.print("outside engine: tax on total minus the engine's own Server-Timing total "
+                      "(* = its 95% CI excludes 0)", style="dim")
         if lines:
             console.print("Significant phase differences (largest first):")
             for line in lines:
