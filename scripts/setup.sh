@@ -5,22 +5,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
-command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
-if [ ${#need_apt[@]} -gt 0 ]; then
+need_prometheus=0
+command -v prometheus >/dev/null 2>&1 || need_prometheus=1
+if [ ${#need_apt[@]} -gt 0 ] || [ $need_prometheus = 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing ${need_apt[*]}"
+    echo "setup: installing ${need_apt[*]}$([ $need_prometheus = 1 ] && echo ' prometheus')"
     apt-get update -qq >/dev/null
-    # prometheus is optional (one test); do not fail the setup without it
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "${need_apt[@]/prometheus/}" >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
-      echo "setup: prometheus not installed (its test will skip)"
+    if [ ${#need_apt[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    fi
+    # prometheus is optional (one test skips without it): never fail the setup over it
+    if [ $need_prometheus = 1 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+        echo "setup: prometheus not installed (its test will skip)"
+    fi
   else
-    echo "setup: not root, skipping system packages: ${need_apt[*]} (tests that need them skip)"
+    echo "setup: not root, skipping system packages: ${need_apt[*]} (tests that need them skip or fail)"
   fi
 fi
 # nginx/redis/prometheus services started by the package would hold ports; zgtool starts its own.
@@ -43,5 +47,6 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
       .venv/bin/python -m pip install -q "torch==2.13.0" --index-url "${ZG_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
   fi
 fi
-.venv/bin/python -m pip install -q -e ".[test,load]"
+# setuptools' editable-install warnings are noise here; errors still fail the script
+.venv/bin/python -m pip install -q -e ".[test,load]" 2> >(grep -vE "BuildBackendWarning|^\s*(!!|\*+|$)" >&2)
 echo "setup: ok ($(.venv/bin/python -c 'import torch;print("torch", torch.__version__, "cuda" if torch.cuda.is_available() else "cpu")'))"
