@@ -49,7 +49,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         deadline = time.monotonic() + 90
         while True:
             if proc.poll() is not None:
-                pytest.skip(f"engine server could not start (exit {proc.returncode}): "
+                pytest.fail(f"engine server could not start (exit {proc.returncode}): "
                             f"{(tmp / 'serve.log').read_text()[-500:]}")
             try:
                 if httpx.get(url + "/health", timeout=1.0).status_code == 200:
@@ -57,7 +57,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                pytest.skip("engine server did not answer /health within 90 s")
+                pytest.fail("engine server did not answer /health within 90 s")
             time.sleep(0.2)
         yield url
     finally:

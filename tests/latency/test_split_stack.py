@@ -16,17 +16,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def stack_urls() -> Iterator[dict[str, str]]:
-    try:
-        from zgtool.gateway.supervisor import LocalStack, StackConfig
-    except ImportError as exc:
-        pytest.skip(f"zgtool.gateway.supervisor is not importable: {exc}")
     from zgtool.errors import ZgError
+    from zgtool.gateway.supervisor import LocalStack, StackConfig
 
     try:
         stack = LocalStack(StackConfig(model="null", paths=("nginx", "pygw")))
         st = stack.__enter__()
     except ZgError as exc:
-        pytest.skip(f"the local stack did not start: {exc.message}")
+        pytest.fail(f"the local stack did not start: {exc.message}")
     try:
         yield dict(st.urls)
     finally:

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def null_stack(tmp_path_factory):
     """{"direct": engine URL, "pygw": gateway URL}: null engine + pygw, stopped afterwards."""
-    supervisor = pytest.importorskip("zgtool.gateway.supervisor", reason="LocalStack is not built yet")
+    from zgtool.gateway import supervisor
+
     cfg = supervisor.StackConfig(model="null", paths=("pygw",), run_dir=tmp_path_factory.mktemp("stack"))
     with supervisor.LocalStack(cfg) as st:
         yield dict(st.urls)

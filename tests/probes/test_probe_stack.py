@@ -3,7 +3,6 @@ nginx (streaming and buffered), pygw, and nginx -> pygw; and probe tls on `zgtoo
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import ssl
 import subprocess
@@ -20,9 +19,6 @@ from zgtool.probes.headers import probe_headers
 from zgtool.probes.stream import probe_stream
 from zgtool.probes.tls import probe_tls
 from zgtool.targets import resolve
-
-if importlib.util.find_spec("zgtool.gateway.supervisor") is None:
-    pytest.skip("zgtool.gateway.supervisor (LocalStack) is not importable yet", allow_module_level=True)
 
 # dummy:tiny, not null: its tokens take real compute, so a stream lasts long enough (~0.2 s on
 # CPU) for buffering to be told apart from streaming; null answers in a few ms.
