@@ -1,0 +1,85 @@
+"""The CLI's own contract: fast help without torch, version, generate, targets, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def zgtool(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "zgtool", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+def test_help_lists_every_command_without_importing_torch():
+    code = ("import sys; sys.argv = ['zgtool', '--help']\n"
+            "from zgtool.app import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip().endswith("NO-TORCH")
+    for cmd in ("generate", "serve", "gateway", "probe", "latency-split", "bench", "gate", "dcgm", "defrag",
+                "report", "verify", "client", "targets"):
+        assert cmd in out
+
+
+def test_version_prints_the_package_version():
+    from zgtool import __version__
+
+    proc = zgtool("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"zgtool {__version__}"
+
+
+def test_generate_json_has_ids_text_finish_reason_and_timings():
+    proc = zgtool("generate", "--model", "null", "--prompt", "hi", "--max-tokens", "12", "--json")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["schema"] == "zgtool.result/1" and res["kind"] == "generate"
+    d = res["data"]
+    assert d["text"] == "Hello from t" and len(d["output_token_ids"]) == 12 and d["prompt_token_ids"]
+    assert d["finish_reason"] == "length" and d["ttft_ms"] > 0 and d["total_ms"] >= d["ttft_ms"]
+
+
+def test_generate_streams_text_and_ends_with_a_timing_summary():
+    proc = zgtool("generate", "--model", "dummy:tiny", "--prompt", "hi", "--max-tokens", "8", "--raw",
+                  "--temperature", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert "TTFT" in proc.stderr and "tok/s" in proc.stderr and "meaningless" in proc.stderr
+
+
+def test_generate_is_deterministic_for_a_seed():
+    args = ("generate", "--model", "dummy:tiny", "--max-tokens", "10", "--temperature", "0.8", "--seed", "3", "--json")
+    a, b = (json.loads(zgtool(*args).stdout)["data"]["output_token_ids"] for _ in range(2))
+    assert a == b
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("generate", "--model", "nope/missing"), "unknown model"),
+    (("generate", "--model", "null", "--max-tokens", "0"), "max_tokens"),
+    (("generate", "--model", "dummy:huge"), "unknown dummy preset"),
+], ids=["unknown-model", "max-tokens-zero", "unknown-preset"])
+def test_bad_generate_input_is_one_line_and_exit_2(args, needle):
+    proc = zgtool(*args)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_targets_lists_builtins_and_config_targets_without_keys(tmp_path, monkeypatch):
+    (tmp_path / "zgtool.toml").write_text(
+        '[targets.vllm]\nurl = "http://10.0.0.9:8000"\napi = "openai"\nmodel = "m"\nkey_env = "VLLM_KEY"\n')
+    proc = subprocess.run([sys.executable, "-m", "zgtool", "targets", "--json"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env={**__import__("os").environ, "VLLM_KEY": "sk-secret"})
+    assert proc.returncode == 0, proc.stderr
+    names = {t["name"]: t for t in json.loads(proc.stdout)}
+    assert {"api", "local", "vllm"} <= set(names) and names["vllm"]["key_env"] == "VLLM_KEY"
+    assert "sk-secret" not in proc.stdout
+
+
+def test_a_malformed_config_is_exit_2_naming_the_file(tmp_path):
+    (tmp_path / "zgtool.toml").write_text("[targets.x\nurl=")
+    proc = zgtool("targets", cwd=str(tmp_path))
+    assert proc.returncode == 2 and "zgtool.toml" in proc.stderr
