@@ -125,13 +125,11 @@ def write_byte_tokenizer_json(path: Path, vocab_size: int) -> None:
     """A tokenizer.json equivalent to ByteTokenizer's encoding (for dummy HF checkpoints):
     one token per byte (ByteLevel alphabet), specials, and filler tokens up to vocab_size."""
     from tokenizers import Tokenizer as _Tok
-    from tokenizers import decoders, models, pre_tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, processors
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
     # ByteLevel maps byte b to a printable char; order the vocab so id == byte value
     byte_to_char = _bytes_to_unicode()
     vocab = {byte_to_char[b]: b for b in range(256)}
-    assert set(vocab) <= set(alphabet) | set(vocab)
     specials = ["<bos>", "<eos>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
     for i, s in enumerate(specials):
         vocab[s] = 256 + i
@@ -143,6 +141,9 @@ def write_byte_tokenizer_json(path: Path, vocab_size: int) -> None:
     )
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(specials)
+    # like Llama's tokenizer.json: encode(add_special_tokens=True) starts with <bos>
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B",
+                                                       special_tokens=[("<bos>", 256)])
     tok.save(str(path))
 
 

@@ -5,6 +5,7 @@ Nothing is downloaded."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def dummy_state_dict(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
     def rnd(*shape: int, std: float = 0.02) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * std
 
-    sd: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rnd(spec.vocab_size, d, std=1.0 / math_sqrt(d))}
+    sd: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rnd(spec.vocab_size, d, std=1.0 / math.sqrt(d))}
     for i in range(spec.num_layers):
         p = f"model.layers.{i}."
         sd[p + "input_layernorm.weight"] = torch.ones(d)
@@ -52,10 +53,6 @@ def dummy_state_dict(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
     if not spec.tie_word_embeddings:
         sd["lm_head.weight"] = rnd(spec.vocab_size, d, std=1.0)
     return sd
-
-
-def math_sqrt(x: float) -> float:
-    return float(x) ** 0.5
 
 
 def _dummy_spec(name: str) -> ModelSpec:
