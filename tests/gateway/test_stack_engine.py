@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,11 +142,21 @@ def test_stopping_zgtool_serve_gateway_stack_leaves_no_child_process(tmp_path: P
         r = httpx.post(f"http://127.0.0.1:{front}/v1/messages", headers={"x-api-key": "k"},
                        json={"model": "null", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]})
         assert r.status_code == 200 and r.headers["via"] == "1.1 pygw"
+        # the front answers before the supervisor has finished its own readiness checks:
+        # wait for the endpoint table (printed, and flushed, once every part is ready)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 60
+        while not any(str(front) in ln for ln in list(lines)):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.1)
         kids = _descendants(proc.pid)
         assert len(kids) >= 4  # engine, pygw, nginx master + worker
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        out = proc.stdout.read()
+        reader.join(10)
+        out = "".join(lines)
         assert "stack" in out and str(front) in out  # the endpoint table was printed
     finally:
         if proc.poll() is None:

@@ -249,6 +249,7 @@ def serve_with_gateway(config: StackConfig, *, console: Any = None) -> None:
     try:
         with LocalStack(config) as st:
             print_endpoints(st, console=console)
+            sys.stdout.flush()  # piped output (tee, a log collector) must see the table now
             watch(st)
     except KeyboardInterrupt:  # Ctrl-C during start-up: children are already stopped
         pass
