@@ -199,6 +199,16 @@ def _grid(charts: list[str]) -> str:
     return '<div class="grid">' + "".join(f"<div>{c}</div>" for c in charts) + "</div>"
 
 
+def _cdf_chart(r: dict[str, Any], metric: str, title: str, x_label: str) -> str:
+    """One CDF per target of a latency_split result, on shared axes."""
+    series = []
+    for i, (name, vals) in enumerate(_per_target_values(r, metric)):
+        xs, ys = svg.cdf_points(vals)
+        series.append(svg.Series(name, xs, ys, svg.path_color(i), "step"))
+    return f"<h3>{escape(title)}</h3>" + svg.line_chart(series, x_label=x_label, y_label="% of requests ≤ x",
+                                                         y_min=0, y_max=100, y_fmt="%")
+
+
 def cdf_section(rs: ResultSet) -> Section:
     sec = Section("cdf", "Latency CDF per path")
     found = splits(rs)
@@ -208,13 +218,7 @@ def cdf_section(rs: ResultSet) -> Section:
     charts = []
     for r in found:
         label = config_label((r.get("data") or {}).get("config") or {})
-        series = []
-        for i, (name, vals) in enumerate(_per_target_values(r, "total_ms")):
-            xs, ys = svg.cdf_points(vals)
-            series.append(svg.Series(name, xs, ys, svg.path_color(i), "step"))
-        charts.append(f"<h3>{escape(label)}: total_ms</h3>"
-                      + svg.line_chart(series, x_label="total latency, ms", y_label="% of requests ≤ x",
-                                       y_min=0, y_max=100, y_fmt="%"))
+        charts.append(_cdf_chart(r, "total_ms", f"{label}: total_ms", "total latency, ms"))
     sec.body = _grid(charts)
     return sec
 
@@ -228,13 +232,7 @@ def tokens_section(rs: ResultSet) -> Section:
     charts = []
     for r in streams:
         label = config_label((r.get("data") or {}).get("config") or {})
-        series = []
-        for i, (name, vals) in enumerate(_per_target_values(r, "ttft_ms")):
-            xs, ys = svg.cdf_points(vals)
-            series.append(svg.Series(name, xs, ys, svg.path_color(i), "step"))
-        charts.append(f"<h3>{escape(label)}: TTFT CDF</h3>"
-                      + svg.line_chart(series, x_label="time to first token, ms", y_label="% of requests ≤ x",
-                                       y_min=0, y_max=100, y_fmt="%"))
+        charts.append(_cdf_chart(r, "ttft_ms", f"{label}: TTFT CDF", "time to first token, ms"))
         per = _per_target_values(r, "itl_ms")
         pooled = [v for _, vals in per for v in vals]
         if pooled:
