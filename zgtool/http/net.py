@@ -1,0 +1,13 @@
+"""Small socket helpers shared by servers, benchmarks and tests."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on ``host`` (the OS picks it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
