@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.errors import UsageError
+from zgtool.gateway.kinds import GATEWAY_KINDS, LAUNCHED, PATHS
 from zgtool.gateway.nginx import NGINX_MODES, NginxServer, find_nginx, nginx_argv, write_config
 from zgtool.gateway.procs import Child, free_port, http_ok, stop_all, wait_ready
 
-PATHS = ("nginx", "nginx-buffered", "pygw", "stack")
-GATEWAYS = ("none", "nginx", "pygw", "stack")
+GATEWAYS = ("none", *GATEWAY_KINDS)
 
 
 class StartFailed(UsageError):
@@ -46,6 +46,7 @@ class StackConfig:
     pygw_policy: str = "default"
     pygw_args: tuple[str, ...] = ()
     redis_url: str | None = None
+    gateway_model: str | None = None         # the model name clients send (LiteLLM's model_list)
     nginx_workers: int = 1                   # one worker: like for like with the one-process engine
     run_dir: Path | None = None              # None: a temp folder, removed after a clean stop
     start_timeout_s: float = 180.0
@@ -134,8 +135,9 @@ class LocalStack:
 
         self._prev_sigterm = signal.signal(signal.SIGTERM, on_term)
 
-    def _spawn(self, name: str, argv: list[str], ready_url: str, *, any_status: bool = False) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    def _spawn(self, name: str, argv: list[str], ready_url: str, *, any_status: bool = False,
+               extra_env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         child = Child(name, argv, self.run_dir / f"{name}.log", env=env)
         self.children.append(child)
         try:
@@ -190,6 +192,9 @@ class LocalStack:
             self._spawn("pygw", argv, pygw_url + "/health")
             if "pygw" in cfg.paths:
                 self.urls["pygw"] = pygw_url
+        for path in cfg.paths:
+            if path in LAUNCHED:
+                self._start_launched(path, front_ports[path], upstream)
         servers = []
         up_addr = upstream.split("://", 1)[1].split("/", 1)[0]
         for path in cfg.nginx_fronts:
@@ -209,6 +214,19 @@ class LocalStack:
                     ready = _responds(s.url + "/")
                     if wait_ready(self.children[-1], ready, timeout_s=10) is not None:
                         raise StartFailed(f"nginx is not answering on {s.url}; log {self.run_dir / 'nginx-error.log'}")
+
+    def _start_launched(self, path: str, port: int, upstream: str) -> None:
+        """haproxy, caddy, varnish, squid, litellm: config from zgtool.gateway.kinds, one child each."""
+        from zgtool.gateway.kinds import LaunchRequest, plan_launch
+
+        cfg = self.config
+        req = LaunchRequest(path=path, host=cfg.host, port=port, upstream=upstream, run_dir=self.run_dir,
+                            keys_file=cfg.pygw_keys, redis_url=cfg.redis_url, model=cfg.gateway_model or cfg.model)
+        launch = plan_launch(req)
+        url = f"http://{cfg.host}:{port}"
+        self._spawn(path, list(launch.argv), url + launch.ready_path, any_status=launch.ready_any_status,
+                    extra_env=launch.env)
+        self.urls[path] = url
 
 
 def _responds(url: str):

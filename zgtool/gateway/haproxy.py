@@ -1,0 +1,31 @@
+"""HAProxy (Debian 2.6) as a gateway: a config in the run folder, run in the foreground.
+
+Streaming: HAProxy's default (it forwards each upstream read at once). Buffered: what an
+API edge with body inspection runs, `http-request wait-for-body` and `http-response
+wait-for-body`, which hold a response back until it is complete, its buffer is full or
+the wait time has passed."""
+
+from __future__ import annotations
+
+from zgtool.gateway.binaries import find_binary
+from zgtool.gateway.kinds import Launch, LaunchRequest, render_template
+
+INSTALL = "sudo apt-get install -y haproxy"
+BUFFER_WAIT_S = 10  # the longest a buffered response is held before it is sent anyway
+
+_BUFFERED = (
+    "    # buffered: hold the request and the response body (up to the wait or a full buffer)\n"
+    "    http-request wait-for-body time 1s\n"
+    f"    http-response wait-for-body time {BUFFER_WAIT_S}s\n"
+)
+
+
+def launch(req: LaunchRequest) -> Launch:
+    binary = find_binary("haproxy", INSTALL)
+    up_host, up_port = req.upstream_host_port
+    config = req.run_dir / f"{req.path}.cfg"
+    config.write_text(render_template(
+        "haproxy.cfg.tmpl", mode="buffered" if req.buffered else "streaming", config=config,
+        host=req.host, port=req.port, upstream=f"{up_host}:{up_port}", buffering=_BUFFERED if req.buffered else "",
+    ))
+    return Launch(argv=(binary, "-db", "-f", str(config)), config=config)

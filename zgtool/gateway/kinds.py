@@ -1,0 +1,195 @@
+"""Every gateway zgtool can put in front of an engine, behind one API.
+
+    from zgtool.gateway.kinds import start_gateway, GATEWAY_KINDS
+
+    with start_gateway("haproxy", "http://127.0.0.1:8000", run_dir, buffering="buffered") as gw:
+        gw.url, gw.pids          # the front's URL; every process it runs
+    # stopped: no process left, also on an exception or a failed start
+
+Kinds: nginx, pygw and stack (nginx -> pygw) are zgtool's reference path; haproxy, caddy,
+varnish, squid (Debian packages) and litellm (LiteLLM proxy, its own venv in the cache
+dir) are the gateways people run. Each is a path of the LocalStack supervisor, so
+`zgtool serve --gateway`, `zgtool gateway --kind` and `zgtool verify --gateway` take them
+all; `-buffered` paths are the same gateway configured to hold responses back.
+
+This module imports nothing heavy: the CLI reads GATEWAY_KINDS for its --help.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from importlib import import_module
+from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zgtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from zgtool.gateway.supervisor import LocalStack
+
+# what a user chooses (CLI --gateway / --kind, verify --gateway)
+GATEWAY_KINDS = ("nginx", "pygw", "stack", "haproxy", "caddy", "litellm", "varnish", "squid")
+BUFFERINGS = ("streaming", "buffered")
+# kinds with a configuration that holds responses back (the `-buffered` path)
+BUFFERED_PATH = {"nginx": "nginx-buffered", "haproxy": "haproxy-buffered", "caddy": "caddy-buffered"}
+# the paths started from a Launch (one process group each); module that plans each
+LAUNCHED = {
+    "haproxy": "haproxy", "haproxy-buffered": "haproxy",
+    "caddy": "caddy", "caddy-buffered": "caddy",
+    "varnish": "varnish", "squid": "squid", "litellm": "litellm",
+}
+# every path the supervisor can run
+PATHS = ("nginx", "nginx-buffered", "pygw", "stack", *LAUNCHED)
+
+LABELS = {
+    "haproxy": "HAProxy -> {up}", "haproxy-buffered": "HAProxy (wait-for-body) -> {up}",
+    "caddy": "Caddy -> {up}", "caddy-buffered": "Caddy (buffer_responses) -> {up}",
+    "varnish": "Varnish -> {up}", "squid": "Squid (accelerator) -> {up}", "litellm": "LiteLLM proxy -> {up}",
+}
+
+
+def path_for(kind: str, buffering: str = "streaming") -> str:
+    """The supervisor path of a kind in a buffering mode ("haproxy", "buffered" -> "haproxy-buffered")."""
+    if kind in PATHS and kind not in GATEWAY_KINDS:  # already a path ("caddy-buffered")
+        return kind
+    if kind not in GATEWAY_KINDS:
+        raise UsageError(f"unknown gateway kind {kind!r}; choose from {', '.join(GATEWAY_KINDS)}")
+    if buffering not in BUFFERINGS:
+        raise UsageError(f"buffering must be streaming or buffered, not {buffering!r}")
+    if buffering == "buffered":
+        if kind not in BUFFERED_PATH:
+            raise UsageError(f"{kind} has no buffered configuration here; buffered: {', '.join(BUFFERED_PATH)}")
+        return BUFFERED_PATH[kind]
+    return kind
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What a gateway process is asked to do: listen on host:port, proxy to upstream (a base URL)."""
+
+    path: str
+    host: str
+    port: int
+    upstream: str
+    run_dir: Path
+    keys_file: Path | None = None
+    redis_url: str | None = None
+    model: str | None = None  # the model name clients send (LiteLLM routes by it; others ignore it)
+
+    @property
+    def buffered(self) -> bool:
+        return self.path.endswith("-buffered")
+
+    @property
+    def upstream_host_port(self) -> tuple[str, int]:
+        if not self.upstream.startswith("http://"):
+            raise UsageError(f"{self.path} fronts a plaintext upstream; give an http:// upstream URL, not {self.upstream!r}")
+        netloc = self.upstream.split("://", 1)[1].split("/", 1)[0]
+        host, _, port = netloc.rpartition(":")
+        if not host or not port.isdigit():
+            return netloc, 80
+        return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to run one gateway process: argv, extra environment, and how to see it is up."""
+
+    argv: tuple[str, ...]
+    config: Path
+    env: dict[str, str] = field(default_factory=dict)
+    ready_path: str = "/"
+    ready_any_status: bool = True  # a proxy in front of a user's upstream may answer 404 or 502
+    logs: tuple[Path, ...] = ()    # logs besides the process's own stdout/stderr
+
+
+def plan_launch(req: LaunchRequest) -> Launch:
+    """Write the gateway's configuration into req.run_dir and return how to run it.
+    MissingCapability (exit 4, one line with the install command) when it is not installed."""
+    module = LAUNCHED.get(req.path)
+    if module is None:
+        raise UsageError(f"{req.path} is not a launched gateway kind")
+    launch: Launch = import_module(f"zgtool.gateway.{module}").launch(req)
+    return launch
+
+
+def render_template(name: str, **values: Any) -> str:
+    """A template from zgtool/gateway/templates with ${name} placeholders (all must be given)."""
+    text = files("zgtool.gateway").joinpath("templates", name).read_text()
+    return string.Template(text).substitute({k: str(v) for k, v in values.items()})
+
+
+@dataclass
+class Gateway:
+    """A running gateway (and nothing else: the upstream is the caller's)."""
+
+    kind: str
+    path: str
+    stack: LocalStack
+
+    @property
+    def url(self) -> str:
+        return self.stack.urls[self.path]
+
+    @property
+    def upstream(self) -> str:
+        return self.stack.urls["direct"]
+
+    @property
+    def pids(self) -> list[int]:
+        return self.stack.pids
+
+    @property
+    def pid(self) -> int:
+        return self.stack.pids[0]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.stack.run_dir
+
+    def logs(self) -> dict[str, Path]:
+        return self.stack.logs()
+
+    def stop(self) -> None:
+        """Stop every process of the gateway (SIGTERM, then SIGKILL after the grace)."""
+        self.stack.__exit__(None, None, None)
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_gateway(
+    kind: str,
+    upstream_url: str,
+    run_dir: Path,
+    port: int | None = None,
+    *,
+    buffering: str = "streaming",
+    redis_url: str | None = None,
+    keys_file: Path | None = None,
+    host: str = "127.0.0.1",
+    model: str | None = None,
+    start_timeout_s: float = 180.0,
+    stop_grace_s: float = 5.0,
+    **opts: Any,
+) -> Gateway:
+    """Start `kind` in front of upstream_url on a free loopback port (or `port`), logs and
+    configs in run_dir; returns once it answers. A failed start leaves no process and
+    raises (StartFailed naming the log, or MissingCapability naming the install command).
+    Other opts go to StackConfig (e.g. tls=True, basic_auth=(u, p) for nginx fronts)."""
+    from zgtool.gateway.supervisor import LocalStack, StackConfig
+
+    path = path_for(kind, buffering)
+    cfg = StackConfig(
+        paths=(path,), upstream=upstream_url, gateway_port=port, host=host, run_dir=Path(run_dir),
+        pygw_keys=keys_file, redis_url=redis_url, gateway_model=model, start_timeout_s=start_timeout_s,
+        stop_grace_s=stop_grace_s, **opts,
+    )
+    stack = LocalStack(cfg)
+    stack.__enter__()  # on failure it has already stopped what it started
+    return Gateway(kind, path, stack)

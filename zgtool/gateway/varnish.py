@@ -1,0 +1,24 @@
+"""Varnish (Debian 7.1) as a gateway: the built-in VCL behaviour (POST passed to the backend,
+streaming on), `varnishd -F` in the foreground with its working folder in the run folder.
+`-j none`: no privilege separation, so the run folder needs no varnish-user access."""
+
+from __future__ import annotations
+
+from zgtool.gateway.binaries import find_binary
+from zgtool.gateway.kinds import Launch, LaunchRequest, render_template
+
+INSTALL = "sudo apt-get install -y varnish"
+
+
+def launch(req: LaunchRequest) -> Launch:
+    binary = find_binary("varnishd", INSTALL)
+    up_host, up_port = req.upstream_host_port
+    config = req.run_dir / f"{req.path}.vcl"
+    config.write_text(render_template(
+        "varnish.vcl.tmpl", config=config, host=req.host, port=req.port, upstream_host=up_host,
+        upstream_port=up_port,
+    ))
+    workdir = req.run_dir / f"{req.path}-work"
+    argv = (binary, "-F", "-j", "none", "-n", str(workdir), "-f", str(config), "-a", f"{req.host}:{req.port}",
+            "-T", "none", "-s", "malloc,64m", "-p", "thread_pools=1")
+    return Launch(argv=argv, config=config)
