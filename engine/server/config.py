@@ -27,6 +27,9 @@ class ServeConfig:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
+    write_timeout_s: float = 30.0     # a client that stops reading this long is cut off (its request aborted)
+    max_header_bytes: int = 32 * 1024  # request line + headers; over it: 431 (nginx: 4 x 8 KiB buffers)
+    max_headers: int = 100
     stream_interval: int = 1
     grace_s: float = 10.0
     # TLS: "none" | "self-signed" | "files" (tls_cert + tls_key)
@@ -36,6 +39,7 @@ class ServeConfig:
     tls_dir: Path | None = None
     # admission, safety, logs
     keys: Path | None = None
+    metrics_require_key: bool = False   # GET /metrics needs a key too (also [metrics] in keys.toml)
     safety_policy: Path | None = None
     access_log: Path | None = None
     log_level: str = "warning"
@@ -51,7 +55,11 @@ class ServeConfig:
             raise UsageError("--stream-interval must be >= 1")
         if self.max_body_bytes < 1024:
             raise UsageError("--max-body-bytes must be >= 1024")
-        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "grace_s"):
+        if self.max_header_bytes < 1024 or self.max_headers < 8:
+            raise UsageError("--max-header-bytes must be >= 1024 and --max-headers >= 8")
+        if self.metrics_require_key and self.keys is None:
+            raise UsageError("--metrics-key needs --keys (the keys that may scrape /metrics)")
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "write_timeout_s", "grace_s"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be > 0")
         if self.batch_window_ms < 0:

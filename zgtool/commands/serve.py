@@ -34,6 +34,10 @@ def serve(
     body_timeout_s: float = typer.Option(30.0, "--body-timeout-s", help="Deadline for a request's body after its headers."),
     keep_alive_s: float = typer.Option(5.0, "--keep-alive-s", help="Idle keep-alive timeout."),
     grace_s: float = typer.Option(10.0, "--grace-s", help="On SIGTERM/Ctrl-C, let in-flight requests finish this long."),
+    write_timeout_s: float = typer.Option(30.0, "--write-timeout-s", help="A client that stops reading this long is cut off and its request aborted."),
+    max_header_bytes: int = typer.Option(32 * 1024, "--max-header-bytes", help="Request line + headers cap; over it: 431."),
+    max_headers: int = typer.Option(100, "--max-headers", help="Header field count cap; over it: 431."),
+    metrics_key: bool = typer.Option(False, "--metrics-key", help="GET /metrics needs a key from --keys (Prometheus: bearer auth)."),
     tls: str = typer.Option("none", "--tls", help="self-signed: generate a localhost certificate (fingerprint printed)."),
     tls_cert: Path = typer.Option(None, "--tls-cert", help="PEM certificate (with --tls-key)."),
     tls_key: Path = typer.Option(None, "--tls-key", help="PEM private key."),
@@ -61,6 +65,8 @@ def serve(
         batch_window_ms=batch_window_ms, deterministic=deterministic, stream_interval=stream_interval,
         max_body_bytes=max_body_bytes, header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s,
         keep_alive_s=keep_alive_s, grace_s=grace_s, tls=tls, tls_cert=tls_cert, tls_key=tls_key,
+        write_timeout_s=write_timeout_s, max_header_bytes=max_header_bytes, max_headers=max_headers,
+        metrics_require_key=metrics_key,
         tls_dir=tls_dir, keys=keys, safety_policy=safety_policy, access_log=access_log, log_level=log_level,
     )
     if gateway != "none":
