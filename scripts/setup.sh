@@ -48,5 +48,5 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 # setuptools' editable-install warnings are noise here; errors still fail the script
-.venv/bin/python -m pip install -q -e ".[test,load]" 2> >(grep -vE "BuildBackendWarning|^\s*(!!|\*+|$)" >&2)
+.venv/bin/python -m pip install -q -e ".[test,load]" 2> >(grep -vE "BuildBackendWarning|Please be careful with folders|name as your package as they|with strategy, WheelFile|^\s*(!!|\*+|$)" >&2)
 echo "setup: ok ($(.venv/bin/python -c 'import torch;print("torch", torch.__version__, "cuda" if torch.cuda.is_available() else "cpu")'))"

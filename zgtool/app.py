@@ -6,12 +6,15 @@ stays fast.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import traceback
 
 import typer
 
 from zgtool import __version__
-from zgtool.errors import ExitCode, ZgError, exit_code_for
+from zgtool.errors import ExitCode, ZgError, exit_code_for, mark_interrupted, was_interrupted
 
 app = typer.Typer(
     name="zgtool",
@@ -34,8 +37,6 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     if debug:
-        import os
-
         os.environ["ZGTOOL_DEBUG"] = "1"
 
 
@@ -46,32 +47,73 @@ def _register_all() -> None:
         register(app)
 
 
-def main() -> None:
-    import os
+def _say(message: str) -> None:
+    typer.secho(f"zgtool: {message}", err=True, fg="red")
 
-    _register_all()
+
+def _on_sigint(signum: int, frame: object) -> None:
+    mark_interrupted(signum)
+    raise KeyboardInterrupt
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _run(args: list[str]) -> int:
+    """Parse and invoke; every outcome becomes an exit code here, nowhere else.
+
+    The click tree is driven directly (not `app(standalone_mode=...)`) because typer turns
+    Ctrl-C into a silent `Exit(130)` and, outside standalone mode, returns exit codes
+    instead of raising them.
+    """
+    from typer._click.exceptions import ClickException  # typer >= 0.26 vendors click
+
+    from zgtool.cli import plain_help
+
+    command = plain_help(typer.main.get_command(app))
     try:
-        app(standalone_mode=False)
+        with command.make_context("zgtool", args) as ctx:
+            command.invoke(ctx)
+        code = 0
+    except typer.Exit as exc:
+        code = int(exc.exit_code)
+    except ClickException as exc:       # usage errors: click's Usage:/Try --help/Error: lines
+        exc.show()
+        return int(exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort, EOFError):
+        mark_interrupted()
+        code = int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:             # `zgtool ... | head`: the reader left; say nothing more
+        _silence_stdout()
+        return 1
     except ZgError as exc:
         if os.environ.get("ZGTOOL_DEBUG"):
-            raise
-        typer.secho(f"zgtool: {exc.message}", err=True, fg="red")
-        sys.exit(int(exc.exit_code))
-    except KeyboardInterrupt:
-        typer.secho("zgtool: interrupted", err=True, fg="red")
-        sys.exit(int(ExitCode.INTERRUPTED))
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        typer.secho("zgtool: aborted", err=True, fg="red")
-        sys.exit(int(ExitCode.INTERRUPTED))
-    except Exception as exc:  # click usage errors and friends
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(int(ExitCode.USAGE))
+            traceback.print_exc()
+        _say(exc.message)
+        return int(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the one place a bug becomes an exit code
         if os.environ.get("ZGTOOL_DEBUG"):
-            raise
-        typer.secho(f"zgtool: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", err=True, fg="red")
-        sys.exit(int(exit_code_for(exc)))
+            traceback.print_exc()
+            _say(f"bug: {type(exc).__name__}: {exc}; please report it")
+        else:
+            _say(f"bug: {type(exc).__name__}: {exc}; please report it (rerun with --debug for the traceback)")
+        return int(exit_code_for(exc))
+    if was_interrupted():
+        _say("interrupted")
+        return int(ExitCode.INTERRUPTED)
+    return code
+
+
+def main(args: list[str] | None = None) -> None:
+    _register_all()
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:     # not when the parent ignores SIGINT (nohup, &)
+        signal.signal(signal.SIGINT, _on_sigint)
+    code = _run(list(sys.argv[1:] if args is None else args))
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    sys.exit(code)

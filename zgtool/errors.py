@@ -5,6 +5,8 @@
     ├── VerdictFailed            -> 1  a gate or verdict failed
     ├── TargetUnreachable        -> 3  DNS failure, refused port, timeout, not HTTP
     └── MissingCapability        -> 4  no capture privilege, no GPU/NVML, no k6, no nginx
+    any other exception          -> 1  a bug: "please report", traceback with --debug
+    Ctrl-C (SIGINT)              -> 130, one line, also when the command drained and returned
 
 Engine errors (zgtool.engine.errors) are mapped to HTTP statuses in the server and to
 UsageError at the CLI boundary.
@@ -21,6 +23,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     UNREACHABLE = 3
     MISSING_CAPABILITY = 4
+    BUG = 1                 # an exception outside this tree: a traceback under --debug, "please report"
     INTERRUPTED = 130
 
 
@@ -48,10 +51,23 @@ class MissingCapability(ZgError):
     exit_code = ExitCode.MISSING_CAPABILITY
 
 
+_interrupted: list[int] = []
+
+
+def mark_interrupted(signum: int = 2) -> None:
+    """Record a Ctrl-C that a command handled itself (uvicorn's drain, a watch loop's
+    summary), so the process still exits 130 when the command returns normally."""
+    _interrupted.append(signum)
+
+
+def was_interrupted() -> bool:
+    return bool(_interrupted)
+
+
 def exit_code_for(exc: BaseException) -> ExitCode:
-    """The one place outcomes become exit codes."""
+    """The one place outcomes become exit codes. Anything outside the tree is a bug (1)."""
     if isinstance(exc, ZgError):
         return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return ExitCode.INTERRUPTED
-    return ExitCode.USAGE
+    return ExitCode.BUG

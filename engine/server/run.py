@@ -11,6 +11,7 @@ import contextlib
 import logging
 import signal
 import socket
+import ssl
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -49,8 +50,26 @@ class ZgServer(uvicorn.Server):
         # uvicorn re-raises the captured signal here; a shutdown that was asked for and
         # completed is a success, so we do not.
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Our order, not uvicorn's: stop accepting, close idle connections, let requests finish
+        within --grace-s, abort the rest with the API's own error (event), then let uvicorn
+        finish, so it never has request tasks left to cancel."""
+        self.zg_app.draining = True
+        for server in getattr(self, "servers", []):
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        await self.zg_app.drain(self.zg_app.cfg.grace_s)
+        await super().shutdown(sockets)
+
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.zg_app.draining = True
+        if sig == signal.SIGINT:        # drained cleanly, but the CLI still exits 130 for Ctrl-C
+            from zgtool.errors import mark_interrupted
+
+            mark_interrupted(sig)
         super().handle_exit(sig, frame)
 
 
@@ -90,19 +109,21 @@ def bind(host: str, port: int) -> socket.socket:
 
 def _engine_config(cfg: ServeConfig) -> Any:
     from zgtool.engine import EngineConfig
+    from zgtool.engine.config import server_threads
 
     return EngineConfig(
         model=cfg.model, device=cfg.device, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
         max_num_seqs=cfg.max_num_seqs, max_waiting=cfg.max_waiting,
         kv_memory_bytes=cfg.kv_memory_mb * 1024 * 1024 if cfg.kv_memory_mb else None,
         batch_window_ms=cfg.batch_window_ms, deterministic=cfg.deterministic,
+        num_threads=server_threads(cfg.num_threads),
     )
 
 
 def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
     """Everything but the event loop: TLS files, keys, policy, engine, app."""
     from zgtool.engine import Engine
-    from zgtool.engine.errors import EngineError
+    from zgtool.engine.errors import EngineError, ModelUnavailable
     from zgtool.engine.server import tls as tlsmod
     from zgtool.engine.server.accesslog import AccessLog
     from zgtool.engine.server.admission import Admission, load_keys
@@ -120,6 +141,9 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
     sock = sock or bind(cfg.host, cfg.port)
     try:
         engine = Engine(_engine_config(cfg))
+    except ModelUnavailable as exc:
+        sock.close()
+        raise MissingCapability(f"cannot load model {cfg.model!r}: {exc}") from exc
     except EngineError as exc:
         sock.close()
         raise UsageError(f"cannot load model {cfg.model!r}: {exc}") from exc
@@ -133,15 +157,23 @@ def make_server(built: Built) -> ZgServer:
 
     cfg = built.config
     built.app.disconnect_hook = True
+    ssl_context = None
+    if built.tls is not None:
+        # TLS is started by our protocol (not uvicorn's create_server), so that a handshake
+        # that stalls is cut at the header deadline instead of asyncio's 60 s.
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(str(built.tls.cert_path), str(built.tls.key_path))
     ucfg = uvicorn.Config(
         built.app,
         loop="uvloop",
-        http=protocol_class(cfg.header_timeout_s, cfg.body_timeout_s),
+        http=protocol_class(cfg.header_timeout_s, cfg.body_timeout_s, write_timeout_s=cfg.write_timeout_s,
+                            max_header_bytes=cfg.max_header_bytes, max_headers=cfg.max_headers,
+                            ssl_context=ssl_context),
         lifespan="on",
         timeout_keep_alive=int(max(1, cfg.keep_alive_s)),
-        timeout_graceful_shutdown=int(max(1, cfg.grace_s)),
-        ssl_certfile=str(built.tls.cert_path) if built.tls else None,
-        ssl_keyfile=str(built.tls.key_path) if built.tls else None,
+        # drain() has already waited --grace-s and ended every request; this only bounds
+        # connections that are still flushing.
+        timeout_graceful_shutdown=5,
         log_level=cfg.log_level,
         access_log=False,
         server_header=False,     # the app sends Server: zgtool-engine/<version>
@@ -164,9 +196,10 @@ def startup_rows(built: Built) -> list[tuple[str, str]]:
     else:
         keys = f"{len(adm.keys.keys)} keys, tiers: {', '.join(adm.keys.tiers) or '-'}; admin keys: {len(adm.keys.admin_digests)}"
     rows = [
-        ("model", f"{e.model_name}" + (" (random weights: output text is meaningless)" if getattr(e, "is_dummy", False) else "")),
+        ("model", model_row(e)),
         ("device", str(e.device)),
-        ("dtype", str(e.dtype)),
+        ("dtype", dtype_row(e)),
+        ("threads", threads_row(e, cfg.num_threads)),
         ("context", f"{e.max_model_len} tokens"),
         ("KV pool", kv),
         ("listening", built.url),
@@ -183,6 +216,37 @@ def startup_rows(built: Built) -> list[tuple[str, str]]:
     if cfg.access_log:
         rows.append(("access log", str(cfg.access_log)))
     return rows
+
+
+def model_row(e: Any) -> str:
+    """The model line of the banner: name, where it came from, and loud notes."""
+    text = str(e.model_name)
+    if getattr(e, "is_dummy", False):
+        text += " (random weights: output text is meaningless)"
+    tok = getattr(e, "tokenizer", None)
+    if tok is not None and getattr(tok, "has_chat_template", True) is False:
+        text += " — WARNING: no chat template (chat requests use plain 'role: content' lines)"
+    return text
+
+
+def dtype_row(e: Any) -> str:
+    from zgtool.engine.config import cpu_native_bf16
+
+    if e.config.dtype != "auto":
+        return f"{e.dtype} (--dtype {e.config.dtype})"
+    if str(e.device).startswith("cuda"):
+        return f"{e.dtype} (auto: CUDA)"
+    why = "CPU has native bf16" if cpu_native_bf16() else "CPU has no native bf16"
+    return f"{e.dtype} (auto: {why})"
+
+
+def threads_row(e: Any, requested: int | None) -> str:
+    import torch
+
+    from zgtool.engine.config import available_cpus
+
+    how = "--num-threads" if requested else "default: all CPUs but one, which the I/O loop keeps"
+    return f"{torch.get_num_threads()} torch compute thread(s) of {available_cpus()} CPUs ({how})"
 
 
 def print_startup(built: Built) -> None:
