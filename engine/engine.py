@@ -54,7 +54,8 @@ class Engine:
         from zgtool.engine.weights import load_model
 
         self.config = cfg = config or EngineConfig()
-        loaded = load_model(cfg.model, seed=cfg.seed)
+        self.device, self.dtype, torch_dtype = kvpool.pick_device_dtype(cfg, torch)
+        loaded = load_model(cfg.model, seed=cfg.seed, dtype=torch_dtype)  # cast per tensor: no fp32 copy
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         elif loaded.spec is not None and loaded.spec.hidden_size <= 256:
@@ -63,7 +64,6 @@ class Engine:
         self.model_name = cfg.model
         self.tokenizer = loaded.tokenizer
         self.is_dummy = loaded.is_dummy
-        self.device, self.dtype, torch_dtype = kvpool.pick_device_dtype(cfg, torch)
         self.spec = loaded.spec
         self.block_size = cfg.block_size
         if loaded.spec is None:  # null backend: real bookkeeping, no tensors

@@ -6,6 +6,7 @@
     │   └── ContextLengthExceeded   400 invalid_request_error  (names both counts)
     ├── ModelNotFound               404 not_found_error        (unknown model string / path)
     ├── ModelLoadError              500 (at start-up: missing files, unsupported architecture)
+    │   └── ModelUnavailable        a packaged model's package is missing or its file damaged (CLI exit 4)
     ├── Overloaded                  529 overloaded_error       (KV pool and waiting queue saturated)
     └── EngineStopped               503 / 529                  (shutting down)
 """
@@ -40,6 +41,11 @@ class ModelNotFound(EngineError):
 
 class ModelLoadError(EngineError):
     pass
+
+
+class ModelUnavailable(ModelLoadError):
+    """A packaged model's Python package is not installed, or its file is damaged; the message
+    names the fix (a missing capability of this machine, not a bad request)."""
 
 
 class Overloaded(EngineError):

@@ -21,9 +21,9 @@ def pick_device_dtype(cfg: EngineConfig, torch: Any) -> tuple[str, str, Any]:
         from zgtool.engine.errors import ModelLoadError
 
         raise ModelLoadError("device cuda requested but no CUDA device is available (use --device cpu)")
-    dtype = cfg.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    from zgtool.engine.config import resolve_dtype
+
+    dtype = resolve_dtype(cfg.dtype, device)
     return device, dtype, getattr(torch, dtype)
 
 

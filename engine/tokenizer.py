@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Protocol
 
 from zgtool.engine.errors import ModelLoadError
 
 Message = dict[str, str]
+log = logging.getLogger(__name__)
 
 
 class Tokenizer(Protocol):
@@ -65,7 +67,9 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """tokenizer.json through the `tokenizers` library; chat template from tokenizer_config.json."""
+    """tokenizer.json through the `tokenizers` library; the chat template from `chat_template.jinja`
+    (where transformers >= 4.47 saves it) or `tokenizer_config.json` `chat_template`, rendered the
+    way transformers' `apply_chat_template(..., add_generation_prompt=True)` renders it."""
 
     def __init__(self, model_dir: Path, eos_from_config: tuple[int, ...], bos_from_config: int | None) -> None:
         from tokenizers import Tokenizer as _Tok
@@ -78,8 +82,15 @@ class HFTokenizer:
         cfg: dict[str, Any] = {}
         cfg_path = model_dir / "tokenizer_config.json"
         if cfg_path.exists():
-            cfg = json.loads(cfg_path.read_text())
-        self._template: str | None = cfg.get("chat_template") if isinstance(cfg.get("chat_template"), str) else None
+            try:
+                cfg = json.loads(cfg_path.read_text())
+            except json.JSONDecodeError as exc:
+                raise ModelLoadError(f"{cfg_path}: invalid JSON: {exc}") from exc
+        self._template, self.chat_template_source = read_chat_template(model_dir, cfg)
+        if self._template is None:
+            log.warning("%s has no chat template (neither chat_template.jinja nor tokenizer_config.json "
+                        "'chat_template'): chat requests fall back to plain 'role: content' lines, which a chat "
+                        "model answers badly", model_dir)
         self._bos_text = _token_text(cfg.get("bos_token"))
         self._eos_text = _token_text(cfg.get("eos_token"))
         eos = list(eos_from_config)
@@ -87,6 +98,11 @@ class HFTokenizer:
             eos.append(tid)
         self.eos_token_ids = tuple(eos)
         self.bos_token_id = bos_from_config
+        self._compiled: Any = None
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._template is not None
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
@@ -94,25 +110,60 @@ class HFTokenizer:
     def decode(self, ids: list[int]) -> str:
         return str(self._tok.decode(ids, skip_special_tokens=True))
 
-    def apply_chat_template(self, messages: list[Message], system: str | None = None) -> list[int]:
+    def render_chat(self, messages: list[Message], system: str | None = None) -> str:
         msgs = ([{"role": "system", "content": system}] if system else []) + list(messages)
-        if self._template:
-            import jinja2
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        if self._template is None:
+            return "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
+        if self._compiled is None:
+            self._compiled = _compile_template(self._template)
+        return str(self._compiled.render(messages=msgs, add_generation_prompt=True,
+                                         bos_token=self._bos_text or "", eos_token=self._eos_text or ""))
 
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+    def apply_chat_template(self, messages: list[Message], system: str | None = None) -> list[int]:
+        text = self.render_chat(messages, system)
+        # the template writes its own specials; without one, the model's BOS (if it has one) leads
+        return self.encode(text, add_special_tokens=self._template is None)
 
-            def _raise(msg: str) -> None:
-                raise ValueError(msg)
 
-            env.globals["raise_exception"] = _raise
-            text = env.from_string(self._template).render(
-                messages=msgs, add_generation_prompt=True,
-                bos_token=self._bos_text or "", eos_token=self._eos_text or "",
-            )
-            return self.encode(text, add_special_tokens=False)
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant:"
-        return self.encode(text, add_special_tokens=True)
+def read_chat_template(model_dir: Path, tokenizer_config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(template, where it came from): chat_template.jinja first (current transformers), then
+    tokenizer_config.json's `chat_template` (a string, or a list of named templates: 'default')."""
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        text = jinja.read_text()
+        if text.strip():
+            return text, "chat_template.jinja"
+    value = tokenizer_config.get("chat_template")
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default")
+    if isinstance(value, str) and value.strip():
+        return value, "tokenizer_config.json"
+    return None, None
+
+
+def _compile_template(template: str) -> Any:
+    """The environment transformers renders chat templates in (sandboxed, trim/lstrip blocks,
+    loop controls, raise_exception, tojson, strftime_now)."""
+    import datetime
+
+    import jinja2
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def _raise(msg: str) -> None:
+        raise ValueError(msg)
+
+    def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+                sort_keys: bool = False) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols],
+                                        undefined=jinja2.Undefined)
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    return env.from_string(template)
 
 
 def _token_text(tok: Any) -> str | None:

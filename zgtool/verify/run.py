@@ -115,7 +115,9 @@ def _start_stack(cfg: VerifyConfig, run_dir: Path, runner: Runner) -> Any:
             runner.skip(f"gateway-{cfg.gateway}", f"gateway path {cfg.gateway}",
                         f"{exc.message}; measuring the pygw path instead")
             paths = ("pygw",)
-    stack = LocalStack(StackConfig(model=cfg.model, paths=paths, run_dir=run_dir))
+    engine_args: tuple[str, ...] = () if cfg.dtype == "auto" else ("--dtype", cfg.dtype)
+    engine_args += () if cfg.num_threads is None else ("--num-threads", str(cfg.num_threads))
+    stack = LocalStack(StackConfig(model=cfg.model, paths=paths, run_dir=run_dir, engine_args=engine_args))
     stack.__enter__()
     return stack
 
@@ -129,7 +131,7 @@ def run_verify(cfg: VerifyConfig, ui: Ui | None = None) -> tuple[VerifyData, Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     runner = Runner(out_dir, ui or Ui())
     data = VerifyData(config=to_jsonable(cfg), plan=to_jsonable(plan), urls={}, stages=runner.stages,
-                      files=runner.files)
+                      files=runner.files, engine=_engine_choice(cfg))
     t_start = time.monotonic()
     stack: Any = None
     prev_term = _sigterm_as_interrupt()
@@ -226,11 +228,27 @@ def _finish(runner: Runner, data: VerifyData, stack: Any, t_start: float, out_di
     _verdict(data, out_dir)
     runner.files.append("verify.json")
     # written before the report (which reads it) and again after, with the report stage's outcome
-    write_result(make_result("verify", data), out_dir / "verify.json")
+    write_result(_verify_result(data), out_dir / "verify.json")
     if not interrupted:
         runner.stage("report", "report.html", lambda st: _report(out_dir, report, data))
-        write_result(make_result("verify", data), out_dir / "verify.json")
+        write_result(_verify_result(data), out_dir / "verify.json")
     return report
+
+
+def _engine_choice(cfg: VerifyConfig) -> dict[str, Any] | None:
+    if cfg.model == "null":
+        return {"model": "null", "device": "cpu", "dtype": None, "dtype_reason": "null backend", "num_threads": None}
+    from zgtool.engine.config import engine_choice
+
+    return dict(engine_choice(cfg.model, cfg.dtype, "auto", cfg.num_threads))
+
+
+def _verify_result(data: VerifyData) -> dict[str, Any]:
+    """The verify result; its environment also says which model ran, on what device and dtype."""
+    result = make_result("verify", data)
+    if data.engine:
+        result["environment"].update({f"engine_{k}": v for k, v in data.engine.items()})
+    return result
 
 
 def _watch_command(name: str, data: VerifyData) -> str:
