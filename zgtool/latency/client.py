@@ -20,7 +20,7 @@ from typing import Any
 import httpcore
 
 from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.servertiming import TIMING_KEYS, parse_timing_event, server_timing_ms
+from zgtool.latency.servertiming import TIMING_KEYS, parse_timing_event, timing_from_headers
 from zgtool.latency.transport import MARKS, make_pool
 from zgtool.targets import Target
 
@@ -200,22 +200,20 @@ class Session:
         """Read the answer to its end; returns the body-complete timestamp."""
         ep = self.ep
         sample.status = resp.status
-        timing: list[str] = []
         for k, v in resp.headers:
-            name = k.lower()
-            if name == b"server-timing":
-                timing.append(v.decode("latin-1"))
-            elif name in (b"request-id", b"x-request-id") and sample.request_id is None:
+            if k.lower() in (b"request-id", b"x-request-id") and sample.request_id is None:
                 sample.request_id = v.decode("latin-1")
-        parts = server_timing_ms(timing)
+        # Server-Timing, and the engine's timing under a gateway's name for it (LiteLLM)
+        parts = timing_from_headers(resp.headers)
         chunks: Iterable[bytes] = resp.stream  # type: ignore[assignment]
         if resp.status >= 400:
             sample.error = _http_error(resp.status, chunks)
         elif ep.stream:
-            sample.error, event_parts, sample.output_tokens = _read_stream(chunks, ep.target.api, content_ns)
+            sample.error, event_parts, sample.output_tokens, sample.input_tokens = _read_stream(
+                chunks, ep.target.api, content_ns)
             parts.update(event_parts)
         else:
-            sample.error, sample.output_tokens = _read_body(chunks, ep.target.api)
+            sample.error, sample.output_tokens, sample.input_tokens = _read_body(chunks, ep.target.api)
         sample.server_timing = parts
         return rec.t.get(_BODY_DONE) or perf_counter_ns()
 
@@ -262,28 +260,30 @@ def _http_error(status: int, chunks: Iterable[bytes]) -> str:
     return f"http_{status}" + (f":{kind}" if kind else "")
 
 
-def _read_body(chunks: Iterable[bytes], api: str) -> tuple[str | None, int | None]:
+def _read_body(chunks: Iterable[bytes], api: str) -> tuple[str | None, int | None, int | None]:
     raw = b"".join(chunks)
     try:
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return "bad_body:not_json", None
+        return "bad_body:not_json", None, None
     if not isinstance(doc, dict):
-        return "bad_body:not_object", None
+        return "bad_body:not_object", None, None
     usage = doc.get("usage") or {}
     tokens = usage.get("output_tokens" if api == "anthropic" else "completion_tokens")
+    prompt = usage.get("input_tokens" if api == "anthropic" else "prompt_tokens")
     if api == "anthropic" and doc.get("type") != "message":
-        return "bad_body:not_a_message", None
+        return "bad_body:not_a_message", None, None
     if api == "openai" and not doc.get("choices"):
-        return "bad_body:no_choices", None
-    return None, int(tokens) if isinstance(tokens, int) else None
+        return "bad_body:no_choices", None, None
+    return (None, int(tokens) if isinstance(tokens, int) else None,
+            int(prompt) if isinstance(prompt, int) else None)
 
 
 def _read_stream(chunks: Iterable[bytes], api: str,
-                 content_ns: list[int]) -> tuple[str | None, dict[str, float], int | None]:
+                 content_ns: list[int]) -> tuple[str | None, dict[str, float], int | None, int | None]:
     """Read SSE to the end, stamping each content delta with the time its bytes arrived."""
     parts: dict[str, float] = {}
-    state: dict[str, Any] = {"tokens": None, "done": False, "error": None}
+    state: dict[str, Any] = {"tokens": None, "input": None, "done": False, "error": None}
     buf = b""
     for chunk in chunks:
         now = perf_counter_ns()
@@ -292,10 +292,10 @@ def _read_stream(chunks: Iterable[bytes], api: str,
             block, buf = buf[:i], buf[i + 2:]
             _handle_event(block, api, now, content_ns, parts, state)
     if state["error"]:
-        return state["error"], parts, state["tokens"]
+        return state["error"], parts, state["tokens"], state["input"]
     if not state["done"]:
-        return "stream_incomplete", parts, state["tokens"]
-    return None, parts, state["tokens"]
+        return "stream_incomplete", parts, state["tokens"], state["input"]
+    return None, parts, state["tokens"], state["input"]
 
 
 def _handle_event(block: bytes, api: str, now: int, content_ns: list[int],
@@ -316,6 +316,12 @@ def _handle_event(block: bytes, api: str, now: int, content_ns: list[int],
             usage = _json(data).get("usage") or {}
             if isinstance(usage.get("output_tokens"), int):
                 state["tokens"] = usage["output_tokens"]
+            if isinstance(usage.get("input_tokens"), int):
+                state["input"] = usage["input_tokens"]
+        elif name == b"message_start" and state["input"] is None:
+            usage = (_json(data).get("message") or {}).get("usage") or {}
+            if isinstance(usage.get("input_tokens"), int):
+                state["input"] = usage["input_tokens"]
         elif name == b"message_stop":
             state["done"] = True
         elif name == b"error":
@@ -344,6 +350,8 @@ def _handle_event(block: bytes, api: str, now: int, content_ns: list[int],
     usage = doc.get("usage") or {}
     if isinstance(usage.get("completion_tokens"), int):
         state["tokens"] = usage["completion_tokens"]
+    if isinstance(usage.get("prompt_tokens"), int):
+        state["input"] = usage["prompt_tokens"]
 
 
 def _json(data: bytes) -> dict[str, Any]:
