@@ -20,9 +20,11 @@ from zgtool.latency.model import (
     PhaseDifference,
     PhaseStats,
     RequestSample,
+    Slo,
     SplitConfig,
     SplitResult,
     TargetResult,
+    Throughput,
 )
 from zgtool.stats import summarize
 from zgtool.targets import Target
@@ -99,24 +101,43 @@ def outside_engine_ms(s: RequestSample) -> float | None:
     return max(0.0, s.total_ms - engine_total)
 
 
-def _metric_values(ok: Sequence[RequestSample], metric: str) -> list[float]:
+def engine_total_missing(samples: Sequence[RequestSample]) -> bool:
+    """No ok request carried the engine's Server-Timing total (a gateway dropped or renamed it)."""
+    ok = [s for s in samples if s.ok]
+    return bool(ok) and all(ENGINE_TOTAL not in s.server_timing for s in ok)
+
+
+def negative_outside_share(samples: Sequence[RequestSample], tolerance_ms: float = 0.5) -> float:
+    """Share of requests whose engine total exceeds the client's own total by more than
+    `tolerance_ms`: the engine's clock cannot run longer than the request around it, so the
+    attribution is wrong (a stale or foreign Server-Timing), not the hop fast."""
+    vals = [(s.total_ms or 0.0) - s.server_timing[ENGINE_TOTAL] for s in samples
+            if s.ok and s.total_ms is not None and ENGINE_TOTAL in s.server_timing]
+    return sum(1 for v in vals if v < -tolerance_ms) / len(vals) if vals else 0.0
+
+
+def _metric_values(ok: Sequence[RequestSample], metric: str) -> tuple[list[float], list[int]]:
+    """Values of one metric and, parallel to them, the round of the request each came from."""
     if metric == "itl_ms":
-        return [g for s in ok for g in s.itl_ms]
-    if metric == "outside_engine_ms":
-        return [v for v in (outside_engine_ms(s) for s in ok) if v is not None]
-    vals = (getattr(s, metric) for s in ok)
-    return [v for v in vals if v is not None]
+        pairs = [(g, s.round) for s in ok for g in s.itl_ms]
+    elif metric == "outside_engine_ms":
+        pairs = [(v, s.round) for s in ok if (v := outside_engine_ms(s)) is not None]
+    else:
+        pairs = [(v, s.round) for s in ok if (v := getattr(s, metric)) is not None]
+    return [v for v, _ in pairs], [r for _, r in pairs]
 
 
-def _phase_values(ok: Sequence[RequestSample], rows: Sequence[dict[str, float]], phase: str) -> list[float]:
+def _phase_values(ok: Sequence[RequestSample], rows: Sequence[dict[str, float]],
+                  phase: str) -> tuple[list[float], list[int]]:
     if phase in METRICS:
         return _metric_values(ok, phase)
-    return [r[phase] for r in rows if phase in r]
+    pairs = [(r[phase], s.round) for s, r in zip(ok, rows, strict=True) if phase in r]
+    return [v for v, _ in pairs], [g for _, g in pairs]
 
 
-def _phase_stats(name: str, values: list[float], n_ok: int, waterfall_sum: float | None,
+def _phase_stats(name: str, values: list[float], groups: list[int], n_ok: int, waterfall_sum: float | None,
                  cfg: SplitConfig) -> PhaseStats:
-    ci = median_ci(values, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed)
+    ci = median_ci(values, groups=groups, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed)
     mean_contrib = None if waterfall_sum is None or not n_ok else waterfall_sum / n_ok
     return PhaseStats(name, len(values), summarize(values), ci.lo, ci.hi, mean_contrib)
 
@@ -132,20 +153,26 @@ def summarize_target(target: Target, samples: list[RequestSample], cfg: SplitCon
     rows = [decompose(s, cfg.stream) for s in ok]
     stats: list[PhaseStats] = []
     for name in phases:
-        vals = _phase_values(ok, rows, name)
+        vals, groups = _phase_values(ok, rows, name)
         if not vals:
             continue
         wsum = None if name in METRICS else sum(r.get(name, 0.0) for r in rows)
-        stats.append(_phase_stats(name, vals, len(ok), wsum, cfg))
+        stats.append(_phase_stats(name, vals, groups, len(ok), wsum, cfg))
     return TargetResult(target.name, target.url, target.api, target.scheme, samples, errors,
                         len(ok), len(samples) - len(ok), stats)
+
+
+def _zero_when_absent(phase: str) -> bool:
+    """A gateway's own part (gw_*) costs a path without that gateway 0 ms; an engine part or a
+    metric missing on one side is missing attribution, not a zero."""
+    return phase.startswith("gw_")
 
 
 def differences(results: Sequence[TargetResult], cfg: SplitConfig) -> list[PhaseDifference]:
     """Every non-baseline target against the first one, per phase (median difference + interval).
 
-    A phase the baseline does not have (e.g. gw_* on a direct path) costs it 0 ms, so the
-    gateway's own parts count fully toward its tax.
+    A gateway phase the baseline does not have (gw_* on a direct path) costs it 0 ms, so the
+    gateway's own parts count fully toward its tax. Rounds are paired between the two paths.
     """
     if len(results) < 2:
         return []
@@ -158,18 +185,76 @@ def differences(results: Sequence[TargetResult], cfg: SplitConfig) -> list[Phase
         cand_rows = [decompose(s, cfg.stream) for s in cand_ok]
         names = [p.name for p in base.phases] + [p.name for p in cand.phases]
         for phase in dict.fromkeys(names):
-            a = _phase_values(base_ok, base_rows, phase) or ([0.0] * len(base_ok) if base_ok else [])
-            b = _phase_values(cand_ok, cand_rows, phase) or ([0.0] * len(cand_ok) if cand_ok else [])
+            a, ga = _phase_values(base_ok, base_rows, phase)
+            b, gb = _phase_values(cand_ok, cand_rows, phase)
+            if _zero_when_absent(phase):
+                if not a:
+                    a, ga = [0.0] * len(base_ok), [s.round for s in base_ok]
+                if not b:
+                    b, gb = [0.0] * len(cand_ok), [s.round for s in cand_ok]
             if not a or not b:
+                # e.g. a gateway that hides the engine's Server-Timing: no figure, never a "saving"
                 out.append(PhaseDifference(phase, base.name, cand.name, None, None, None, NOT_SIGNIFICANT))
                 continue
-            d = median_difference(a, b, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed)
+            # paired by round: both paths ran round r back to back, on the same machine state
+            d = median_difference(a, b, baseline_groups=ga, candidate_groups=gb, confidence=cfg.confidence,
+                                  resamples=cfg.resamples, seed=cfg.seed)
             iv = d.interval
-            out.append(PhaseDifference(phase, base.name, cand.name, iv.estimate, iv.lo, iv.hi, d.verdict))
+            out.append(PhaseDifference(phase, base.name, cand.name, iv.estimate, iv.lo, iv.hi, d.verdict,
+                                       iv.method, iv.rounds))
     return out
 
 
-def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], cfg: SplitConfig) -> SplitResult:
+def measured_duration_s(samples: Sequence[RequestSample]) -> float:
+    """Wall time of a target's measured blocks: per round, first request start -> last request end."""
+    spans: dict[int, tuple[float, float]] = {}
+    for s in samples:
+        end = s.start_s + (s.total_ms or 0.0) / 1000.0
+        lo, hi = spans.get(s.round, (s.start_s, end))
+        spans[s.round] = (min(lo, s.start_s), max(hi, end))
+    return sum(hi - lo for lo, hi in spans.values())
+
+
+def _token_sum(values: Sequence[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def throughput(samples: Sequence[RequestSample], slo: Slo | None, stream: bool) -> Throughput:
+    ok = [s for s in samples if s.ok]
+    dur = measured_duration_s(samples)
+    out_tok = _token_sum([s.output_tokens for s in ok])
+
+    def rate(x: float | None) -> float | None:
+        return None if x is None or dur <= 0 else x / dur
+
+    good = None
+    if slo is not None:
+        good = sum(1 for s in ok if slo.met_by(ttft_ms=s.ttft_ms, tpot_ms=s.tpot_ms, e2e_ms=s.total_ms,
+                                               stream=stream))
+    return Throughput(duration_s=dur, requests_ok=len(ok), request_rps=rate(len(ok)),
+                      input_tokens=_token_sum([s.input_tokens for s in ok]), output_tokens=out_tok,
+                      output_tok_s=rate(out_tok), slo=slo.public() if slo else None, good_requests=good,
+                      goodput_rps=rate(good))
+
+
+def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
+    """Why an outside-engine figure is missing or cannot be trusted, per target."""
+    notes = []
+    has_engine = [not engine_total_missing(s) for s in samples]
+    for t, per_target, has in zip(targets, samples, has_engine, strict=True):
+        if not has and any(has_engine):
+            notes.append(f"{t.name}: no engine Server-Timing total reached the client (the path drops or "
+                         "renames it), so its time outside the engine is not attributed")
+        share = negative_outside_share(per_target)
+        if share > 0.1:
+            notes.append(f"{t.name}: the engine's Server-Timing total exceeds the request's own time on "
+                         f"{share:.0%} of requests; the outside-engine attribution is missing, not negative")
+    return notes
+
+
+def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], cfg: SplitConfig,
+            cpu: dict[str, dict[str, float]] | None = None) -> SplitResult:
     names: set[str] = set()
     unattributed: dict[str, list[str]] = {}
     for t, per_target in zip(targets, samples, strict=True):
@@ -184,9 +269,13 @@ def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], c
     stream_metrics = [m for m in METRICS if cfg.stream or m not in STREAM_ONLY]
     results = [summarize_target(t, s, cfg, [*order, *stream_metrics])
                for t, s in zip(targets, samples, strict=True)]
+    for r, s in zip(results, samples, strict=True):
+        r.throughput = throughput(s, cfg.slo, cfg.stream)
+        r.cpu_ms_per_request = (cpu or {}).get(r.name)
     return SplitResult(config=cfg.public(), definitions=dict(DEFINITIONS), targets=results,
                        differences=differences(results, cfg), waterfall_phases=order,
-                       metric_phases=stream_metrics, unattributed_parts=unattributed)
+                       metric_phases=stream_metrics, unattributed_parts=unattributed,
+                       attribution_notes=attribution_notes(targets, samples))
 
 
 def phase(result: TargetResult, name: str) -> PhaseStats | None:

@@ -29,8 +29,15 @@ DEFINITIONS: dict[str, str] = {
                          "hops that report nothing (e.g. nginx) and the client itself",
     "waterfall": "rows are disjoint by construction and their means sum to the mean total_ms; send_ms is "
                  "shown as a metric because a server may start its clock before the body is sent",
-    "statistics": "p50/p90/p95/p99 (linear), mean, stddev; 95% percentile-bootstrap interval of each median; "
-                  "a difference whose interval contains 0 is 'not significant'",
+    "statistics": "p50/p90/p95/p99 (linear), mean, stddev; 95% bootstrap interval of each median, resampling "
+                  "whole rounds (paired between paths: requests of one round share machine state) when there "
+                  "are >= 3 rounds; a difference whose interval contains 0 is 'not significant'",
+    "request_rps": "ok requests / the wall time of this target's measured blocks (vLLM request_throughput)",
+    "output_tok_s": "output tokens (the API's usage) of ok requests / the same wall time (vLLM output_throughput)",
+    "goodput_rps": "ok requests meeting every SLO of --slo / the same wall time (vLLM --goodput, DistServe); "
+                   "non-stream: TTFT is the whole answer's time and a TPOT SLO does not apply",
+    "cpu_ms_per_request": "CPU time of each local process group (engine, gateway processes) during this target's "
+                          "blocks / its requests: what a co-located gateway takes from a CPU-bound engine",
 }
 
 PROMPTS: dict[str, str] = {
@@ -41,6 +48,62 @@ PROMPTS: dict[str, str] = {
                       " chunked prefill interact in a modern LLM serving engine."] * 60),
 }
 MAX_TOKENS: dict[str, int] = {"short": 16, "medium": 128, "long": 512}
+SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms", "e2el": "e2e_ms"}
+
+
+def auto_rounds(num_requests: int, concurrency: int) -> int:
+    """Blocks per target: many, so the interval can resample rounds (>= 4; ~4 requests per worker
+    and block; at most 16)."""
+    return max(4, min(16, num_requests // max(4, concurrency)))
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Service-level objectives in ms; a request is "good" when it meets every one that is set."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise UsageError(f"--slo {name.removesuffix('_ms')} must be a positive number of ms, not {v}")
+
+    @classmethod
+    def parse(cls, specs: str | list[str] | tuple[str, ...] | None) -> Slo | None:
+        """'ttft:500 tpot:20 e2e:2000' (vLLM's --goodput form; commas or repeated options work too)."""
+        if not specs:
+            return None
+        items = [specs] if isinstance(specs, str) else list(specs)
+        found: dict[str, float] = {}
+        for item in items:
+            for part in item.replace(",", " ").split():
+                key, sep, value = part.partition(":")
+                field_name = SLO_KEYS.get(key.strip().lower())
+                if not sep or field_name is None:
+                    raise UsageError(f"--slo: expected ttft:MS, tpot:MS or e2e:MS, not {part!r}")
+                try:
+                    found[field_name] = float(value.removesuffix("ms"))
+                except ValueError:
+                    raise UsageError(f"--slo {key}: {value!r} is not a number of ms") from None
+        return cls(**found) if found else None
+
+    def public(self) -> dict[str, float]:
+        return {k: v for k, v in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms),
+                                  ("e2e_ms", self.e2e_ms)) if v is not None}
+
+    def met_by(self, *, ttft_ms: float | None, tpot_ms: float | None, e2e_ms: float | None,
+               stream: bool) -> bool:
+        if e2e_ms is None:
+            return False
+        first = ttft_ms if stream else e2e_ms     # a whole-body answer shows its first token at the end
+        if self.ttft_ms is not None and (first is None or first > self.ttft_ms):
+            return False
+        if self.tpot_ms is not None and stream and tpot_ms is not None and tpot_ms > self.tpot_ms:
+            return False     # vLLM: TPOT is 0 (met) for a single output token
+        return not (self.e2e_ms is not None and e2e_ms > self.e2e_ms)
 
 
 @dataclass(frozen=True)
@@ -55,10 +118,12 @@ class SplitConfig:
     max_tokens: int = MAX_TOKENS["short"]
     timeout_s: float = 30.0
     verify: bool | str = True          # False, True or a CA bundle path
-    rounds: int = 4                    # targets alternate block-wise to spread drift evenly
+    rounds: int = 0                    # targets alternate block-wise; 0: auto_rounds()
     confidence: float = 0.95
     resamples: int = 2000
     seed: int = 0
+    slo: Slo | None = None
+    quick: bool = False                # few requests: the figures are indicative
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -73,20 +138,24 @@ class SplitConfig:
             raise UsageError("the prompt is empty")
         if self.timeout_s <= 0:
             raise UsageError(f"--timeout must be positive, not {self.timeout_s}")
-        if self.rounds < 1:
-            raise UsageError(f"--rounds must be at least 1, not {self.rounds}")
+        if self.rounds < 0:
+            raise UsageError(f"--rounds must be at least 1 (or 0 for automatic), not {self.rounds}")
         if not 0.5 <= self.confidence < 1.0:
             raise UsageError(f"--confidence must be in [0.5, 1), not {self.confidence}")
         if self.resamples < 100:
             raise UsageError(f"--resamples must be at least 100, not {self.resamples}")
+
+    @property
+    def effective_rounds(self) -> int:
+        return min(self.rounds or auto_rounds(self.num_requests, self.concurrency), self.num_requests)
 
     def public(self) -> dict[str, Any]:
         """Written into the result; the prompt text itself is summarised, not copied."""
         return {"num_requests": self.num_requests, "concurrency": self.concurrency, "warmup": self.warmup,
                 "stream": self.stream, "new_connection": self.new_connection, "prompt": self.prompt_name,
                 "prompt_chars": len(self.prompt), "max_tokens": self.max_tokens, "timeout_s": self.timeout_s,
-                "rounds": self.rounds, "confidence": self.confidence, "resamples": self.resamples,
-                "seed": self.seed}
+                "rounds": self.effective_rounds, "confidence": self.confidence, "resamples": self.resamples,
+                "seed": self.seed, "slo": self.slo.public() if self.slo else None, "quick": self.quick}
 
 
 @dataclass
@@ -112,6 +181,7 @@ class RequestSample:
     tpot_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
     output_tokens: int | None = None
+    input_tokens: int | None = None
     content_events: int = 0
     server_timing: dict[str, float] = field(default_factory=dict)
     request_id: str | None = None
@@ -140,6 +210,24 @@ class PhaseDifference:
     lo_ms: float | None
     hi_ms: float | None
     verdict: str                       # higher | lower | not significant
+    method: str = "requests"           # what the bootstrap resampled: rounds (paired) or requests
+    rounds: int | None = None
+
+
+@dataclass
+class Throughput:
+    """What the field reports beside latency (vLLM benchmark_serving names), over the wall time of
+    this target's measured blocks."""
+
+    duration_s: float
+    requests_ok: int
+    request_rps: float | None
+    input_tokens: int | None           # None: the API reported no usage
+    output_tokens: int | None
+    output_tok_s: float | None
+    slo: dict[str, float] | None = None
+    good_requests: int | None = None
+    goodput_rps: float | None = None
 
 
 @dataclass
@@ -153,6 +241,8 @@ class TargetResult:
     num_ok: int
     num_error: int
     phases: list[PhaseStats] = field(default_factory=list)
+    throughput: Throughput | None = None
+    cpu_ms_per_request: dict[str, float] | None = None   # local process group -> CPU ms per request
 
 
 @dataclass
@@ -164,3 +254,4 @@ class SplitResult:
     waterfall_phases: list[str]
     metric_phases: list[str]
     unattributed_parts: dict[str, list[str]]
+    attribution_notes: list[str] = field(default_factory=list)

@@ -15,6 +15,7 @@ from time import perf_counter_ns
 
 from zgtool.errors import TargetUnreachable
 from zgtool.latency.client import Endpoint, Session, is_ip_literal, ssl_context
+from zgtool.latency.cputime import CpuWatch
 from zgtool.latency.model import RequestSample, SplitConfig
 from zgtool.targets import Target
 
@@ -106,8 +107,11 @@ class _Block:
 
 
 def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
-                    progress: Progress | None = None) -> list[list[RequestSample]]:
-    """Samples per target (same order as `targets`), each sorted by request index."""
+                    progress: Progress | None = None, cpu: CpuWatch | None = None) -> list[list[RequestSample]]:
+    """Samples per target (same order as `targets`), each sorted by request index.
+
+    With `cpu`, the CPU time of its process groups is read before and after every block
+    (outside the timed requests) and accumulated for the block's target."""
     ctx = ssl_context(cfg.verify) if any(t.scheme == "https" for t in targets) else None
     families = [preflight(t, cfg, ctx) for t in targets]
     endpoints = [Endpoint.build(t, cfg, fam) for t, fam in zip(targets, families, strict=True)]
@@ -124,14 +128,18 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
     sessions = [[Session(ep, cfg, ctx) for _ in range(cfg.concurrency)] for ep in endpoints]
     samples: list[list[RequestSample]] = [[] for _ in targets]
     done = [0 for _ in targets]
-    rounds = min(cfg.rounds, cfg.num_requests)
+    rounds = cfg.effective_rounds
     try:
         for rnd, count in enumerate(_split(cfg.num_requests, rounds)):
             order = list(range(len(targets)))
             if rnd % 2:
                 order.reverse()
             for ti in order:
+                if cpu is not None:
+                    cpu.begin()
                 _Block(sessions[ti], done[ti], count, rnd, t_run0, samples[ti]).run()
+                if cpu is not None:
+                    cpu.end(targets[ti].name, count)
                 done[ti] += count
                 if progress is not None:
                     progress(targets[ti].name, done[ti], cfg.num_requests)

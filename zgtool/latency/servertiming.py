@@ -9,6 +9,10 @@ from typing import Any
 from zgtool.probes.servertiming import parse_server_timing
 
 TIMING_KEYS = ("server_timing", "zgtool_timing", "timings", "timing")
+# LiteLLM forwards the upstream's Server-Timing renamed; its values are the engine's own
+PROVIDER_TIMING_HEADERS = ("llm_provider-server-timing",)
+# gateways that state their own overhead in a header of their own: header -> gateway part (ms)
+GATEWAY_OVERHEAD_HEADERS = {"x-litellm-overhead-duration-ms": "gw_litellm_overhead"}
 
 
 def server_timing_ms(values: str | Iterable[str]) -> dict[str, float]:
@@ -22,6 +26,40 @@ def server_timing_ms(values: str | Iterable[str]) -> dict[str, float]:
     for m in parse_server_timing(vals):
         if m.dur_ms is not None and m.dur_ms == m.dur_ms and m.dur_ms >= 0:
             out.setdefault(m.name, float(m.dur_ms))
+    return out
+
+
+def timing_from_headers(headers: Iterable[tuple[bytes | str, bytes | str]]) -> dict[str, float]:
+    """Every timing a response's headers carry -> {name: ms}.
+
+    `Server-Timing` first; a renamed copy of the engine's header (LiteLLM's
+    `llm_provider-server-timing`) supplies the engine's parts when the plain header lacks them,
+    and a gateway's overhead header (`x-litellm-overhead-duration-ms`) becomes a gw_* part.
+    """
+    plain: list[str] = []
+    provider: list[str] = []
+    overhead: dict[str, float] = {}
+    for k, v in headers:
+        name = (k.decode("latin-1") if isinstance(k, bytes) else k).lower()
+        value = v.decode("latin-1") if isinstance(v, bytes) else v
+        if name == "server-timing":
+            plain.append(value)
+        elif name in PROVIDER_TIMING_HEADERS:
+            provider.append(value)
+        elif name in GATEWAY_OVERHEAD_HEADERS:
+            try:
+                ms = float(value.strip())
+            except ValueError:
+                continue
+            if ms >= 0 and ms == ms:
+                overhead[GATEWAY_OVERHEAD_HEADERS[name]] = ms
+    out = server_timing_ms(plain)
+    if provider:
+        engine = server_timing_ms(provider)
+        if "total" not in out:
+            out = {**engine, **{k: v for k, v in out.items() if k not in engine}}
+    for k, v in overhead.items():
+        out.setdefault(k, v)
     return out
 
 
