@@ -7,11 +7,15 @@ Behaviour is chosen by the last user message:
     "FAIL529 n=<k> <tag>"   the first k calls with that text answer 529 + retry-after: 0
     "FAIL529 long <tag>"    always 529 + retry-after: 60
     "FAIL500 always"        always 500
+    "FAIL413 <tag>"         413 request_too_large (a 4xx: never retried)
+    "STREAMERR <tag>"       a stream that sends one delta, then `event: error` (no message_stop)
+    "HANG <tag>"            no answer until the client (pygw) hangs up; recorded in `hung_up`
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import threading
@@ -32,6 +36,7 @@ class FakeUpstream:
         self.calls: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.hung_up: set[str] = set()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server: uvicorn.Server | None = None
@@ -55,7 +60,11 @@ class FakeUpstream:
         path = scope["path"]
         if path == "/health":
             return await _send(send, 200, {"status": "ok"}, hdrs)
-        if path == "/v1/models":
+        if path == "/v1/models":  # like the engine: Anthropic's shape when anthropic-version is sent
+            if any(k == b"anthropic-version" for k, _ in scope["headers"]):
+                return await _send(send, 200, {"data": [{"type": "model", "id": "null", "display_name": "null",
+                                                         "created_at": "2026-01-01T00:00:00Z"}],
+                                               "has_more": False, "first_id": "null", "last_id": "null"}, hdrs)
             return await _send(send, 200, {"object": "list", "data": [{"id": "null", "object": "model"}]}, hdrs)
         if path != "/v1/messages":
             return await _send(send, 404, _err("not_found_error", "no such route"), hdrs)
@@ -71,6 +80,14 @@ class FakeUpstream:
             return await _send(send, 529, _err("overloaded_error", "overloaded"), [*hdrs, (b"retry-after", b"60")])
         if "FAIL500 always" in text:
             return await _send(send, 500, _err("api_error", "boom"), hdrs)
+        if "FAIL413" in text:
+            return await _send(send, 413, _err("request_too_large", "request body too large"), hdrs)
+        if "HANG" in text:
+            with contextlib.suppress(TimeoutError):
+                while (await asyncio.wait_for(receive(), 60))["type"] != "http.disconnect":
+                    pass
+                self.hung_up.add(text)
+            return None
         n = int(req.get("max_tokens", 5))
         tokens = [f"tok{i} " for i in range(n)]
         if not req.get("stream"):
@@ -87,6 +104,11 @@ class FakeUpstream:
                   ("ping", {"type": "ping"})]
         for name, ev in events:
             await _sse(send, name, ev)
+        if "STREAMERR" in text:
+            await _sse(send, "content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                     "delta": {"type": "text_delta", "text": "partial "}})
+            await _sse(send, "error", {"type": "error", "error": {"type": "overloaded_error", "message": "cut"}})
+            return await send({"type": "http.response.body", "body": b"", "more_body": False})
         for tok in tokens:
             await asyncio.sleep(self.token_delay_s)
             await _sse(send, "content_block_delta", {"type": "content_block_delta", "index": 0,

@@ -10,39 +10,76 @@ import pytest
 
 from zgtool.errors import UsageError
 from zgtool.gateway.policy import load_keys, load_policy
-from zgtool.gateway.state import CachedResponse, MemoryCache, MemoryLimiter
+from zgtool.gateway.state import CachedResponse, MemoryCache, MemoryLimiter, TierUsage
 from zgtool.gateway.translate import (
     OpenAIStream,
+    StreamWatch,
     TranslationError,
+    anthropic_models_to_openai,
     anthropic_to_openai,
-    error_body,
-    iter_sse,
     openai_to_anthropic,
+    upstream_error_to_openai,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_openai_request_becomes_anthropic_with_system_stop_and_max_tokens() -> None:
-    body = openai_to_anthropic({
+    body, adjusted = openai_to_anthropic({
         "model": "null", "max_tokens": 7, "temperature": 0, "stop": "END", "user": "u1",
         "messages": [{"role": "system", "content": "be brief"},
                      {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
     })
+    assert adjusted == []
     assert body == {"model": "null", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7,
                     "system": "be brief", "temperature": 0, "stop_sequences": ["END"],
                     "metadata": {"user_id": "u1"}}
 
 
-@pytest.mark.parametrize("req", [
-    {"messages": []},
-    {"messages": [{"role": "tool", "content": "x"}]},
-    {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-    {"messages": [{"role": "user", "content": "x"}], "n": 2},
+_USER = [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize(("req", "param"), [
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages.0.content"),
+    ({"messages": _USER, "n": 2}, "n"),
+    ({"messages": _USER, "stop": 5}, "stop"),
+    ({"messages": _USER, "stop": ["a", 1]}, "stop"),
+    ({"messages": _USER, "stream_options": [1]}, "stream_options"),
+    ({"messages": _USER, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
+    ({"messages": _USER, "max_tokens": 0}, "max_tokens"),
+    ({"messages": _USER, "max_completion_tokens": -1}, "max_completion_tokens"),
+    ({"messages": _USER, "max_tokens": 1.5}, "max_tokens"),
+    ({"messages": _USER, "temperature": 2.5}, "temperature"),
+    ({"messages": _USER, "temperature": "hot"}, "temperature"),
+    ({"messages": _USER, "seed": 1e23}, "seed"),
+    ({"messages": _USER, "seed": 2**64}, "seed"),
+    ({"messages": _USER, "stream": "yes"}, "stream"),
 ])
-def test_untranslatable_openai_request_raises_translation_error(req: dict) -> None:
-    with pytest.raises(TranslationError):
+def test_invalid_openai_request_is_a_400_naming_the_parameter(req: dict, param: str) -> None:
+    with pytest.raises(TranslationError) as err:
         openai_to_anthropic(req)
+    assert err.value.status == 400 and err.value.error_type == "invalid_request_error"
+    assert err.value.param == param
+
+
+def test_openai_defaults_null_n_seed_and_temperatures_up_to_two_are_accepted() -> None:
+    body, adjusted = openai_to_anthropic({"messages": _USER, "n": None, "seed": 42, "temperature": 1.7,
+                                          "stream_options": None, "max_tokens": None})
+    assert body["seed"] == 42 and body["max_tokens"] == 1024
+    assert body["temperature"] == 1.0 and adjusted == ["temperature=1.7->1"]  # Anthropic's range is 0..1
+    body, adjusted = openai_to_anthropic({"messages": _USER, "temperature": 0.5, "n": 1})
+    assert body["temperature"] == 0.5 and adjusted == [] and "seed" not in body
+
+
+def test_models_list_becomes_openai_shape_for_either_upstream_shape() -> None:
+    anth = {"data": [{"type": "model", "id": "m1", "display_name": "m1", "created_at": "2026-01-01T00:00:00Z"}],
+            "has_more": False}
+    assert anthropic_models_to_openai(anth, 7) == {
+        "object": "list", "data": [{"id": "m1", "object": "model", "created": 7, "owned_by": "pygw"}]}
+    oai = {"object": "list", "data": [{"id": "m2", "object": "model", "created": 5, "owned_by": "zgtool"}]}
+    assert anthropic_models_to_openai(oai, 7)["data"] == oai["data"]
 
 
 def test_anthropic_message_becomes_chat_completion_with_usage_and_finish_reason() -> None:
@@ -53,23 +90,38 @@ def test_anthropic_message_becomes_chat_completion_with_usage_and_finish_reason(
     assert out["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
 
 
-def test_sse_parser_keeps_incomplete_event_for_the_next_chunk() -> None:
-    buf = bytearray(b"event: a\ndata: {\"x\":1}\n\nevent: b\r\ndata: 2\r\n\r\nevent: c\ndata: par")
-    assert list(iter_sse(buf)) == [("a", '{"x":1}'), ("b", "2")]
-    assert bytes(buf) == b"event: c\ndata: par"
+def _sse(name: str, obj: dict) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(obj)}\n\n".encode()
+
+
+def test_stream_watch_counts_usage_and_marks_only_a_clean_end_complete() -> None:
+    start = _sse("message_start", {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 5}}})
+    delta = _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                   "usage": {"output_tokens": 3}})
+    stop = _sse("message_stop", {"type": "message_stop"})
+    error = _sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": "x"}})
+    clean = StreamWatch(None)
+    whole = start + delta + stop
+    assert b"".join(clean.feed(whole[i:i + 7]) for i in range(0, len(whole), 7)) == whole  # pass-through
+    assert clean.complete and clean.tokens == 8
+    broken = StreamWatch(None)
+    broken.feed(start + error)
+    assert not broken.complete and broken.errored
+    broken.feed(stop)
+    assert not broken.complete  # an error event anywhere means the answer is not whole
 
 
 def test_openai_stream_emits_role_deltas_finish_usage_and_done() -> None:
     conv = OpenAIStream("m", include_usage=True)
     out = b"".join([
-        conv.feed("message_start", json.dumps({"type": "message_start", "message": {
-            "id": "msg_9", "model": "m", "usage": {"input_tokens": 4}}})),
-        conv.feed("ping", '{"type": "ping"}'),
-        conv.feed("content_block_delta", json.dumps({"type": "content_block_delta",
-                                                     "delta": {"type": "text_delta", "text": "hi"}})),
-        conv.feed("message_delta", json.dumps({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                               "usage": {"output_tokens": 1}})),
-        conv.feed("message_stop", '{"type": "message_stop"}'),
+        conv.feed("message_start", {"type": "message_start", "message": {
+            "id": "msg_9", "model": "m", "usage": {"input_tokens": 4}}}),
+        conv.feed("ping", {"type": "ping"}),
+        conv.feed("content_block_delta", {"type": "content_block_delta",
+                                          "delta": {"type": "text_delta", "text": "hi"}}),
+        conv.feed("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                    "usage": {"output_tokens": 1}}),
+        conv.feed("message_stop", {"type": "message_stop"}),
     ]).decode()
     lines = [ln[6:] for ln in out.split("\n\n") if ln]
     assert lines[-1] == "[DONE]"
@@ -81,12 +133,12 @@ def test_openai_stream_emits_role_deltas_finish_usage_and_done() -> None:
     assert {c["id"] for c in chunks} == {"chatcmpl-9"}
 
 
-def test_error_bodies_keep_each_api_shape() -> None:
-    a = json.loads(error_body("anthropic", "rate_limit_error", "slow down", "gateway-1"))
-    assert a == {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"},
-                 "request_id": "gateway-1"}
-    o = json.loads(error_body("openai", "rate_limit_error", "slow down", "gateway-1"))
-    assert o["error"]["message"] == "slow down" and o["error"]["code"] == "rate_limit_exceeded"
+def test_upstream_anthropic_errors_become_openai_errors_with_openai_types() -> None:
+    body = json.dumps({"type": "error", "error": {"type": "request_too_large", "message": "too big"}}).encode()
+    o = json.loads(upstream_error_to_openai(body, 413))["error"]
+    assert o == {"message": "too big", "type": "invalid_request_error", "param": None, "code": "request_too_large"}
+    o = json.loads(upstream_error_to_openai(b"<html>bad gateway</html>", 502))["error"]
+    assert o["type"] == "server_error" and "bad gateway" in o["message"]
 
 
 def test_example_policy_denies_prompt_injection_and_allows_plain_text() -> None:
@@ -108,7 +160,8 @@ def test_example_keys_file_closes_the_gateway_and_sets_per_key_limits() -> None:
     assert not ring.open
     assert ring.lookup("sk-gw-unknown") is None and ring.lookup(None) is None
     ident, pol = ring.lookup("sk-gw-team-a")
-    assert ident == "team-a" and pol.burst >= 1
+    assert ident == "team-a" and pol.rpm == 120 and pol.burst == 10
+    assert ring.lookup("sk-gw-trial")[1].rpm == 600  # from [defaults]
 
 
 def test_memory_bucket_refuses_after_burst_with_positive_retry_after() -> None:
@@ -140,4 +193,47 @@ def test_engine_keys_file_is_accepted_with_tier_limits() -> None:
     ring = load_keys(EXAMPLES / "keys.toml")
     ident, pol = ring.lookup("sk-zg-free-change-me")
     assert ident == "alice" and pol.rpm == 60 and pol.burst == 60
-    assert ring.lookup("sk-zg-admin-change-me") is None
+    assert pol.max_concurrent == 2 and pol.tokens_per_min == 20000
+    assert ring.is_admin("sk-zg-admin-change-me") and not ring.is_admin("sk-zg-free-change-me")
+    assert ring.lookup("sk-zg-admin-change-me")[0] == "admin"  # an admin key may generate, like on the engine
+
+
+def test_open_limiter_holds_a_bounded_number_of_buckets_whatever_the_keys() -> None:
+    lim = MemoryLimiter(max_keys=1000)
+
+    async def run() -> None:
+        for i in range(20_000):
+            await lim.acquire(f"random-{i}", 60, 5)
+
+    asyncio.run(run())
+    assert len(lim) <= 1000
+
+
+def test_limiter_drops_buckets_that_have_refilled_and_keeps_limits_of_busy_keys() -> None:
+    lim = MemoryLimiter(max_keys=1000)
+
+    async def run() -> list:
+        for i in range(50):  # refill in 1 ms: gone by the next call
+            await lim.acquire(f"idle-{i}", 60_000 * 60, 1)
+        busy = [await lim.acquire("busy", 60, 2) for _ in range(3)]
+        await lim.acquire("later", 60_000 * 60, 1)
+        return busy
+
+    import time as _time
+
+    busy = asyncio.run(run())
+    _time.sleep(0.01)
+    asyncio.run(lim.acquire("x", 60, 1))
+    assert [d.allowed for d in busy] == [True, True, False]
+    assert len(lim) <= 3  # busy (still draining), x; the refilled ones are dropped
+
+
+def test_tier_usage_counts_in_flight_and_tokens_in_the_window() -> None:
+    t = TierUsage()
+    t.enter("k")
+    t.enter("k")
+    assert t.in_flight("k") == 2
+    t.leave("k", 120, count_tokens=True)
+    t.leave("k", 30, count_tokens=True)
+    assert t.in_flight("k") == 0 and t.tokens("k") == 150
+    assert t.tokens("k", now=10**9) == 0  # the window slid past them

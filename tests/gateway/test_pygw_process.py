@@ -3,17 +3,21 @@ limits, cache, moderation, retries and upstream failures, in each front API's er
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import anthropic
 import httpx
 import openai
+import pytest
 from gw_fake_upstream import FakeUpstream
 
-from zgtool.gateway.procs import free_port
+from zgtool.http.net import free_port
 
 A_HDRS = {"x-api-key": "sk-anything", "anthropic-version": "2023-06-01"}
 
@@ -128,11 +132,6 @@ def test_bad_json_and_unknown_route_get_api_shaped_errors(pygw: str) -> None:
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
 
 
-def test_models_list_is_forwarded(pygw: str) -> None:
-    models = openai.OpenAI(base_url=pygw + "/v1", api_key="k", max_retries=0).models.list()
-    assert [m.id for m in models.data] == ["null"]
-
-
 def test_upstream_down_gives_502_in_each_api_shape(start_pygw) -> None:
     gw = start_pygw(f"http://127.0.0.1:{free_port()}", "--max-retries", "1")
     r = httpx.post(gw + "/v1/messages", json=_msg("x"), headers=A_HDRS)
@@ -202,3 +201,125 @@ def test_bad_policy_file_and_malformed_upstream_exit_2(tmp_path: Path) -> None:
     assert p.returncode == 2 and "bad regex" in p.stderr and "Traceback" not in p.stderr
     p = _run_pygw("--upstream", "not-a-url", "--port", "1")
     assert p.returncode == 2 and "malformed URL" in p.stderr
+
+
+def test_models_list_answers_each_sdk_in_its_own_shape(pygw: str) -> None:
+    page = openai.OpenAI(base_url=pygw + "/v1", api_key="k", max_retries=0).models.list()
+    assert [(m.id, m.object, m.owned_by) for m in page.data] == [("null", "model", "pygw")]
+    assert isinstance(page.data[0].created, int)
+    raw = httpx.get(pygw + "/v1/models", headers={"authorization": "Bearer k"}).json()
+    assert raw["object"] == "list" and "has_more" not in raw
+    models = anthropic.Anthropic(base_url=pygw, api_key="k", max_retries=0).models.list()
+    assert [(m.id, m.type) for m in models.data] == [("null", "model")]
+
+
+def test_openai_parameters_are_validated_like_openai_and_seed_is_forwarded(pygw: str, upstream: FakeUpstream) -> None:
+    client = openai.OpenAI(base_url=pygw + "/v1", api_key="k", max_retries=0)
+    msgs = [{"role": "user", "content": "params"}]
+    for bad in ({"stop": 5}, {"stream_options": [1], "stream": True}, {"max_tokens": 0}, {"temperature": 2.5},
+                {"seed": 10**23}):
+        r = httpx.post(pygw + "/v1/chat/completions", json={"model": "null", "messages": msgs, **bad},
+                       headers={"authorization": "Bearer k"})
+        assert r.status_code == 400, (bad, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["param"] == next(iter(bad)), (bad, err)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="null", messages=msgs, stop=5)  # type: ignore[arg-type]
+    tag = uuid.uuid4().hex
+    r = httpx.post(pygw + "/v1/chat/completions", headers={"authorization": "Bearer k"}, json={
+        "model": "null", "messages": [{"role": "user", "content": tag}], "n": None, "seed": 7,
+        "temperature": 1.5, "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "tok0 tok1 "
+    assert r.headers["x-gateway-adjusted"] == "temperature=1.5->1"
+    sent = next(q for q in upstream.requests if q["messages"][-1]["content"] == tag)
+    assert sent["seed"] == 7 and sent["temperature"] == 1.0
+
+
+def test_a_stream_that_ended_in_an_error_event_is_never_cached(pygw: str, upstream: FakeUpstream) -> None:
+    text = f"STREAMERR {uuid.uuid4().hex}"
+    body = _msg(text, temperature=0, stream=True)
+    first = httpx.post(pygw + "/v1/messages", json=body, headers=A_HDRS)
+    second = httpx.post(pygw + "/v1/messages", json=body, headers=A_HDRS)
+    assert b"event: error" in first.content and b"message_stop" not in first.content
+    assert (first.headers["x-cache"], second.headers["x-cache"]) == ("MISS", "MISS")
+    assert upstream.calls[text] == 2
+    o = {"model": "null", "max_tokens": 3, "temperature": 0, "stream": True,
+         "messages": [{"role": "user", "content": text + " openai"}]}
+    codes = [httpx.post(pygw + "/v1/chat/completions", json=o, headers={"authorization": "Bearer k"})
+             .headers["x-cache"] for _ in range(2)]
+    assert codes == ["MISS", "MISS"]
+
+
+def test_upstream_4xx_is_passed_through_once_in_each_api_shape(pygw: str, upstream: FakeUpstream) -> None:
+    text = f"FAIL413 {uuid.uuid4().hex}"
+    r = httpx.post(pygw + "/v1/messages", json=_msg(text), headers=A_HDRS)
+    assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
+    assert r.headers["x-gateway-retries"] == "0" and upstream.calls[text] == 1
+    client = openai.OpenAI(base_url=pygw + "/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="null", messages=[{"role": "user", "content": text}])
+    assert err.value.status_code == 413
+    assert err.value.body["type"] == "invalid_request_error" and err.value.body["code"] == "request_too_large"
+    assert upstream.calls[text] == 2
+
+
+def test_body_over_the_limit_is_refused_with_413_and_never_sent(start_pygw, upstream: FakeUpstream) -> None:
+    gw = start_pygw(upstream.url, "--max-body-bytes", "4096")
+    tag = uuid.uuid4().hex
+    r = httpx.post(gw + "/v1/messages", json=_msg(tag + "x" * 8000), headers=A_HDRS)
+    assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
+    o = httpx.post(gw + "/v1/chat/completions", json=_msg(tag + "y" * 8000), headers={"authorization": "Bearer k"})
+    assert o.status_code == 413 and o.json()["error"]["code"] == "request_too_large"
+    assert not any(tag in t for t in upstream.calls)
+
+
+def _send_and_keep_open(url: str, body: dict, key: str = "k") -> socket.socket:
+    """A whole request on a raw socket whose answer nobody reads; close it to hang up."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    s = socket.create_connection((host, int(port)), timeout=5)
+    s.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+              b"x-api-key: " + key.encode() + b"\r\ncontent-length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def _wait_for(cond, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_client_hanging_up_on_a_non_streaming_request_cancels_the_upstream_request(
+        pygw: str, upstream: FakeUpstream) -> None:
+    text = f"HANG {uuid.uuid4().hex}"
+    with _send_and_keep_open(pygw, _msg(text)):
+        assert _wait_for(lambda: upstream.calls[text] == 1, 10)  # the request is at the upstream
+    assert _wait_for(lambda: text in upstream.hung_up, 10), "pygw kept the upstream request running"
+
+
+def test_tier_concurrency_and_tokens_per_minute_are_enforced(start_pygw, upstream: FakeUpstream,
+                                                             tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[tiers.small]\nmax_concurrent = 1\ntokens_per_min = 20\n'
+                    '[[keys]]\nname = "one"\ntier = "small"\nkey = "sk-one"\n')
+    gw = start_pygw(upstream.url, "--keys", str(keys))
+    hdrs = {"x-api-key": "sk-one"}
+    text = f"HANG {uuid.uuid4().hex}"
+    with _send_and_keep_open(gw, _msg(text), key="sk-one"):
+        assert _wait_for(lambda: upstream.calls[text] == 1, 10)
+        busy = httpx.post(gw + "/v1/messages", json=_msg("second"), headers=hdrs)
+        assert busy.status_code == 429 and "in flight" in busy.json()["error"]["message"]
+        assert busy.json()["error"]["type"] == "rate_limit_error"
+    assert _wait_for(lambda: text in upstream.hung_up, 10)
+    # each answer: 3 input + 8 output tokens (the fake's usage); after two the window holds 22 >= 20
+    answers: list[httpx.Response] = []
+    assert _wait_for(lambda: answers.append(httpx.post(gw + "/v1/messages", json=_msg("t", max_tokens=8),
+                                                       headers=hdrs)) or answers[-1].status_code == 200, 10)
+    codes = [answers[-1].status_code] + [
+        httpx.post(gw + "/v1/messages", json=_msg("t", max_tokens=8), headers=hdrs).status_code for _ in range(2)]
+    assert codes == [200, 200, 429]
+    last = httpx.post(gw + "/v1/messages", json=_msg("t", max_tokens=8), headers=hdrs)
+    assert "tokens per minute" in last.json()["error"]["message"] and int(last.headers["retry-after"]) >= 1

@@ -1,9 +1,10 @@
-"""pygw configuration files: virtual API keys (TOML) and the input moderation policy (TOML).
+"""pygw configuration files: virtual API keys and the input moderation policy (TOML).
 
-Keys file (see examples/pygw-keys.toml):
-    [defaults]            rpm / burst applied to keys that set none
-    [upstream]            api_key_env = the env var holding the key pygw sends upstream
-    [keys.<virtual-key>]  name, rpm, burst
+Keys: the one keys.toml format of zgtool.http.keys (the engine's: [tiers.*], [[keys]],
+[admin], [upstream]; the legacy pygw [defaults] + [keys.<secret>] form too). pygw
+enforces each key's tier: requests_per_min as a token bucket of `burst` (default: the
+per-minute figure), max_concurrent, tokens_per_min (see zgtool.gateway.state.TierUsage).
+Admin keys may call /admin/* (passed through with the admin's own key).
 Without a keys file pygw is open: any (or no) key is accepted and limited per key
 with the command-line defaults, so the limiter still runs and costs what it costs.
 
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zgtool.errors import UsageError
+from zgtool.http.keys import KeysConfig, parse_keys
+from zgtool.http.toml import load_toml
 
 # Also what `--policy default` loads; examples/moderation-policy.toml mirrors it.
 DEFAULT_POLICY_TOML = r"""
@@ -42,11 +45,14 @@ message = "the input contains what looks like a payment card number"
 
 @dataclass(frozen=True)
 class KeyPolicy:
-    """One virtual key: who it is and its token bucket (requests per minute, burst)."""
+    """One key's limits: token bucket (requests per minute, burst), concurrency and tokens
+    per minute (0 = unlimited)."""
 
     name: str
     rpm: float
     burst: int
+    max_concurrent: int = 0
+    tokens_per_min: int = 0
 
     def __post_init__(self) -> None:
         if self.rpm <= 0 or self.burst < 1:
@@ -59,71 +65,63 @@ class KeyRing:
     default: KeyPolicy = KeyPolicy("anonymous", rpm=600_000, burst=10_000)
     open: bool = True
     upstream_key: str | None = None
+    admin: frozenset[str] = frozenset()                        # SHA-256 hex digests of admin keys
 
-    def lookup(self, presented: str | None) -> tuple[str, KeyPolicy] | None:
+    def lookup(self, presented: str | bytes | None) -> tuple[str, KeyPolicy] | None:
         """(bucket id, policy) for a presented key; None when the key is not accepted."""
         if self.open:
-            ident = presented or "anonymous"
-            return ident, self.default
+            if presented is None:
+                return "anonymous", self.default
+            return (presented.decode("latin-1") if isinstance(presented, bytes) else presented), self.default
         if presented is None:
             return None
-        pol = self.keys.get(hashlib.sha256(presented.encode()).hexdigest())
-        return None if pol is None else (pol.name, pol)
+        d = _digest(presented)
+        pol = self.keys.get(d)
+        if pol is None:  # an admin key alone may generate too (like the engine), with the defaults
+            return ("admin", self.default) if d in self.admin else None
+        return pol.name, pol
+
+    def is_admin(self, presented: str | bytes | None) -> bool:
+        return presented is not None and _digest(presented) in self.admin
 
 
-def _read_toml(path: Path, what: str) -> dict:
-    try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise UsageError(f"{what} file not found: {path}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{what} file {path} is not valid TOML: {exc}") from exc
+def _digest(secret: str | bytes) -> str:
+    return hashlib.sha256(secret.encode("latin-1") if isinstance(secret, str) else secret).hexdigest()
 
 
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
-def load_keys(path: Path | None, *, rpm: float = 600_000, burst: int = 10_000) -> KeyRing:
-    """pygw's keys file, or the engine's (`zgtool serve --keys`: [tiers.*] + [[keys]]) so one
-    file can serve both; keys are held as SHA-256 digests (a file may list only digests)."""
-    upstream_key = os.environ.get("ZG_UPSTREAM_API_KEY")
-    default = KeyPolicy("anonymous", rpm=rpm, burst=burst)
-    if path is None:
-        return KeyRing(default=default, open=True, upstream_key=upstream_key)
-    doc = _read_toml(path, "keys")
-    d = doc.get("defaults") or {}
-    d_rpm, d_burst = float(d.get("rpm", rpm)), int(d.get("burst", burst))
-    env = (doc.get("upstream") or {}).get("api_key_env")
-    if env:
-        upstream_key = os.environ.get(str(env)) or upstream_key
-    raw = doc.get("keys") or {}
-    entries: list[tuple[str, dict]] = []
-    if isinstance(raw, dict):  # pygw format: [keys.<secret>]
-        entries = [(_digest(secret), spec) for secret, spec in raw.items()]
-    elif isinstance(raw, list):  # engine format: [[keys]] key|sha256, name, tier
-        tiers = doc.get("tiers") or {}
-        for spec in raw:
-            if not isinstance(spec, dict) or not (spec.get("key") or spec.get("sha256")):
-                raise UsageError(f"{path}: each [[keys]] needs a key or sha256")
-            digest = str(spec.get("sha256") or _digest(str(spec["key"])))
-            per_min = float((tiers.get(spec.get("tier")) or {}).get("requests_per_min") or 0)
-            # a 60 s window of N requests ~ a bucket of N refilled at N/min; 0 means unlimited
-            limits = {"rpm": per_min, "burst": max(1, int(per_min))} if per_min > 0 else {}
-            entries.append((digest.lower(), {"name": spec.get("name", digest[:8]), **limits}))
+def keyring_from(cfg: KeysConfig, *, rpm: float = 600_000, burst: int = 10_000,
+                 upstream_key: str | None = None) -> KeyRing:
+    """A KeysConfig (zgtool.http.keys) as pygw's key ring; a tier without requests_per_min
+    gets the command-line rpm/burst."""
     keys: dict[str, KeyPolicy] = {}
-    for digest, spec in entries:
-        if not isinstance(spec, dict):
-            raise UsageError(f"{path}: each key entry must be a table")
-        try:
-            keys[digest] = KeyPolicy(
-                str(spec.get("name", digest[:8])), float(spec.get("rpm", d_rpm)), int(spec.get("burst", d_burst))
-            )
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"{path}: key {spec.get('name', digest[:8])!r}: {exc}") from exc
-    if not keys:
-        raise UsageError(f"{path}: no keys ([keys.<key>] tables or [[keys]] entries); remove --keys to run pygw open")
-    return KeyRing(keys=keys, default=KeyPolicy("default", d_rpm, d_burst), open=False, upstream_key=upstream_key)
+    for k in cfg.keys:
+        t = cfg.tiers[k.tier]
+        per_min = t.requests_per_min
+        keys[k.digest.hex()] = KeyPolicy(
+            k.name, rpm=float(per_min) if per_min else rpm,
+            burst=(t.burst or per_min) if per_min else (t.burst or burst),
+            max_concurrent=t.max_concurrent, tokens_per_min=t.tokens_per_min)
+    return KeyRing(keys=keys, default=KeyPolicy("default", rpm, burst), open=False, upstream_key=upstream_key,
+                   admin=frozenset(d.hex() for d in cfg.admin_digests))
+
+
+def load_keys(path: Path | None, *, rpm: float = 600_000, burst: int = 10_000,
+              upstream_key_env: str | None = None) -> KeyRing:
+    """pygw's key ring from a keys file (None: open). The key sent upstream comes from the
+    env var `upstream_key_env` (pygw --upstream-key-env), else the file's [upstream]
+    api_key_env, else ZG_UPSTREAM_API_KEY."""
+    if path is None:
+        return KeyRing(default=KeyPolicy("anonymous", rpm=rpm, burst=burst), open=True,
+                       upstream_key=_upstream_key(upstream_key_env, None))
+    cfg = parse_keys(load_toml(path, "keys file"), str(path))
+    return keyring_from(cfg, rpm=rpm, burst=burst, upstream_key=_upstream_key(upstream_key_env, cfg.upstream_key_env))
+
+
+def _upstream_key(*envs: str | None) -> str | None:
+    for env in (*envs, "ZG_UPSTREAM_API_KEY"):
+        if env and os.environ.get(env):
+            return os.environ[env]
+    return None
 
 
 @dataclass(frozen=True)
@@ -166,4 +164,4 @@ def load_policy(spec: str | None) -> Policy:
     if spec == "default":
         return parse_policy(tomllib.loads(DEFAULT_POLICY_TOML), "built-in policy")
     path = Path(spec)
-    return parse_policy(_read_toml(path, "policy"), str(path))
+    return parse_policy(load_toml(path, "policy file"), str(path))

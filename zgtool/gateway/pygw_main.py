@@ -4,8 +4,10 @@ with one-line errors, then run uvicorn (httptools + uvloop, one process)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from zgtool.errors import ExitCode, TargetUnreachable, UsageError, ZgError
 
@@ -23,6 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", type=int, default=10_000, help="token-bucket size per key when no keys file sets one")
     p.add_argument("--max-retries", type=int, default=2)
     p.add_argument("--max-connections", type=int, default=256, help="upstream connection pool size")
+    p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
+                   help="largest request body accepted (413 above; default: the engine's own limit)")
+    p.add_argument("--grace-s", type=float, default=5.0,
+                   help="on SIGTERM, let in-flight requests finish this long; then streams end with an error event")
+    p.add_argument("--upstream-key-env", default=None,
+                   help="env var holding the key sent upstream (overrides the keys file's [upstream] api_key_env)")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -38,16 +46,20 @@ def build_config(argv: list[str] | None = None):  # -> (GatewayConfig, host, por
         raise UsageError(f"--port must be 1..65535, not {args.port}")
     if args.max_retries < 0 or args.cache_ttl <= 0:
         raise UsageError("--max-retries must be >= 0 and --cache-ttl > 0")
+    if args.max_body_bytes < 1024 or args.grace_s < 0:
+        raise UsageError("--max-body-bytes must be >= 1024 and --grace-s >= 0")
     if args.redis:
         _check_redis(args.redis)
     cfg = GatewayConfig(
         upstream=args.upstream.rstrip("/"),
-        keys=load_keys(args.keys, rpm=args.rpm, burst=args.burst),
+        keys=load_keys(args.keys, rpm=args.rpm, burst=args.burst, upstream_key_env=args.upstream_key_env),
         policy=load_policy(args.policy),
         redis_url=args.redis,
         cache_ttl_s=args.cache_ttl,
         max_retries=args.max_retries,
         max_connections=args.max_connections,
+        max_body_bytes=args.max_body_bytes,
+        grace_s=args.grace_s,
     )
     return cfg, args.host, args.port, args.log_level
 
@@ -66,6 +78,24 @@ def _check_redis(url: str) -> None:
         raise TargetUnreachable(f"cannot reach redis at {url}: {exc}") from exc
 
 
+def _server(config: Any, gateway: Any) -> Any:
+    """uvicorn.Server with pygw's drain: SIGTERM/SIGINT stop accepting and let requests run
+    up to --grace-s (uvicorn then cancels what is left, and pygw ends each stream with an
+    error event); a second signal ends the remaining requests that way at once."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.should_exit:
+                if gateway.loop is not None:
+                    gateway.loop.call_soon_threadsafe(gateway.abort_requests)
+                return
+            gateway.draining = True
+            super().handle_exit(sig, frame)
+
+    return DrainingServer(config)
+
+
 def main(argv: list[str] | None = None) -> None:
     import logging
 
@@ -82,12 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"pygw: listening on http://{host}:{port} -> {cfg.upstream}"
           f" (keys: {'open' if cfg.keys.open else len(cfg.keys.keys)}, redis: {cfg.redis_url or 'off'},"
           f" moderation rules: {len(cfg.policy.rules)})", file=sys.stderr, flush=True)
+    gateway = Gateway(cfg)
     config = uvicorn.Config(
-        Gateway(cfg), host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
-        access_log=False, log_level=log_level, timeout_keep_alive=65, timeout_graceful_shutdown=5,
+        gateway, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+        access_log=False, log_level=log_level, timeout_keep_alive=65,
+        timeout_graceful_shutdown=max(1, math.ceil(cfg.grace_s)),
     )
     try:
-        uvicorn.Server(config).run()
+        _server(config, gateway).run()
     except KeyboardInterrupt:
         pass
     except OSError as exc:

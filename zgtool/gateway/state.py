@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,21 +20,85 @@ class Decision:
 
 
 class MemoryLimiter:
-    """Token bucket per key: `burst` tokens, refilled at rpm/60 per second."""
+    """Token bucket per key: `burst` tokens, refilled at rpm/60 per second.
 
-    def __init__(self) -> None:
-        self._buckets: dict[str, tuple[float, float]] = {}
+    Bounded: a bucket that has refilled completely is the same as no bucket, so buckets
+    idle for longer than their refill time are dropped, and at most `max_keys` are held
+    (least recently used first out). An open gateway sees any number of presented keys."""
+
+    def __init__(self, max_keys: int = 50_000) -> None:
+        self._buckets: OrderedDict[str, tuple[float, float, float]] = OrderedDict()  # tokens, ts, full-at
+        self._max = max_keys
+
+    def __len__(self) -> int:
+        return len(self._buckets)
 
     async def acquire(self, key: str, rpm: float, burst: int) -> Decision:
         now = time.monotonic()
         rate = rpm / 60.0
-        tokens, ts = self._buckets.get(key, (float(burst), now))
+        item = self._buckets.pop(key, None)
+        tokens, ts = (float(burst), now) if item is None else item[:2]
         tokens = min(float(burst), tokens + (now - ts) * rate)
-        if tokens >= 1.0:
-            self._buckets[key] = (tokens - 1.0, now)
-            return Decision(True, int(tokens - 1.0), 0.0)
-        self._buckets[key] = (tokens, now)
+        allowed = tokens >= 1.0
+        if allowed:
+            tokens -= 1.0
+        self._buckets[key] = (tokens, now, now + (burst - tokens) / rate)
+        self._evict(now)
+        if allowed:
+            return Decision(True, int(tokens), 0.0)
         return Decision(False, 0, (1.0 - tokens) / rate)
+
+    def _evict(self, now: float) -> None:
+        b = self._buckets
+        while b:  # the oldest entries first: drop those refilled by now, and any over the cap
+            key, (_, _, full_at) = next(iter(b.items()))
+            if full_at > now and len(b) <= self._max:
+                break
+            del b[key]
+
+
+class TierUsage:
+    """Per-key concurrency and a 60 s sliding window of tokens, for tiers that set
+    max_concurrent or tokens_per_min (memory, per pygw process). Tokens are the upstream's
+    own usage (input + output), charged when an answer completes; a key is refused
+    while its window holds tokens_per_min or more."""
+
+    WINDOW_S = 60.0
+
+    def __init__(self) -> None:
+        self._in_flight: dict[str, int] = {}
+        self._tokens: dict[str, deque[tuple[float, int]]] = {}
+
+    def in_flight(self, key: str) -> int:
+        return self._in_flight.get(key, 0)
+
+    def tokens(self, key: str, now: float | None = None) -> int:
+        ev = self._tokens.get(key)
+        if not ev:
+            return 0
+        now = time.monotonic() if now is None else now
+        while ev and now - ev[0][0] >= self.WINDOW_S:
+            ev.popleft()
+        if not ev:
+            del self._tokens[key]
+            return 0
+        return sum(n for _, n in ev)
+
+    def token_reset_s(self, key: str) -> float:
+        ev = self._tokens.get(key)
+        return max(0.0, ev[0][0] + self.WINDOW_S - time.monotonic()) if ev else 0.0
+
+    def enter(self, key: str) -> None:
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+
+    def leave(self, key: str, tokens: int = 0, *, count_tokens: bool = False) -> None:
+        n = self._in_flight.get(key, 0) - 1
+        if n > 0:
+            self._in_flight[key] = n
+        else:
+            self._in_flight.pop(key, None)
+        if count_tokens and tokens > 0:
+            self._tokens.setdefault(key, deque()).append((time.monotonic(), tokens))
 
 
 # One atomic step of the bucket inside Redis; the clock is Redis's own TIME so that

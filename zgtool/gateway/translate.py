@@ -1,58 +1,50 @@
-"""OpenAI chat completions <-> Anthropic messages, and the error shapes of both APIs.
+"""OpenAI chat completions <-> Anthropic messages for pygw.
 
 pygw accepts either API at the front and always calls the upstream's Anthropic API.
+Error bodies, the SSE parser and finish reasons come from the shared kit (zgtool.http).
+
+OpenAI parameters and what pygw does with them:
+    n                       1 or null (the default); anything else is a 400
+    max_tokens /            an integer >= 1 is forwarded; 0 or a negative number is a 400 (the
+    max_completion_tokens   engine's own OpenAI API answers the same); absent: DEFAULT_MAX_TOKENS
+    temperature             OpenAI's 0..2; the Anthropic API takes 0..1, so values above 1
+                            are clamped to 1.0 (the answer says so in x-gateway-adjusted)
+    top_p                   0..1, forwarded
+    stop                    a string or a list of up to 4 strings (else 400)
+    seed                    a 64-bit integer, forwarded as `seed` (zgtool's engine honours it)
+    stream_options          an object (null allowed) with a boolean include_usage (else 400)
+    user                    forwarded as metadata.user_id
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Iterator
 from typing import Any
 
+from zgtool.http.errors import ApiError, error_payload, parse_error_body
+from zgtool.http.finish import openai_from_anthropic
+from zgtool.http.sse import SSEParser
+
 DEFAULT_MAX_TOKENS = 1024
-
-# Anthropic error type -> (OpenAI type, OpenAI code)
-_OPENAI_ERR = {
-    "invalid_request_error": ("invalid_request_error", None),
-    "authentication_error": ("invalid_request_error", "invalid_api_key"),
-    "permission_error": ("invalid_request_error", "permission_denied"),
-    "not_found_error": ("invalid_request_error", "not_found"),
-    "request_too_large": ("invalid_request_error", "request_too_large"),
-    "rate_limit_error": ("requests", "rate_limit_exceeded"),
-    "api_error": ("server_error", None),
-    "overloaded_error": ("server_error", "overloaded"),
-    "timeout_error": ("server_error", "timeout"),
-}
-_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "content_filter"}
+ANTHROPIC_MAX_TEMPERATURE = 1.0
+SEED_MAX = 2**63 - 1
 
 
-class TranslationError(ValueError):
+class TranslationError(ApiError):
     """The front request cannot be expressed upstream (400 invalid_request_error)."""
 
-
-def error_body(front: str, err_type: str, message: str, request_id: str) -> bytes:
-    """An error in the front API's own shape."""
-    if front == "openai":
-        typ, code = _OPENAI_ERR.get(err_type, ("server_error", None))
-        return json.dumps({"error": {"message": message, "type": typ, "param": None, "code": code}}).encode()
-    return json.dumps(
-        {"type": "error", "error": {"type": err_type, "message": message}, "request_id": request_id}
-    ).encode()
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(400, "invalid_request_error", message, param=param)
 
 
 def upstream_error_to_openai(body: bytes, status: int) -> bytes:
     """Re-shape an upstream Anthropic error body for an OpenAI client."""
-    try:
-        err = json.loads(body)["error"]
-        err_type, message = str(err.get("type", "api_error")), str(err.get("message", ""))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        err_type = "api_error" if status >= 500 else "invalid_request_error"
-        message = body[:500].decode(errors="replace") or f"upstream answered {status}"
-    return error_body("openai", err_type, message, "")
+    return json.dumps(error_payload(parse_error_body(body, status), "openai", "")).encode()
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: Any, where: str) -> str:
     """Text of an OpenAI content value (string or list of parts)."""
     if content is None:
         return ""
@@ -62,49 +54,119 @@ def _text_of(content: Any) -> str:
         parts = []
         for p in content:
             if not isinstance(p, dict) or p.get("type") != "text":
-                raise TranslationError("only text content parts are supported")
-            parts.append(str(p.get("text", "")))
+                raise TranslationError("only text content parts are supported", where)
+            text = p.get("text", "")
+            if not isinstance(text, str):
+                raise TranslationError("a text part's text must be a string", where)
+            parts.append(text)
         return "".join(parts)
-    raise TranslationError("message content must be a string or a list of text parts")
+    raise TranslationError("message content must be a string or a list of text parts", where)
 
 
-def openai_to_anthropic(req: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI chat.completions request -> an Anthropic messages request."""
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(req: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
+    v = req.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not lo <= v <= hi:
+        raise TranslationError(f"{key}: must be a number between {lo:g} and {hi:g}, got {v!r}", key)
+    return float(v) if isinstance(v, float) else v
+
+
+def _max_tokens(req: dict[str, Any]) -> int:
+    key = "max_completion_tokens" if req.get("max_completion_tokens") is not None else "max_tokens"
+    v = req.get(key)
+    if v is None:
+        return DEFAULT_MAX_TOKENS
+    if not _is_int(v) or v < 1:
+        raise TranslationError(f"{key}: must be an integer >= 1, got {v!r}", key)
+    return int(v)
+
+
+def _stop(req: dict[str, Any]) -> list[str] | None:
+    stop = req.get("stop")
+    if stop is None:
+        return None
+    if isinstance(stop, str):
+        return [stop] if stop else None
+    if isinstance(stop, list) and len(stop) <= 4 and all(isinstance(s, str) for s in stop):
+        return [s for s in stop if s] or None
+    raise TranslationError("stop: must be a string or an array of up to 4 strings", "stop")
+
+
+def _stream_options(req: dict[str, Any]) -> dict[str, Any]:
+    opts = req.get("stream_options")
+    if opts is None:
+        return {}
+    if not isinstance(opts, dict):
+        raise TranslationError("stream_options: must be an object", "stream_options")
+    if opts.get("include_usage") is not None and not isinstance(opts["include_usage"], bool):
+        raise TranslationError("stream_options.include_usage: must be a boolean", "stream_options.include_usage")
+    return opts
+
+
+def include_usage(req: dict[str, Any]) -> bool:
+    """Whether an OpenAI stream asked for the final usage chunk (validated by openai_to_anthropic)."""
+    opts = req.get("stream_options")
+    return bool(isinstance(opts, dict) and opts.get("include_usage"))
+
+
+def openai_to_anthropic(req: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """An OpenAI chat.completions request -> (an Anthropic messages request, the adjustments made)."""
     msgs = req.get("messages")
     if not isinstance(msgs, list) or not msgs:
-        raise TranslationError("messages must be a non-empty list")
-    if req.get("n", 1) != 1:
-        raise TranslationError("n > 1 is not supported")
+        raise TranslationError("messages: must be a non-empty array", "messages")
+    n = req.get("n")
+    if n is not None and (not _is_int(n) or n != 1):
+        raise TranslationError(f"n: only 1 choice is supported, got {n!r}", "n")
     system: list[str] = []
     out: list[dict[str, Any]] = []
-    for m in msgs:
+    for i, m in enumerate(msgs):
         if not isinstance(m, dict):
-            raise TranslationError("each message must be an object")
+            raise TranslationError("each message must be an object", f"messages.{i}")
         role = m.get("role")
         if role in ("system", "developer"):
-            system.append(_text_of(m.get("content")))
+            system.append(_text_of(m.get("content"), f"messages.{i}.content"))
         elif role in ("user", "assistant"):
-            out.append({"role": role, "content": _text_of(m.get("content"))})
+            out.append({"role": role, "content": _text_of(m.get("content"), f"messages.{i}.content")})
         else:
-            raise TranslationError(f"message role {role!r} is not supported")
-    body: dict[str, Any] = {
-        "model": req.get("model", "default"),
-        "messages": out,
-        "max_tokens": req.get("max_completion_tokens") or req.get("max_tokens") or DEFAULT_MAX_TOKENS,
-    }
+            raise TranslationError(f"message role {role!r} is not supported", f"messages.{i}.role")
+    model = req.get("model", "default")
+    if not isinstance(model, str):
+        raise TranslationError("model: must be a string", "model")
+    body: dict[str, Any] = {"model": model, "messages": out, "max_tokens": _max_tokens(req)}
+    adjusted: list[str] = []
     if system:
         body["system"] = "\n\n".join(system)
-    for key in ("temperature", "top_p"):
-        if req.get(key) is not None:
-            body[key] = req[key]
-    stop = req.get("stop")
+    temperature = _number(req, "temperature", 0.0, 2.0)
+    if temperature is not None:
+        if temperature > ANTHROPIC_MAX_TEMPERATURE:
+            adjusted.append(f"temperature={temperature:g}->{ANTHROPIC_MAX_TEMPERATURE:g}")
+            temperature = ANTHROPIC_MAX_TEMPERATURE
+        body["temperature"] = temperature
+    top_p = _number(req, "top_p", 0.0, 1.0)
+    if top_p is not None:
+        body["top_p"] = top_p
+    stop = _stop(req)
     if stop:
-        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
-    if req.get("stream"):
+        body["stop_sequences"] = stop
+    seed = req.get("seed")
+    if seed is not None:
+        if not _is_int(seed) or not -SEED_MAX - 1 <= seed <= SEED_MAX:
+            raise TranslationError("seed: must be a 64-bit integer", "seed")
+        body["seed"] = seed
+    _stream_options(req)
+    stream = req.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise TranslationError("stream: must be a boolean", "stream")
+    if stream:
         body["stream"] = True
     if req.get("user"):
         body["metadata"] = {"user_id": str(req["user"])}
-    return body
+    return body, adjusted
 
 
 def anthropic_input_text(req: dict[str, Any]) -> str:
@@ -125,7 +187,7 @@ def anthropic_input_text(req: dict[str, Any]) -> str:
 
 
 def _usage(u: dict[str, Any]) -> dict[str, int]:
-    p, c = int(u.get("input_tokens", 0)), int(u.get("output_tokens", 0))
+    p, c = int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
@@ -141,7 +203,7 @@ def anthropic_to_openai(resp: dict[str, Any]) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "finish_reason": _FINISH.get(resp.get("stop_reason") or "", "stop"),
+                "finish_reason": openai_from_anthropic(resp.get("stop_reason")),
                 "logprobs": None,
             }
         ],
@@ -149,25 +211,55 @@ def anthropic_to_openai(resp: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def iter_sse(buf: bytearray) -> Iterator[tuple[str, str]]:
-    """Pop complete SSE events (event name, data) off the front of `buf`."""
-    while True:
-        end = buf.find(b"\n\n")
-        sep = 2
-        crlf = buf.find(b"\r\n\r\n")
-        if crlf != -1 and (end == -1 or crlf < end):
-            end, sep = crlf, 4
-        if end == -1:
-            return
-        raw = bytes(buf[:end]).decode("utf-8", errors="replace")
-        del buf[: end + sep]
-        event, data = "message", []
-        for line in raw.splitlines():
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-        yield event, "\n".join(data)
+def anthropic_models_to_openai(resp: dict[str, Any], created: int) -> dict[str, Any]:
+    """An Anthropic models list -> OpenAI's (what openai's client.models.list() parses)."""
+    data = []
+    for m in resp.get("data") or []:
+        if isinstance(m, dict) and m.get("id"):
+            data.append({"id": str(m["id"]), "object": "model", "created": int(m.get("created") or created),
+                         "owned_by": str(m.get("owned_by") or "pygw")})
+    return {"object": "list", "data": data}
+
+
+class StreamWatch:
+    """Follows an upstream Anthropic SSE stream: its usage, whether it ended properly
+    (message_stop, no error event) and, for OpenAI clients, the chunks to send instead."""
+
+    def __init__(self, openai_model: str | None, include_usage: bool = False) -> None:
+        self.parser = SSEParser()
+        self.conv = OpenAIStream(openai_model, include_usage) if openai_model is not None else None
+        self.usage: dict[str, Any] = {}
+        self.complete = False
+        self.errored = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes to send the client for this upstream chunk."""
+        out = []
+        for ev in self.parser.feed(chunk):
+            if not ev.data:
+                continue
+            try:
+                obj = json.loads(ev.data)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            typ = obj.get("type", ev.event)
+            if typ == "message_start":
+                self.usage.update((obj.get("message") or {}).get("usage") or {})
+            elif typ == "message_delta":
+                self.usage.update(obj.get("usage") or {})
+            elif typ == "message_stop":
+                self.complete = not self.errored
+            elif typ == "error" or ev.event == "error":
+                self.errored, self.complete = True, False
+            if self.conv is not None:
+                out.append(self.conv.feed(typ, obj))
+        return chunk if self.conv is None else b"".join(out)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.usage.get("input_tokens") or 0) + int(self.usage.get("output_tokens") or 0)
 
 
 class OpenAIStream:
@@ -190,15 +282,8 @@ class OpenAIStream:
         }
         return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
-    def feed(self, event: str, data: str) -> bytes:
+    def feed(self, typ: str, ev: dict[str, Any]) -> bytes:
         """The bytes to send for one upstream event (b"" for events OpenAI has no form of)."""
-        if not data:
-            return b""
-        try:
-            ev = json.loads(data)
-        except ValueError:
-            return b""
-        typ = ev.get("type", event)
         if typ == "message_start":
             msg = ev.get("message") or {}
             self.id = "chatcmpl-" + str(msg.get("id", "")).removeprefix("msg_")
@@ -210,8 +295,7 @@ class OpenAIStream:
             return self._chunk({"content": d.get("text", "")}, None) if d.get("type") == "text_delta" else b""
         if typ == "message_delta":
             self.usage.update(ev.get("usage") or {})
-            reason = (ev.get("delta") or {}).get("stop_reason")
-            return self._chunk({}, _FINISH.get(reason or "", "stop"))
+            return self._chunk({}, openai_from_anthropic((ev.get("delta") or {}).get("stop_reason")))
         if typ == "message_stop":
             tail = b""
             if self.include_usage:
@@ -222,4 +306,4 @@ class OpenAIStream:
         if typ == "error":
             err = ev.get("error") or {}
             return b"data: " + upstream_error_to_openai(json.dumps({"error": err}).encode(), 500) + b"\n\n"
-        return b""  # ping, content_block_start/stop, the engine's timing event
+        return b""  # ping, content_block_start/stop, timing
