@@ -1,9 +1,9 @@
 """Anthropic Messages API: request parsing, the response body and the exact SSE sequence.
 
 SSE order (official): message_start, content_block_start, ping, content_block_delta*,
-content_block_stop, message_delta, [zgtool_timing], message_stop. The extra
-``zgtool_timing`` event carries the per-request timing; the official SDKs skip event
-names they do not know.
+content_block_stop, message_delta, message_stop. The per-request timing rides as an SSE
+comment line (``: zgtool-timing {json}``) just before message_stop: SSE clients, the
+official SDKs included, drop comments, so user code never sees it.
 """
 
 from __future__ import annotations
@@ -16,14 +16,26 @@ from zgtool.engine.api.common import (
     opt_bool,
     opt_float,
     opt_int,
+    reject_unsupported,
     req_str,
     str_list,
     text_content,
+    unsupported,
 )
 from zgtool.engine.errors import InvalidRequest
+from zgtool.http.finish import anthropic_stop_reason
+from zgtool.http.sse import timing_comment
 
 ROLES = ("user", "assistant")
 _dumps = json.dumps
+
+# Parameters this server cannot honour: accepted only at values that change nothing.
+UNSUPPORTED = {
+    "thinking": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "disabled"),
+    "tool_choice": lambda v: v is None or (isinstance(v, dict) and v.get("type") in ("auto", "none")),
+    "mcp_servers": lambda v: not v,
+    "container": lambda v: v is None,
+}
 
 
 def _messages(obj: dict[str, Any]) -> list[dict[str, str]]:
@@ -74,8 +86,9 @@ def parse_messages(obj: dict[str, Any], max_tokens_limit: int) -> ChatRequest:
     top_k = opt_int(obj, "top_k", 0)
     if top_k is not None and top_k < 0:
         raise InvalidRequest(f"top_k: must be >= 0, got {top_k}")
+    reject_unsupported(obj, UNSUPPORTED)
     if obj.get("tools"):
-        raise InvalidRequest("tools: tool use is not supported by this server; send text messages only")
+        raise unsupported("tools", "tool use")
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise InvalidRequest("metadata: must be an object")
@@ -99,12 +112,7 @@ def parse_count_tokens(obj: dict[str, Any]) -> ChatRequest:
     return ChatRequest(api="anthropic", model=req_str(obj, "model"), messages=_messages(obj), system=_system(obj))
 
 
-def stop_reason(finish_reason: str | None, stop_sequence: str | None) -> str | None:
-    if finish_reason == "length":
-        return "max_tokens"
-    if finish_reason == "stop":
-        return "stop_sequence" if stop_sequence is not None else "end_turn"
-    return None
+stop_reason = anthropic_stop_reason
 
 
 def usage_obj(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
@@ -170,15 +178,15 @@ def text_delta(text: str) -> bytes:
 def stream_tail(
     finish_reason: str | None, stop_sequence: str | None, usage: dict[str, Any], timing: dict[str, Any],
 ) -> bytes:
-    """content_block_stop, message_delta, zgtool_timing, message_stop."""
+    """content_block_stop, message_delta, the timing comment, message_stop."""
     delta = {
         "type": "message_delta",
         "delta": {"stop_reason": stop_reason(finish_reason, stop_sequence), "stop_sequence": stop_sequence},
-        "usage": {"output_tokens": usage["output_tokens"]},
+        "usage": usage,        # cumulative, as the API sends it: input and cache counts too
     }
     return (
         BLOCK_STOP + event("message_delta", delta)
-        + event("zgtool_timing", {"type": "zgtool_timing", **timing}) + MESSAGE_STOP
+        + timing_comment(timing) + MESSAGE_STOP
     )
 
 

@@ -6,11 +6,46 @@ the offending field (``messages.0.content: ...``); the server maps it to a 400 o
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from zgtool.engine.errors import InvalidRequest
+from zgtool.http.body import type_name as _type_name
+
+SEED_MAX = 2**63 - 1          # what torch.Generator.manual_seed and numpy accept
+
+
+class ParamError(InvalidRequest):
+    """A 400 that names its parameter (OpenAI's ``param``) and, optionally, an OpenAI ``code``."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+def unsupported(param: str, what: str = "") -> ParamError:
+    return ParamError(f"{param}: {what or 'this parameter'} is not supported by this server; "
+                      f"remove it or leave it at its default", param=param, code="unsupported_parameter")
+
+
+def reject_unsupported(obj: dict[str, Any], checks: dict[str, Any]) -> None:
+    """400 for each parameter set to something other than a harmless default. ``checks`` maps a
+    parameter to a predicate ``ok(value) -> bool`` (or a tuple of accepted values)."""
+    for param, ok in checks.items():
+        if param not in obj:
+            continue
+        value = obj[param]
+        accepted = ok(value) if callable(ok) else value in ok
+        if not accepted:
+            raise unsupported(param)
+
+
+def opt_seed(obj: dict[str, Any], key: str = "seed") -> int | None:
+    seed = opt_int(obj, key, None)
+    if seed is not None and not -SEED_MAX - 1 <= seed <= SEED_MAX:
+        raise ParamError(f"{key}: must be a 64-bit integer, got a {len(str(abs(seed)))}-digit number", param=key)
+    return seed
 
 
 @dataclass
@@ -38,39 +73,6 @@ class ChatRequest:
         if self.system:
             parts.append(self.system)
         return "\n".join(parts)
-
-
-def load_json_object(body: bytes) -> dict[str, Any]:
-    """Decode a request body; bad UTF-8 and bad JSON are client errors, never 500s."""
-    if not body:
-        raise InvalidRequest("request body is empty; send a JSON object")
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid UTF-8 (byte {exc.start})") from exc
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
-    if not isinstance(obj, dict):
-        raise InvalidRequest(f"request body must be a JSON object, not {_type_name(obj)}")
-    return obj
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def req_str(obj: dict[str, Any], key: str, where: str = "") -> str:

@@ -1,9 +1,7 @@
-"""OpenAI Chat Completions: request parsing, response body, stream chunks and /v1/models.
+"""OpenAI Chat Completions: request parsing, response body and stream chunks.
 
-Streams end with ``data: [DONE]``. The per-request timing rides as a ``zgtool_timing``
-field on the last chunk before it (the usage chunk with include_usage, else the chunk
-that carries finish_reason), so no client that indexes ``choices[0]`` trips on an extra
-chunk; the official SDK ignores unknown fields.
+Streams end with ``data: [DONE]``. The per-request timing rides as an SSE comment line
+(``: zgtool-timing {json}``) just before it, which SSE clients (the official SDK too) drop.
 """
 
 from __future__ import annotations
@@ -14,17 +12,47 @@ from typing import Any
 
 from zgtool.engine.api.common import (
     ChatRequest,
+    ParamError,
     opt_bool,
     opt_float,
     opt_int,
+    opt_seed,
+    reject_unsupported,
     req_str,
     str_list,
     text_content,
 )
 from zgtool.engine.errors import InvalidRequest
+from zgtool.http.finish import openai_finish_reason
+from zgtool.http.sse import DONE, timing_comment
 
 ROLES = ("system", "developer", "user", "assistant")
 _dumps = json.dumps
+
+
+def _zero(v: Any) -> bool:
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v == 0)
+
+
+# Parameters this server cannot honour: accepted only at values that change nothing
+# (vLLM answers 400 for what it does not support; so does OpenAI, with code unsupported_parameter).
+UNSUPPORTED = {
+    "tools": lambda v: not v,
+    "tool_choice": lambda v: v in (None, "none", "auto"),
+    "functions": lambda v: not v,
+    "function_call": lambda v: v in (None, "none", "auto"),
+    "parallel_tool_calls": lambda v: True,
+    "logprobs": lambda v: v in (None, False),
+    "top_logprobs": lambda v: v in (None, 0),
+    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+    "presence_penalty": _zero,
+    "frequency_penalty": _zero,
+    "logit_bias": lambda v: not v,
+    "audio": lambda v: v is None,
+    "modalities": lambda v: v is None or v == ["text"],
+    "prediction": lambda v: v is None,
+    "web_search_options": lambda v: v is None,
+}
 
 
 def _messages(obj: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
@@ -71,7 +99,8 @@ def parse_chat(obj: dict[str, Any], max_tokens_limit: int) -> ChatRequest:
         raise InvalidRequest(f"{key}: {max_tokens} is above this model's limit of {max_tokens_limit}")
     n = opt_int(obj, "n", 1)
     if n != 1:
-        raise InvalidRequest(f"n: only n=1 is supported, got {n}")
+        raise ParamError(f"n: only n=1 is supported, got {n}", param="n", code="unsupported_parameter")
+    reject_unsupported(obj, UNSUPPORTED)
     top_p = opt_float(obj, "top_p", 1.0, 0.0, 1.0)
     if top_p == 0:
         raise InvalidRequest("top_p: must be greater than 0")
@@ -92,15 +121,14 @@ def parse_chat(obj: dict[str, Any], max_tokens_limit: int) -> ChatRequest:
         top_p=top_p,
         top_k=top_k or 0,
         stop=_stop(obj.get("stop")),
-        seed=opt_int(obj, "seed", None),
+        seed=opt_seed(obj),
         ignore_eos=opt_bool(obj, "ignore_eos"),
         stream=stream,
         include_usage=stream and opt_bool(options, "include_usage"),
     )
 
 
-def finish_reason(reason: str | None) -> str | None:
-    return reason if reason in ("stop", "length", "content_filter") else ("stop" if reason else None)
+finish_reason = openai_finish_reason
 
 
 def usage_obj(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
@@ -127,13 +155,6 @@ def completion_body(
             "finish_reason": finish_reason(reason),
         }],
         "usage": usage,
-    }
-
-
-def models_body(names: list[str], created: int) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [{"id": n, "object": "model", "created": created, "owned_by": "zgtool"} for n in names],
     }
 
 
@@ -167,19 +188,16 @@ class ChunkWriter:
         )
 
     def tail(self, reason: str | None, usage: dict[str, Any] | None, timing: dict[str, Any]) -> bytes:
-        """finish chunk, optional usage chunk (choices: []), then [DONE]; timing on the last."""
+        """finish chunk, optional usage chunk (choices: []), the timing comment, then [DONE]."""
         finish: dict[str, Any] = {
             "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason(reason)}]
         }
-        if usage is None:
-            finish["zgtool_timing"] = timing
-            return self._chunk(finish) + b"data: [DONE]\n\n"
-        return (
-            self._chunk(finish)
-            + self._chunk({"choices": [], "usage": usage, "zgtool_timing": timing})
-            + b"data: [DONE]\n\n"
-        )
+        out = self._chunk(finish)
+        if usage is not None:
+            out += self._chunk({"choices": [], "usage": usage})
+        return out + timing_comment(timing) + DONE
 
     def error(self, payload: dict[str, Any]) -> bytes:
-        """An error after the 200: the SDK raises APIError on a data object with "error"."""
-        return b"event: error\ndata: " + _dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+        """An error after the 200: one error chunk (the SDK raises APIError on a data object
+        with "error", as vLLM sends it), then [DONE]."""
+        return b"data: " + _dumps(payload, separators=(",", ":")).encode() + b"\n\n" + DONE

@@ -1,8 +1,7 @@
 """Admission: API keys, tiers (concurrency, requests/min, tokens/min) and load-aware caps.
 
-Plain Python, no torch, called on the I/O loop only (no locks). Keys are kept as SHA-256
-digests and compared with hmac.compare_digest against every configured key, so the
-answer time does not depend on how much of a key was right; keys are never logged.
+Plain Python, no torch, called on the I/O loop only (no locks). The keys file and the
+constant-time key match are zgtool.http.keys (shared with pygw); keys are never logged.
 
 Load-aware caps: when the engine's load (max of kv_util and, on a GPU, sm_util) stays
 above 0.9 for ``hold_s``, every tier's concurrency cap is halved (at least 1) until the
@@ -11,97 +10,18 @@ load has stayed below 0.9 for ``hold_s`` again. The factor is in X-GPU-Load-Hint
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
 import time
-import tomllib
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from zgtool.engine.server.errors import HttpError
-from zgtool.errors import UsageError
+from zgtool.http.keys import KeysConfig, Tier, api_key
 
 WINDOW_S = 60.0
 LOAD_HIGH = 0.9
-
-
-@dataclass(frozen=True)
-class Tier:
-    name: str
-    max_concurrent: int = 0          # 0 = unlimited
-    requests_per_min: int = 0
-    tokens_per_min: int = 0          # prompt tokens at admission + output tokens at completion
-
-    def __post_init__(self) -> None:
-        for f in ("max_concurrent", "requests_per_min", "tokens_per_min"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise UsageError(f"keys file: tier {self.name!r}: {f} must be an integer >= 0, got {v!r}")
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    name: str
-    tier: str
-    digest: bytes = field(repr=False)
-
-
-@dataclass(frozen=True)
-class KeysConfig:
-    tiers: dict[str, Tier]
-    keys: tuple[ApiKey, ...]
-    admin_digests: tuple[bytes, ...] = ()
-
-
-def digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode()).digest()
-
-
-def _key_digest(entry: dict[str, Any], where: str) -> bytes:
-    if isinstance(entry.get("key"), str) and entry["key"]:
-        return digest(entry["key"])
-    if isinstance(entry.get("sha256"), str):
-        try:
-            raw = bytes.fromhex(entry["sha256"])
-        except ValueError:
-            raw = b""
-        if len(raw) == 32:
-            return raw
-    raise UsageError(f"keys file: {where} needs key = \"...\" or sha256 = \"<64 hex digits>\"")
-
-
-def load_keys(path: Path) -> KeysConfig:
-    """Parse keys.toml (see examples/keys.toml); every mistake is a one-line UsageError."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError as exc:
-        raise UsageError(f"keys file {path} does not exist") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"keys file {path} is not valid TOML: {exc}") from exc
-    tiers: dict[str, Tier] = {}
-    for name, spec in (data.get("tiers") or {}).items():
-        if not isinstance(spec, dict):
-            raise UsageError(f"keys file: [tiers.{name}] must be a table")
-        unknown = set(spec) - {"max_concurrent", "requests_per_min", "tokens_per_min"}
-        if unknown:
-            raise UsageError(f"keys file: [tiers.{name}] has unknown fields {sorted(unknown)}")
-        tiers[name] = Tier(name=name, **spec)
-    keys: list[ApiKey] = []
-    for i, entry in enumerate(data.get("keys") or []):
-        name = entry.get("name") or f"key{i}"
-        tier = entry.get("tier", "default")
-        if tier not in tiers:
-            raise UsageError(f"keys file: key {name!r} uses tier {tier!r}, which is not defined in [tiers]")
-        keys.append(ApiKey(name=name, tier=tier, digest=_key_digest(entry, f"key {name!r}")))
-    admin = data.get("admin") or {}
-    admin_digests = tuple(digest(k) for k in admin.get("keys", []) if isinstance(k, str) and k)
-    if not keys and not admin_digests:
-        raise UsageError(f"keys file {path} defines no [[keys]] and no [admin] keys")
-    return KeysConfig(tiers=tiers, keys=tuple(keys), admin_digests=admin_digests)
 
 
 @dataclass
@@ -156,22 +76,10 @@ class Admission:
         """x-api-key or Authorization: Bearer; 401 when keys are configured and none match."""
         if self.keys is None:
             return self._anon
-        raw = headers.get(b"x-api-key")
-        if raw is None:
-            auth = headers.get(b"authorization", b"")
-            if auth[:7].lower() == b"bearer ":
-                raw = auth[7:].strip()
+        raw = api_key(headers)
         if not raw:
             raise HttpError(401, "authentication_error", "missing API key: send x-api-key or Authorization: Bearer")
-        d = hashlib.sha256(raw).digest()
-        found: ApiKey | None = None
-        for k in self.keys.keys:          # no early exit: constant time in the key material
-            if hmac.compare_digest(d, k.digest):
-                found = k
-        is_admin = False
-        for a in self.keys.admin_digests:
-            if hmac.compare_digest(d, a):
-                is_admin = True
+        found, is_admin = self.keys.match(raw)
         if found is None and not is_admin:
             raise HttpError(401, "authentication_error", "invalid x-api-key")
         if found is None:

@@ -10,29 +10,31 @@ import asyncio
 import itertools
 import json
 import logging
+import re
 import secrets
 import time
 from typing import Any
 
 from zgtool import __version__
-from zgtool.engine.api.common import load_json_object
 from zgtool.engine.server import handlers
 from zgtool.engine.server.accesslog import AccessLog
 from zgtool.engine.server.admission import Admission, Principal
 from zgtool.engine.server.config import ServeConfig
-from zgtool.engine.server.errors import HttpError, error_body, not_found, to_http_error
+from zgtool.engine.server.errors import HttpError, not_found, to_http_error
 from zgtool.engine.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from zgtool.engine.server.metrics import ServerMetrics
 from zgtool.engine.server.safety import SafetyPolicy
+from zgtool.http.body import ClientGone, load_json_object, read_body
+from zgtool.http.errors import error_body
 
 log = logging.getLogger("zgtool.serve")
 SERVER_HEADER = (b"server", f"zgtool-engine/{__version__}".encode())
 JSON_CT = (b"content-type", b"application/json")
 STATS_TTL_S = 0.01     # load-hint figures may be this stale; engine.stats() is not free on a GPU
-
-
-class ClientGone(Exception):
-    """The client disconnected before we answered: nothing to send."""
+DRAIN_WRITE_S = 5.0    # after aborting at the end of the grace period: time for the error events to go out
+# anthropic-version: absent is accepted (as 2023-06-01, like other compatible servers); a
+# value that is not a version date is a client bug worth a 400.
+ANTHROPIC_VERSION = re.compile(rb"\d{4}-\d{2}-\d{2}")
 
 
 class Ctx:
@@ -62,6 +64,9 @@ class ServerApp:
         self.safety = safety
         self.access_log = access_log
         self.draining = False
+        self.inflight: dict[str, handlers.Flight] = {}
+        keys = admission.keys
+        self.metrics_keyed = cfg.metrics_require_key or bool(keys is not None and keys.metrics_require_key)
         # run.py serves with our protocol, which calls a per-request disconnect hook; under
         # any other ASGI server the handlers fall back to a watcher task.
         self.disconnect_hook = False
@@ -109,6 +114,23 @@ class ServerApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    async def drain(self, grace_s: float) -> None:
+        """Let generation requests finish within grace_s; then abort the rest, each of which
+        answers its API's overloaded error (an error event on a stream), and wait for those."""
+        self.draining = True
+        deadline = time.monotonic() + grace_s
+        while self.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if not self.inflight:
+            return
+        log.warning("grace period of %.1f s over: aborting %d request(s) with an overloaded error",
+                    grace_s, len(self.inflight))
+        for flight in list(self.inflight.values()):
+            flight.abort_for_shutdown()
+        deadline = time.monotonic() + DRAIN_WRITE_S
+        while self.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
     async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         t0 = time.perf_counter()
         path = scope["path"]
@@ -116,6 +138,8 @@ class ServerApp:
         ctx = Ctx(f"{self._prefix}{next(self._ids):x}", api, t0, dict(scope["headers"]))
         try:
             route = self.routes.get(path)
+            if route is None and path.startswith("/v1/models/"):
+                route = {"GET": _model}
             if route is None:
                 raise not_found(f"no route for {scope['method']} {path}")
             handler = route.get(scope["method"])
@@ -124,15 +148,23 @@ class ServerApp:
                 raise HttpError(405, "invalid_request_error",
                                 f"method {scope['method']} is not allowed on {path}; use {allow}",
                                 headers=[(b"allow", allow.encode())])
-            if path.startswith(("/v1/", "/admin/")):
-                ctx.principal = self.admission.authenticate(ctx.headers)
-                if path == "/v1/models" and b"anthropic-version" not in ctx.headers:
+            if path.startswith(("/v1/", "/admin/")) or (path == "/metrics" and self.metrics_keyed):
+                version = ctx.headers.get(b"anthropic-version")
+                if path.startswith("/v1/models") and version is None:
                     ctx.api = "openai"
+                ctx.principal = self.admission.authenticate(ctx.headers)
+                if version is not None and ctx.api == "anthropic" and not ANTHROPIC_VERSION.fullmatch(version):
+                    raise HttpError(400, "invalid_request_error",
+                                    "anthropic-version: must be a version date such as 2023-06-01",
+                                    param="anthropic-version")
             await handler(self, ctx, scope, receive, send)
         except ClientGone:
             return
         except asyncio.CancelledError:
-            raise
+            # uvicorn cancels request tasks only when its own shutdown timeout expires, after
+            # drain(); the handler's cleanup has run, so end quietly instead of a traceback.
+            log.info("request %s cancelled at shutdown", ctx.rid)
+            return
         except Exception as exc:  # noqa: BLE001 - the one place errors become answers
             await self._fail(ctx, send, exc)
         if self.access_log is not None and (ctx.status >= 400 or path not in ("/health", "/metrics")):
@@ -218,32 +250,8 @@ class ServerApp:
 
     async def read_json(self, ctx: Ctx, receive: Any) -> dict[str, Any]:
         """The request body as a JSON object, bounded by --max-body-bytes."""
-        limit = self.cfg.max_body_bytes
-        cl = ctx.headers.get(b"content-length")
-        if cl is not None:
-            try:
-                declared = int(cl)
-            except ValueError:
-                raise HttpError(400, "invalid_request_error", "content-length is not an integer") from None
-            if declared > limit:
-                raise HttpError(413, "request_too_large",
-                                f"request body is {declared} bytes; this server accepts at most {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                raise ClientGone()
-            chunk = msg.get("body", b"")
-            if chunk:
-                size += len(chunk)
-                if size > limit:
-                    raise HttpError(413, "request_too_large",
-                                    f"request body exceeds {limit} bytes; this server accepts at most {limit} bytes")
-                chunks.append(chunk)
-            if not msg.get("more_body", False):
-                break
-        return load_json_object(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        body = await read_body(receive, self.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+        return load_json_object(body)
 
     def require_admin(self, ctx: Ctx) -> None:
         if ctx.principal is None or not ctx.principal.is_admin:
@@ -264,17 +272,30 @@ async def _metrics(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any
     await app.send_json(ctx, send, 200, body, content_type=(b"content-type", METRICS_CONTENT_TYPE))
 
 
-async def _models(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    from zgtool.engine.api.openai import models_body
-
-    names = list(dict.fromkeys(app.cfg.served_names))
-    if ctx.api == "anthropic":
+def _model_obj(app: ServerApp, api: str, name: str) -> dict[str, Any]:
+    if api == "anthropic":
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(app.created))
-        data = [{"type": "model", "id": n, "display_name": n, "created_at": created} for n in names]
+        return {"type": "model", "id": name, "display_name": name, "created_at": created}
+    return {"id": name, "object": "model", "created": app.created, "owned_by": "zgtool"}
+
+
+async def _models(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
+    names = list(dict.fromkeys(app.cfg.served_names))
+    data = [_model_obj(app, ctx.api, n) for n in names]
+    if ctx.api == "anthropic":
         body: dict[str, Any] = {"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
     else:
-        body = models_body(names, app.created)
+        body = {"object": "list", "data": data}
     await app.send_json(ctx, send, 200, json.dumps(body).encode())
+
+
+async def _model(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
+    """GET /v1/models/{id}: one served model, or 404 not_found_error."""
+    name = scope["path"][len("/v1/models/"):]
+    if name not in app.cfg.served_names:
+        raise HttpError(404, "not_found_error", f"model {name!r} is not served here", code="model_not_found",
+                        param="model")
+    await app.send_json(ctx, send, 200, json.dumps(_model_obj(app, ctx.api, name)).encode())
 
 
 async def _admin_kv(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:

@@ -1,8 +1,9 @@
-"""The one mapping from engine and server errors to HTTP status + the API's error body.
+"""The one mapping from engine and server errors to HTTP status + error type (bodies: zgtool.http.errors).
 
     status  error.type                 raised for
     400     invalid_request_error      bad JSON/UTF-8, wrong types, missing fields, max_tokens
                                        out of range, prompt longer than the context,
+                                       unsupported parameters (named in ``param``),
                                        non-text content blocks (InvalidRequest,
                                        ContextLengthExceeded)
     400     content_policy_violation   safety policy hit (input, or output in a non-stream
@@ -14,35 +15,30 @@
     408     timeout_error              headers or body not received within the read timeouts
     413     request_too_large          body over --max-body-bytes
     429     rate_limit_error           tier concurrency / requests/min / tokens/min exceeded
+    431     invalid_request_error      request headers over --max-header-bytes / --max-headers
     500     api_error                  an unexpected server bug (logged with a traceback)
     529     overloaded_error           KV pool and waiting queue saturated (Overloaded), or
-                                       the server is shutting down (EngineStopped)
+                                       the server is shutting down (EngineStopped); retry-after set
 
 Anthropic routes answer ``{"type":"error","error":{"type","message"},"request_id"}``;
-OpenAI routes answer ``{"error":{"message","type","param","code"}}``.
+OpenAI routes answer ``{"error":{"message","type","param","code"}}`` with OpenAI's own
+types (see zgtool.http.errors).
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from zgtool.engine.errors import (
+    ContextLengthExceeded,
+    EngineError,
+    EngineStopped,
+    InvalidRequest,
+    ModelNotFound,
+    Overloaded,
+)
+from zgtool.http.errors import ApiError
 
-from zgtool.engine.errors import EngineError, EngineStopped, InvalidRequest, ModelNotFound, Overloaded
-
-
-class HttpError(Exception):
-    """An error answer: status, API error type, message, extra headers and fields."""
-
-    def __init__(
-        self, status: int, error_type: str, message: str, *,
-        headers: list[tuple[bytes, bytes]] | None = None, extra: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_type = error_type
-        self.message = message
-        self.headers = headers or []
-        self.extra = extra or {}
+HttpError = ApiError          # the engine's name for the kit's error answer
+RETRY_AFTER_OVERLOADED_S = 1
 
 
 def content_policy(message: str) -> HttpError:
@@ -53,30 +49,26 @@ def not_found(message: str) -> HttpError:
     return HttpError(404, "not_found_error", message)
 
 
+def overloaded(message: str, retry_after_s: int = RETRY_AFTER_OVERLOADED_S) -> HttpError:
+    return HttpError(529, "overloaded_error", message,
+                     headers=[(b"retry-after", str(max(1, retry_after_s)).encode())])
+
+
 def to_http_error(exc: BaseException) -> HttpError:
     """Every exception a handler can raise becomes an HttpError here, and only here."""
     if isinstance(exc, HttpError):
         return exc
+    if isinstance(exc, ContextLengthExceeded):
+        return HttpError(400, "invalid_request_error", str(exc), code="context_length_exceeded")
     if isinstance(exc, InvalidRequest):
-        return HttpError(400, "invalid_request_error", str(exc))
+        return HttpError(400, "invalid_request_error", str(exc), param=getattr(exc, "param", None),
+                         code=getattr(exc, "code", None))
     if isinstance(exc, ModelNotFound):
-        return HttpError(404, "not_found_error", str(exc))
+        return HttpError(404, "not_found_error", str(exc), code="model_not_found", param="model")
     if isinstance(exc, Overloaded):
-        return HttpError(529, "overloaded_error", str(exc) or "Overloaded")
+        return overloaded(str(exc) or "Overloaded")
     if isinstance(exc, EngineStopped):
-        return HttpError(529, "overloaded_error", "the server is shutting down; retry on another replica")
+        return overloaded("the server is shutting down; retry on another replica")
     if isinstance(exc, EngineError):
         return HttpError(500, "api_error", f"engine error: {exc}")
     return HttpError(500, "api_error", f"internal server error ({type(exc).__name__}); see the server log")
-
-
-def error_payload(err: HttpError, api: str, request_id: str) -> dict[str, Any]:
-    if api == "openai":
-        return {"error": {"message": err.message, "type": err.error_type, "param": None,
-                          "code": err.error_type, **err.extra}}
-    return {"type": "error", "error": {"type": err.error_type, "message": err.message, **err.extra},
-            "request_id": request_id}
-
-
-def error_body(err: HttpError, api: str, request_id: str) -> bytes:
-    return json.dumps(error_payload(err, api, request_id), separators=(",", ":")).encode()

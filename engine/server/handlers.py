@@ -1,8 +1,9 @@
 """The generation flows: parse -> model check -> input safety -> tokenize -> admit ->
 engine -> JSON body or SSE stream, for both APIs.
 
-A disconnect watcher (one task per request, no thread wake-up) aborts the engine
-request when the client goes away; the engine frees its KV blocks within one step.
+The disconnect hook is registered before tokenization, so a client that leaves while a
+long prompt is tokenized off the loop never reaches the engine, and one that leaves
+later aborts its engine request (the engine frees its KV blocks within one step).
 """
 
 from __future__ import annotations
@@ -17,14 +18,43 @@ from zgtool.engine.api import openai as oai
 from zgtool.engine.api.common import ChatRequest
 from zgtool.engine.config import SamplingParams
 from zgtool.engine.errors import ContextLengthExceeded, ModelNotFound
-from zgtool.engine.server.errors import HttpError, content_policy, error_payload
+from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
-from zgtool.engine.server.sse import SSE_HEADERS, TokenGrouper
+from zgtool.engine.server.sse import TokenGrouper
+from zgtool.http.body import ClientGone
+from zgtool.http.errors import error_payload
+from zgtool.http.sse import SSE_HEADERS
 
 if TYPE_CHECKING:
     from zgtool.engine.server.app import Ctx, ServerApp
 
 LONG_PROMPT_CHARS = 32_768   # tokenize longer prompts off the loop so other streams keep flowing
+
+
+class Flight:
+    """One generation request in flight: what the disconnect hook and the drain act on."""
+
+    __slots__ = ("rid", "engine", "started", "done", "gone", "shutdown")
+
+    def __init__(self, rid: str, engine: Any) -> None:
+        self.rid = rid
+        self.engine = engine
+        self.started = False     # handed to the engine
+        self.done = False
+        self.gone = False        # the client left (or stopped reading)
+        self.shutdown = False    # aborted because the grace period ran out
+
+    def on_gone(self) -> None:
+        if not self.done:
+            self.gone = True
+            if self.started:
+                self.engine.abort(self.rid)
+
+    def abort_for_shutdown(self) -> None:
+        if not self.done:
+            self.shutdown = True
+            if self.started:
+                self.engine.abort(self.rid)
 
 
 async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
@@ -105,15 +135,36 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
         ctx.safety_ms += (time.perf_counter() - t) * 1e3
         if hit is not None:
             raise content_policy(hit)
+    if app.draining:
+        raise overloaded("the server is shutting down; retry on another replica")
+    flight = Flight(ctx.rid, app.engine)
+    watcher = None
+    if app.disconnect_hook:
+        scope[DISCONNECT_HOOK] = flight.on_gone
+    else:
+        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, flight.on_gone))
+    app.inflight[ctx.rid] = flight
+    try:
+        await _admit_and_run(app, ctx, req, flight, send)
+    finally:
+        flight.done = True
+        del app.inflight[ctx.rid]
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _admit_and_run(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, send: Any) -> None:
     prompt = await _tokenize(app, req)
+    if flight.gone:
+        raise ClientGone()
     max_len = app.engine.max_model_len
     max_tokens = req.max_tokens if req.max_tokens is not None else max_len - len(prompt)
     if max_tokens < 1:
         raise ContextLengthExceeded(len(prompt), 1, max_len)
     params = SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
                             top_k=req.top_k, seed=req.seed, stop=req.stop, ignore_eos=req.ignore_eos)
-    if app.draining:
-        raise HttpError(529, "overloaded_error", "the server is shutting down; retry on another replica")
+    if app.draining or flight.shutdown:
+        raise overloaded("the server is shutting down; retry on another replica")
     principal = ctx.principal
     assert principal is not None
     stats = app.stats()
@@ -123,35 +174,21 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
     adm.admit(principal, len(prompt), stats, now)
     ctx.log = {"request_id": ctx.rid, "key": principal.name, "api": req.api, "model": req.model,
                "stream": req.stream, "prompt_tokens": len(prompt)} if app.access_log is not None else None
+    filt = app.safety.output_filter() if app.safety is not None else None
     try:
-        stream = app.engine.add_request(prompt, params, request_id=ctx.rid,
-                                        output_filter=safety.output_filter() if safety is not None else None)
+        stream = app.engine.add_request(prompt, params, request_id=ctx.rid, output_filter=filt)
     except BaseException:
         adm.release(principal, 0, None, time.monotonic())
         raise
-    state = {"done": False, "gone": False}
-    rid = ctx.rid
-
-    def on_gone() -> None:
-        if not state["done"]:
-            state["gone"] = True
-            app.engine.abort(rid)
-
-    watcher = None
-    if app.disconnect_hook:
-        scope[DISCONNECT_HOOK] = on_gone
-    else:
-        watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, on_gone))
+    flight.started = True
     try:
         if req.stream:
-            await _stream(app, ctx, req, stream, send, state)
+            await _stream(app, ctx, req, stream, send, flight, filt)
         else:
-            await _complete(app, ctx, req, stream, send, state)
+            await _complete(app, ctx, req, stream, send, flight)
     finally:
-        state["done"] = True
-        if watcher is not None:
-            watcher.cancel()
-        if stream.finish_reason is None:      # cancelled (shutdown timeout) or failed mid-way
+        flight.done = True
+        if stream.finish_reason is None:      # cancelled or failed mid-way
             app.engine.abort(ctx.rid)
         usage = stream.usage
         t = stream.timings
@@ -159,7 +196,7 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
                     t.total_ms / 1e3 if t.finished_s is not None else None, time.monotonic())
         app.metrics.observe_finished(t, usage, stream.finish_reason)
         if ctx.log is not None:     # written by the app once the answer is out
-            ctx.log.update(finish_reason=stream.finish_reason, client_gone=state["gone"],
+            ctx.log.update(finish_reason=stream.finish_reason, client_gone=flight.gone,
                            completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
                            ttft_ms=None if t.ttft_ms is None else round(t.ttft_ms, 3),
                            **{f"{k}_ms": round(v, 3) for k, v in _timing(ctx, stream).items()})
@@ -174,11 +211,10 @@ def _usage(req: ChatRequest, stream: Any) -> dict[str, Any]:
 def _abort_error(last: Any) -> HttpError:
     if last is not None and last.error:
         return HttpError(500, "api_error", last.error)
-    return HttpError(529, "overloaded_error", "the request was aborted because the server is shutting down")
+    return overloaded("the request was aborted because the server is shutting down; retry on another replica")
 
 
-async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any,
-                    state: dict[str, bool]) -> None:
+async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any, flight: Flight) -> None:
     parts: list[str] = []
     last = None
     async for out in stream:
@@ -189,8 +225,8 @@ async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, sen
     if reason == "content_filter":
         raise content_policy(last.error if last is not None and last.error else "output blocked by the content policy")
     if reason == "abort":
-        if state["gone"]:
-            return
+        if flight.gone:
+            raise ClientGone()
         raise _abort_error(last)
     text = "".join(parts)
     stop_seq = last.stop_sequence if last is not None else None
@@ -204,8 +240,8 @@ async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, sen
                         timing=_timing(ctx, stream))
 
 
-async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any,
-                  state: dict[str, bool]) -> None:
+async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any, flight: Flight,
+                  filt: Any) -> None:
     is_anth = req.api == "anthropic"
     headers = app.base_headers(ctx, None) + SSE_HEADERS
     if ctx.principal is not None:
@@ -214,38 +250,57 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
     ctx.status = 200
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     writer = None
+    head = b""
     if is_anth:
-        head = anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids), 0)
         encode = anth.text_delta
     else:
         writer = oai.ChunkWriter("chatcmpl-" + ctx.rid, req.model)
-        head = writer.role()
+        await send({"type": "http.response.body", "body": writer.role(), "more_body": True})
         encode = writer.content
-    await send({"type": "http.response.body", "body": head, "more_body": True})
     group = TokenGrouper(app.cfg.stream_interval)
+    held = ""          # text the safety filter has not cleared yet (could start a match)
+    sent_chars = 0
     last = None
     async for out in stream:
         last = out
+        if is_anth and not head:
+            # After scheduling: the prefix-cache hit is known, so message_start's usage is true.
+            head = anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids),
+                                    stream.usage.cached_tokens)
+            if not flight.gone:
+                await send({"type": "http.response.body", "body": head, "more_body": True})
         if out.finished:
             break
-        text = group.add(out.text, len(out.token_ids))
-        if text is not None and not state["gone"]:
+        text = out.text
+        if filt is not None:
+            held += text
+            cut = min(filt.safe_chars - sent_chars, len(held))
+            text, held = (held[:cut], held[cut:]) if cut > 0 else ("", held)
+            sent_chars += len(text)
+        text = group.add(text, len(out.token_ids))
+        if text is not None and not flight.gone:
             await send({"type": "http.response.body", "body": encode(text), "more_body": True})
-    if state["gone"]:
+    if flight.gone:
         return
     tail = b""
-    if last is not None and last.text:
-        group.parts.append(last.text)
+    if is_anth and not head:
+        tail += anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids),
+                                 stream.usage.cached_tokens)
+    reason = stream.finish_reason
+    if reason not in ("content_filter", "abort"):
+        held += last.text if last is not None else ""
+        if held:
+            group.parts.append(held)
     rest = group.flush()
     if rest is not None:
         tail += encode(rest)
-    reason = stream.finish_reason
     if reason in ("content_filter", "abort"):
         if reason == "content_filter":
             err = content_policy(last.error if last is not None and last.error else "output blocked by the content policy")
         else:
             err = _abort_error(last)
         app.metrics.observe_error(err.error_type)
+        ctx.error_type = err.error_type
         payload = error_payload(err, req.api, "req_" + ctx.rid)
         tail += anth.stream_error(payload) if is_anth else writer.error(payload)  # type: ignore[union-attr]
     else:

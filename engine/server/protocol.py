@@ -1,45 +1,93 @@
-"""uvicorn's httptools protocol plus read deadlines and an explicit TCP_NODELAY.
+"""uvicorn's httptools protocol plus the limits uvicorn lacks: read deadlines, header caps,
+a write (stalled-reader) timeout, API-shaped protocol errors and close-delimited streams
+for HTTP/1.0 clients. (TLS handshakes are bounded by run.ZgServer.)
 
-uvicorn has a keep-alive idle timeout but no deadline for receiving a request's headers
-or body, so a slowloris client (one header byte every few seconds) would hold a
-connection forever. Here each request gets two absolute deadlines, armed with one
-``call_later`` each (no task): headers within ``header_timeout_s`` of the first byte,
-body within ``body_timeout_s`` of the headers. A miss answers 408 and closes the
-connection; other connections are unaffected.
+- Deadlines: headers within ``header_timeout_s`` of the connection or of a request's first
+  byte, body within ``body_timeout_s`` of the headers; a miss answers 408 and closes. One
+  ``call_later`` each, no task.
+- Header caps: more than ``max_header_bytes`` of request line + headers, or more than
+  ``max_headers`` fields, answers 431 before the parser has buffered more than one read.
+- Write timeout: when the transport stays paused (the client stopped reading) for
+  ``write_timeout_s``, the request is aborted through the disconnect hook (its KV blocks
+  are freed) and the connection is dropped.
+- Malformed HTTP answers 400 in the API's error shape instead of uvicorn's plain text.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
+import secrets
 import socket
 from asyncio import TimerHandle
 from collections.abc import Callable
 from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from zgtool import __version__
+from zgtool.http.errors import ApiError, error_body
 
 # ASGI scope key (an extension of ours): a callable run once if the client goes away
-# before the response completes.
+# before the response completes (or stops reading past the write timeout).
 DISCONNECT_HOOK = "zgtool.on_disconnect"
+log = logging.getLogger("zgtool.serve")
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
-def _timeout_response(what: str) -> bytes:
-    body = json.dumps({"type": "error", "error": {
-        "type": "timeout_error", "message": f"request {what} not received in time; closing the connection"}},
-        separators=(",", ":")).encode()
-    return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+class _Reject(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(status: int, message: str, api: str = "anthropic") -> bytes:
+    """A complete HTTP/1.1 error answer in the API's shape that closes the connection."""
+    rid = secrets.token_hex(8)
+    body = error_body(ApiError(status, None, message), api, "req_" + rid)
+    return b"".join([
+        b"HTTP/1.1 ", str(status).encode(), b" ", _REASONS.get(status, b"Error"), b"\r\n",
+        b"server: zgtool-engine/", __version__.encode(), b"\r\n",
+        b"request-id: req_", rid.encode(), b"\r\nx-request-id: inference-", rid.encode(), b"\r\n",
+        b"content-type: application/json\r\nconnection: close\r\n",
+        b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body,
+    ])
+
+
+class _Http10Cycle(RequestResponseCycle):
+    """HTTP/1.0 has no chunked encoding: an answer without content-length is close-delimited."""
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.start" and not self.response_started:
+            headers = list(message.get("headers", []))
+            if not any(k.lower() == b"content-length" for k, _ in headers):
+                self.chunked_encoding = False         # keeps uvicorn from adding transfer-encoding
+                self.keep_alive = False
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+                self._close_delimited = True
+        elif message["type"] == "http.response.body" and getattr(self, "_close_delimited", False):
+            self.expected_content_length = len(message.get("body", b""))
+        await super().send(message)
 
 
 class DeadlineHttpToolsProtocol(HttpToolsProtocol):
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    write_timeout_s: float = 30.0
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: TimerHandle | None = None
+        self._write_timer: TimerHandle | None = None
+        self._in_head = True
+        self._head_bytes = 0
+        self._num_headers = 0
 
+    # -- connection ----------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         sock = transport.get_extra_info("socket")
@@ -60,45 +108,124 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
 
+    def _api(self) -> str:
+        return "openai" if getattr(self, "url", b"").startswith(b"/v1/chat") else "anthropic"
+
     def _expired(self, what: str) -> None:
         self._deadline = None
         if self.transport.is_closing():
             return
         cycle = self.cycle
         if cycle is None or cycle.response_complete or not cycle.response_started:
-            self.transport.write(_timeout_response(what))
+            self.transport.write(error_response(
+                408, f"request {what} not received in time; closing the connection", self._api()))
         if cycle is not None and not cycle.response_complete:
             # The app may be waiting in receive(); disconnected makes it return http.disconnect.
             cycle.disconnected = True
             cycle.message_event.set()
         self.transport.close()
 
+    def _reject(self, status: int, message: str) -> None:
+        self._disarm()
+        cycle = self.cycle
+        if not self.transport.is_closing() and (cycle is None or cycle.response_complete
+                                                or not cycle.response_started):
+            self.transport.write(error_response(status, message, self._api()))
+        self.transport.close()
+
+    # -- parsing -------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        was_head = self._in_head
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _Reject):
+                self._reject(cause.status, cause.message)
+            else:
+                self._reject(400, f"malformed HTTP request: {exc}")
+            return
+        if was_head and self._in_head:
+            # Still inside the head: everything read so far is request line + headers, which
+            # the parser buffers; cap it before it can grow.
+            self._head_bytes += len(data)
+            if self._head_bytes > self.max_header_bytes:
+                self._reject(431, f"request headers exceed {self.max_header_bytes} bytes")
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._in_head = True
+        self._num_headers = 0
         self._arm(self.header_timeout_s, "headers")
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._num_headers += 1
+        if self._num_headers > self.max_headers:
+            raise _Reject(431, f"request has more than {self.max_headers} header fields")
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
         self._arm(self.body_timeout_s, "body")
         super().on_headers_complete()
+        if self.scope.get("http_version") == "1.0" and self.cycle is not None:
+            self.cycle.__class__ = _Http10Cycle
 
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
+        self._in_head = True
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+    # -- writing -------------------------------------------------------------
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.write_timeout_s, self._write_expired)
+
+    def resume_writing(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        super().resume_writing()
+
+    def _write_expired(self) -> None:
+        """The client has not read for write_timeout_s: abort its request, drop the connection."""
+        self._write_timer = None
+        log.warning("client stopped reading for %.1f s; aborting its request", self.write_timeout_s)
+        self._call_hook()
+        self.transport.abort()
+
+    def _call_hook(self) -> None:
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             # The app registered this when it handed the request to the engine: the engine
             # learns of the disconnect now, with no per-request watcher task on the loop.
             # uvicorn types the scope as a TypedDict that does not know our extension key.
-            hook = cast("Callable[[], None] | None", cycle.scope.get(DISCONNECT_HOOK))
+            hook = cast("Callable[[], None] | None", cycle.scope.pop(DISCONNECT_HOOK, None))  # type: ignore[misc]
             if hook is not None:
                 hook()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        self._call_hook()
         super().connection_lost(exc)
 
 
-def protocol_class(header_timeout_s: float, body_timeout_s: float) -> type[DeadlineHttpToolsProtocol]:
-    """A subclass carrying this server's timeouts (uvicorn instantiates it per connection)."""
-    return type("ZgHttpProtocol", (DeadlineHttpToolsProtocol,),
-                {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s})
+def protocol_class(header_timeout_s: float, body_timeout_s: float, *, write_timeout_s: float = 30.0,
+                   max_header_bytes: int = 32 * 1024, max_headers: int = 100) -> type[DeadlineHttpToolsProtocol]:
+    """A subclass carrying this server's limits (uvicorn instantiates it per connection)."""
+    return type("ZgHttpProtocol", (DeadlineHttpToolsProtocol,), {
+        "header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s,
+        "write_timeout_s": write_timeout_s, "max_header_bytes": max_header_bytes,
+        "max_headers": max_headers})

@@ -7,11 +7,12 @@ Ctrl-C forces the exit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import socket
-import ssl
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -49,6 +50,19 @@ class ZgServer(uvicorn.Server):
                 signal.signal(sig, handler)
         # uvicorn re-raises the captured signal here; a shutdown that was asked for and
         # completed is a success, so we do not.
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.config.ssl is None:
+            await super().startup(sockets)
+            return
+        # asyncio/uvloop hold a TLS handshake 60 s; bound it by the header deadline instead.
+        loop: Any = asyncio.get_running_loop()
+        loop.create_server = functools.partial(loop.create_server,
+                                               ssl_handshake_timeout=self.zg_app.cfg.header_timeout_s)
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """Our order, not uvicorn's: stop accepting, close idle connections, let requests finish
@@ -126,9 +140,10 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
     from zgtool.engine.errors import EngineError, ModelUnavailable
     from zgtool.engine.server import tls as tlsmod
     from zgtool.engine.server.accesslog import AccessLog
-    from zgtool.engine.server.admission import Admission, load_keys
+    from zgtool.engine.server.admission import Admission
     from zgtool.engine.server.app import ServerApp
     from zgtool.engine.server.safety import load_policy
+    from zgtool.http.keys import load_keys
 
     tls_files = None
     if cfg.tls == "self-signed":
@@ -157,23 +172,18 @@ def make_server(built: Built) -> ZgServer:
 
     cfg = built.config
     built.app.disconnect_hook = True
-    ssl_context = None
-    if built.tls is not None:
-        # TLS is started by our protocol (not uvicorn's create_server), so that a handshake
-        # that stalls is cut at the header deadline instead of asyncio's 60 s.
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ssl_context.load_cert_chain(str(built.tls.cert_path), str(built.tls.key_path))
     ucfg = uvicorn.Config(
         built.app,
         loop="uvloop",
         http=protocol_class(cfg.header_timeout_s, cfg.body_timeout_s, write_timeout_s=cfg.write_timeout_s,
-                            max_header_bytes=cfg.max_header_bytes, max_headers=cfg.max_headers,
-                            ssl_context=ssl_context),
+                            max_header_bytes=cfg.max_header_bytes, max_headers=cfg.max_headers),
         lifespan="on",
         timeout_keep_alive=int(max(1, cfg.keep_alive_s)),
         # drain() has already waited --grace-s and ended every request; this only bounds
         # connections that are still flushing.
         timeout_graceful_shutdown=5,
+        ssl_certfile=str(built.tls.cert_path) if built.tls else None,
+        ssl_keyfile=str(built.tls.key_path) if built.tls else None,
         log_level=cfg.log_level,
         access_log=False,
         server_header=False,     # the app sends Server: zgtool-engine/<version>

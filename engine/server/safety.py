@@ -1,30 +1,32 @@
 """In-pipeline safety: deny phrases/regexes for input and output (see examples/safety-policy.toml).
 
 Input is checked once before scheduling. Output is checked incrementally inside the
-engine's step thread (the engine's ``output_filter`` hook): each call looks only at the
-text that can contain a new match, i.e. the new delta plus the longest phrase (or
-``regex_lookback_chars`` for regexes) before it, so a long answer costs O(new text) per
-token, not O(answer).
+engine's step thread (the engine's ``output_filter`` hook, zgtool.engine.server.safetytext):
+each call looks only at the text that can contain a new match, so a long answer costs
+O(new text) per token, and the stream sends only text that can no longer start a match.
+Both sides match on normalised text (NFKC, zero-width characters removed, whitespace
+folded, case folded unless ``case_sensitive``).
 """
 
 from __future__ import annotations
 
-import re
-import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import regex
+
+from zgtool.engine.server.safetytext import OutputFilter, OutputRules, normalize
 from zgtool.errors import UsageError
+from zgtool.http.toml import load_toml
 
 DEFAULT_MESSAGE = "the request was blocked by the server's content policy"
 
 
 @dataclass(frozen=True)
 class Rules:
-    phrases: tuple[str, ...] = ()        # stored lower-cased unless case_sensitive
-    regexes: tuple[re.Pattern[str], ...] = ()
+    phrases: tuple[str, ...] = ()        # normalised (and lower-cased unless case_sensitive)
+    regexes: tuple[Any, ...] = ()        # regex.Pattern
 
     @property
     def empty(self) -> bool:
@@ -41,53 +43,37 @@ class SafetyPolicy:
 
     def check_input(self, text: str) -> str | None:
         """A violation message when the prompt matches, else None."""
-        return _first_hit(self.input, text if self.case_sensitive else text.lower(), text, self.message, "input")
+        norm = normalize(text, not self.case_sensitive)
+        for p in self.input.phrases:
+            if p in norm:
+                return f"{self.message} (input matched a denied phrase)"
+        for rx in self.input.regexes:
+            if rx.search(norm):
+                return f"{self.message} (input matched a denied pattern)"
+        return None
 
-    def output_filter(self) -> Callable[[str], str | None] | None:
+    def output_filter(self) -> OutputFilter | None:
         """A fresh per-request filter for Engine.add_request, or None when there are no output rules."""
         if self.output.empty:
             return None
-        rules = self.output
-        fold = not self.case_sensitive
-        phrase_back = max((len(p) for p in rules.phrases), default=1) - 1
-        regex_back = self.regex_lookback_chars
-        message = self.message
-        checked = 0
+        return OutputFilter(self._output_rules, self._prefixes)
 
-        def check(full_text: str) -> str | None:
-            nonlocal checked
-            n = len(full_text)
-            if n == checked:
-                return None
-            hit = None
-            if rules.phrases:
-                window = full_text[max(0, checked - phrase_back):]
-                if fold:
-                    window = window.lower()
-                for p in rules.phrases:
-                    if p in window:
-                        hit = f"{message} (output matched a denied phrase)"
-                        break
-            if hit is None and rules.regexes:
-                start = max(0, checked - regex_back)
-                for rx in rules.regexes:
-                    if rx.search(full_text, start):
-                        hit = f"{message} (output matched a denied pattern)"
-                        break
-            checked = n
-            return hit
+    @property
+    def _output_rules(self) -> OutputRules:
+        rules = self.__dict__.get("_rules_cache")
+        if rules is None:
+            rules = OutputRules(self.output.phrases, self.output.regexes, not self.case_sensitive,
+                                self.message, self.regex_lookback_chars)
+            object.__setattr__(self, "_rules_cache", rules)
+        return rules
 
-        return check
-
-
-def _first_hit(rules: Rules, folded: str, raw: str, message: str, where: str) -> str | None:
-    for p in rules.phrases:
-        if p in folded:
-            return f"{message} ({where} matched a denied phrase)"
-    for rx in rules.regexes:
-        if rx.search(raw):
-            return f"{message} ({where} matched a denied pattern)"
-    return None
+    @property
+    def _prefixes(self) -> frozenset[str]:
+        pre = self.__dict__.get("_prefix_cache")
+        if pre is None:
+            pre = self._output_rules.prefixes
+            object.__setattr__(self, "_prefix_cache", pre)
+        return pre
 
 
 def _rules(section: Any, name: str, case_sensitive: bool) -> Rules:
@@ -103,26 +89,19 @@ def _rules(section: Any, name: str, case_sensitive: bool) -> Rules:
     for key, values in (("deny_phrases", phrases), ("deny_regexes", regexes)):
         if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
             raise UsageError(f"safety policy: [{name}] {key} must be a list of non-empty strings")
-    flags = 0 if case_sensitive else re.IGNORECASE
+    flags = regex.V0 if case_sensitive else regex.V0 | regex.IGNORECASE
     compiled = []
     for rx in regexes:
         try:
-            compiled.append(re.compile(rx, flags))
-        except re.error as exc:
+            compiled.append(regex.compile(rx, flags))
+        except regex.error as exc:
             raise UsageError(f"safety policy: [{name}] regex {rx!r} does not compile: {exc}") from exc
-    return Rules(
-        phrases=tuple(p if case_sensitive else p.lower() for p in phrases),
-        regexes=tuple(compiled),
-    )
+    normed = tuple(p for p in (normalize(p, not case_sensitive) for p in phrases) if p)
+    return Rules(phrases=normed, regexes=tuple(compiled))
 
 
 def load_policy(path: Path) -> SafetyPolicy:
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError as exc:
-        raise UsageError(f"safety policy {path} does not exist") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"safety policy {path} is not valid TOML: {exc}") from exc
+    data = load_toml(path, "safety policy")
     case_sensitive = bool(data.get("case_sensitive", False))
     lookback = data.get("regex_lookback_chars", 256)
     if not isinstance(lookback, int) or lookback < 1:

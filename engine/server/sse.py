@@ -1,17 +1,8 @@
-"""Server-sent events: the response headers every stream carries and token grouping.
-
-The event bytes themselves are built by the API modules (zgtool.engine.api.anthropic /
-openai), where the per-token event is a byte template.
+"""Token grouping for streams (--stream-interval). SSE framing lives in zgtool.http.sse; the
+per-token event bytes are templates in the API modules (zgtool.engine.api.anthropic / openai).
 """
 
 from __future__ import annotations
-
-SSE_HEADERS: list[tuple[bytes, bytes]] = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    # nginx (and similar proxies) buffer responses unless told not to.
-    (b"x-accel-buffering", b"no"),
-]
 
 
 class TokenGrouper:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from zgtool.engine.server.admission import Admission, load_keys
+from zgtool.engine.server.admission import Admission
 from zgtool.engine.server.errors import HttpError
 from zgtool.errors import UsageError
+from zgtool.http.keys import load_keys
 
 KEYS = """
 [tiers.t]
@@ -125,9 +126,9 @@ def test_gpu_sm_util_percent_also_counts_as_load(adm: Admission) -> None:
 @pytest.mark.parametrize(("text", "msg"), [
     ("[[keys]]\nname='a'\ntier='nope'\nkey='k'", "tier 'nope', which is not defined"),
     ("[tiers.t]\nmax_concurrent=-1", "max_concurrent must be an integer >= 0"),
-    ("[tiers.t]\nburst=3", "unknown fields"),
+    ("[tiers.t]\nrpm=3", "unknown fields"),
     ("[tiers.t]\n[[keys]]\ntier='t'", "needs key"),
-    ("not toml = = =", "not valid TOML"),
+    ("not toml = = =", "invalid TOML"),
     ("[tiers.t]", "defines no"),
 ])
 def test_bad_keys_files_are_one_line_usage_errors(tmp_path: Path, text: str, msg: str) -> None:

@@ -6,8 +6,9 @@ import pytest
 
 from zgtool.engine.api import anthropic as anth
 from zgtool.engine.api import openai as oai
-from zgtool.engine.api.common import load_json_object
 from zgtool.engine.errors import InvalidRequest
+from zgtool.http.body import load_json_object
+from zgtool.http.errors import ApiError
 
 OK = {"model": "null", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -73,16 +74,19 @@ def test_openai_rejects_bad_fields_naming_them(body: dict, field: str) -> None:
 
 @pytest.mark.parametrize(("raw", "msg"), [
     (b"", "empty"), (b"{not json", "not valid JSON"), (b"\xff\xfe{}", "not valid UTF-8"),
-    (b"[1, 2]", "must be a JSON object"),
+    (b"[1, 2]", "must be a JSON object"), (b'{"a": "\\ud800"}', "lone UTF-16 surrogate"),
+    (b"[" * 3000 + b"]" * 3000, "too deeply"), (b'{"a": ' + b"9" * 4400 + b"}", "4300 digits"),
 ])
-def test_body_decoding_errors_are_invalid_requests(raw: bytes, msg: str) -> None:
-    with pytest.raises(InvalidRequest, match=msg):
+def test_body_decoding_errors_are_400s(raw: bytes, msg: str) -> None:
+    with pytest.raises(ApiError, match=msg) as err:
         load_json_object(raw)
+    assert err.value.status == 400 and err.value.error_type == "invalid_request_error"
 
 
-def test_openai_stream_tail_puts_timing_on_the_last_chunk_before_done() -> None:
+def test_openai_stream_tail_puts_timing_in_a_comment_before_done() -> None:
     w = oai.ChunkWriter("chatcmpl-1", "m")
     tail = w.tail("length", None, {"total_ms": 1.0}).decode()
     chunks = [c for c in tail.split("\n\n") if c]
     assert chunks[-1] == "data: [DONE]"
-    assert '"zgtool_timing"' in chunks[-2] and '"finish_reason":"length"' in chunks[-2]
+    assert chunks[-2].startswith(": zgtool-timing {") and '"finish_reason":"length"' in chunks[-3]
+    assert "zgtool_timing" not in tail

@@ -80,7 +80,9 @@ def test_openai_routes_answer_in_the_openai_error_shape(server: Any) -> None:
     r = _post(server.url, {"model": "nope", "messages": [{"role": "user", "content": "x"}]}, "/v1/chat/completions")
     assert r.status_code == 404
     err = r.json()["error"]
-    assert err["type"] == "not_found_error" and "nope" in err["message"] and "param" in err
+    # OpenAI's own vocabulary: type invalid_request_error, code model_not_found, param model
+    assert err["type"] == "invalid_request_error" and err["code"] == "model_not_found"
+    assert "nope" in err["message"] and err["param"] == "model"
     r = _post(server.url, b"{", "/v1/chat/completions")
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
 

@@ -28,7 +28,8 @@ def test_input_hit_is_400_content_policy_violation_and_never_scheduled(guarded: 
     assert err == {"type": "content_policy_violation", "message": err["message"], "suggestion": "rephrase"}
     assert "blocked by test policy" in err["message"]
     r = httpx.post(guarded.url + "/v1/chat/completions", json=_body("my secret-42"))
-    assert r.status_code == 400 and r.json()["error"]["type"] == "content_policy_violation"
+    err = r.json()["error"]
+    assert r.status_code == 400 and (err["type"], err["code"]) == ("invalid_request_error", "content_policy_violation")
     assert guarded.metric("zg_prompt_tokens_total", 0.0) == before
 
 
@@ -53,7 +54,9 @@ def test_output_hit_in_a_stream_is_an_error_event_and_the_text_is_withheld(guard
                    for b in blocks if b.startswith("event: content_block_delta"))
     assert "from the zgtool" not in text and "message_stop" not in r.text
     r = httpx.post(guarded.url + "/v1/chat/completions", json=_body("hi", stream=True))
-    assert '"content_policy_violation"' in r.text.split("\n\n")[-2] and "[DONE]" not in r.text
+    chunks = [c for c in r.text.split("\n\n") if c]
+    assert '"content_policy_violation"' in chunks[-2] and chunks[-1] == "data: [DONE]"
+    assert '"finish_reason":"stop"' not in r.text
     assert guarded.wait_idle()["kv_blocks_used"] == 0
 
 

@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from zgtool.http.sse import SSEParser
+
 MSGS = [{"role": "user", "content": "Tell me a story"}]
 TIMING_PARTS = ("queue", "prefill", "decode", "detok", "safety")
 
@@ -64,9 +66,9 @@ def test_stream_timing_event_comes_before_message_stop_and_parts_fit_the_total(t
     body = {"model": "dummy:tiny", "max_tokens": 8, "stream": True, "messages": MSGS}
     r = httpx.post(tiny.url + "/v1/messages", json=body)
     events = _events(r.text)
-    names = [n for n, _ in events]
-    assert names[-2:] == ["zgtool_timing", "message_stop"] and names[-3] == "message_delta"
-    timing = json.loads(events[-2][1])
+    names = [n for n, _ in events if n is not None]        # the timing block is a comment: no name
+    assert names[-2:] == ["message_delta", "message_stop"]
+    timing = next(ev.timing for ev in SSEParser().feed(r.content) if ev.timing is not None)
     assert all(f"{p}_ms" in timing for p in TIMING_PARTS)
     assert sum(timing[f"{p}_ms"] for p in TIMING_PARTS) <= timing["total_ms"]
     assert 0 < timing["ttft_ms"] <= timing["total_ms"]

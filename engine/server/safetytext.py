@@ -1,0 +1,134 @@
+"""Text normalisation for safety matching and the per-request streaming output filter.
+
+Matching runs on normalised text, so trivial edits do not bypass a rule: Unicode NFKC
+(full-width letters, ligatures, NBSP -> space), zero-width characters removed, every
+whitespace run (spaces, tabs, newlines, NBSP) folded to one space, lower-cased unless the
+policy is case-sensitive. Rules are normalised the same way when the policy loads.
+
+``OutputFilter`` is the engine's ``output_filter`` hook (called in the step thread with
+the whole output so far) and also tells the stream how much of that output is safe to
+send: ``safe_chars`` ends where the longest suffix that could still start a match
+begins (a phrase prefix, or a regex partial match reaching the end), so no prefix of
+blocked text ever reaches the client.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e")
+
+
+def normalize(text: str, fold_case: bool) -> str:
+    """The whole-string form (rules, prompts)."""
+    out = unicodedata.normalize("NFKC", text)
+    out = "".join(c for c in out if c not in ZERO_WIDTH)
+    out = " ".join(out.split())
+    return out.lower() if fold_case else out
+
+
+@dataclass(frozen=True)
+class OutputRules:
+    phrases: tuple[str, ...]           # normalised
+    regexes: tuple[Any, ...]           # compiled with the `regex` module (partial matching)
+    fold_case: bool
+    message: str
+    regex_lookback_chars: int
+
+    @property
+    def prefixes(self) -> frozenset[str]:
+        return frozenset(p[:k] for p in self.phrases for k in range(1, len(p)))
+
+
+class OutputFilter:
+    """Per-request state: incremental normalised text with a map back to raw positions."""
+
+    __slots__ = ("rules", "prefixes", "phrase_back", "text", "src", "raw_len", "checked", "safe_chars")
+
+    def __init__(self, rules: OutputRules, prefixes: frozenset[str]) -> None:
+        self.rules = rules
+        self.prefixes = prefixes
+        self.phrase_back = max((len(p) for p in rules.phrases), default=1) - 1
+        self.text = ""                 # normalised output so far
+        self.src: list[int] = []       # raw index of the character each normalised one came from
+        self.raw_len = 0
+        self.checked = 0               # normalised chars already searched for full matches
+        self.safe_chars = 0            # raw chars that can never become part of a match
+
+    def _truncate(self, raw_len: int) -> None:
+        """A stop string cut the output: forget what came from the removed raw text."""
+        keep = len(self.src)
+        while keep and self.src[keep - 1] >= raw_len:
+            keep -= 1
+        del self.src[keep:]
+        self.text = self.text[:keep]
+        self.raw_len = raw_len
+        self.checked = min(self.checked, keep)
+
+    def _extend(self, text: str, start: int) -> None:
+        norm: list[str] = []
+        src, fold = self.src, self.rules.fold_case
+        last_space = self.text.endswith(" ")
+        for i in range(start, len(text)):
+            c = text[i]
+            if c in ZERO_WIDTH:
+                continue
+            if c.isspace():
+                if not last_space:
+                    norm.append(" ")
+                    src.append(i)
+                    last_space = True
+                continue
+            n = unicodedata.normalize("NFKC", c) if not c.isascii() else c
+            if fold:
+                n = n.lower()
+            for ch in n:
+                if ch.isspace():
+                    if last_space:
+                        continue
+                    ch = " "
+                last_space = ch == " "
+                norm.append(ch)
+                src.append(i)
+        self.text += "".join(norm)
+        self.raw_len = len(text)
+
+    def __call__(self, full_text: str) -> str | None:
+        if len(full_text) < self.raw_len:
+            self._truncate(len(full_text))
+        if len(full_text) == self.raw_len:
+            return None
+        self._extend(full_text, self.raw_len)
+        rules = self.rules
+        text = self.text
+        n = len(text)
+        hit = None
+        if rules.phrases:
+            window = text[max(0, self.checked - self.phrase_back):]
+            for p in rules.phrases:
+                if p in window:
+                    hit = f"{rules.message} (output matched a denied phrase)"
+                    break
+        hold = n
+        if hit is None and rules.regexes:
+            start = max(0, self.checked - rules.regex_lookback_chars)
+            for rx in rules.regexes:
+                if rx.search(text, start) is not None:
+                    hit = f"{rules.message} (output matched a denied pattern)"
+                    break
+                m = rx.search(text, start, partial=True)
+                if m is not None and m.partial:
+                    hold = min(hold, m.start())
+        self.checked = n
+        if hit is not None:
+            return hit
+        for k in range(min(self.phrase_back, n), 0, -1):     # longest suffix that starts a phrase
+            if text[n - k:] in self.prefixes:
+                hold = min(hold, n - k)
+                break
+        safe = self.src[hold] if hold < n else self.raw_len
+        if safe > self.safe_chars:
+            self.safe_chars = safe
+        return None
