@@ -99,3 +99,90 @@ def test_nan_and_none_are_ignored() -> None:
 def test_bad_confidence_is_rejected() -> None:
     with pytest.raises(ValueError):
         median_ci([1.0, 2.0, 3.0], confidence=1.5)
+
+
+# --- the interval's coverage when requests of one round share machine state (issue 15) ---------
+
+def _simulated_run(rng: random.Random, *, rounds: int, per_round: int, delay_ms: float,
+                   block_sd_ms: float, shared_sd_ms: float) -> tuple[list[float], list[int], list[float], list[int]]:
+    """One latency-split run as the runner lays it out: per round a block of the baseline, then one
+    of the candidate. Each round shifts both blocks alike (shared state) and each block on its own
+    (a busy second that hits one path's block); requests add a skewed noise of their own."""
+    a, ga, b, gb = [], [], [], []
+    for r in range(rounds):
+        shared = rng.gauss(0.0, shared_sd_ms)
+        block_a, block_b = rng.gauss(0.0, block_sd_ms), rng.gauss(0.0, block_sd_ms)
+        for _ in range(per_round):
+            a.append(20.0 + shared + block_a + rng.gammavariate(2.0, 0.5))
+            ga.append(r)
+            b.append(20.0 + delay_ms + shared + block_b + rng.gammavariate(2.0, 0.5))
+            gb.append(r)
+    return a, ga, b, gb
+
+
+def _coverage(runs: int, paired: bool, **kw: float) -> float:
+    hits = 0
+    for seed in range(runs):
+        a, ga, b, gb = _simulated_run(random.Random(seed), **kw)  # type: ignore[arg-type]
+        if paired:
+            d = median_difference(a, b, baseline_groups=ga, candidate_groups=gb, resamples=400, seed=seed)
+        else:
+            d = median_difference(a, b, resamples=400, seed=seed)
+        hits += d.interval.contains(kw["delay_ms"])
+    return hits / runs
+
+
+def test_round_resampled_interval_covers_a_known_delay_at_its_stated_level() -> None:
+    cov = _coverage(200, True, rounds=8, per_round=4, delay_ms=1.0, block_sd_ms=1.0, shared_sd_ms=2.0)
+    assert cov >= 0.90, cov
+
+
+def test_round_resampled_interval_covers_with_few_rounds_too() -> None:
+    cov = _coverage(200, True, rounds=4, per_round=8, delay_ms=1.0, block_sd_ms=1.0, shared_sd_ms=0.5)
+    assert cov >= 0.90, cov
+
+
+def test_request_resampling_undercovers_when_rounds_are_correlated() -> None:
+    # the defect the round bootstrap fixes: independent resampling calls too much significant
+    cov = _coverage(200, False, rounds=8, per_round=4, delay_ms=1.0, block_sd_ms=1.0, shared_sd_ms=0.0)
+    assert cov < 0.88, cov
+
+
+def test_without_round_noise_the_round_interval_is_not_much_wider() -> None:
+    widths = {}
+    for paired in (True, False):
+        total = 0.0
+        for seed in range(40):
+            a, ga, b, gb = _simulated_run(random.Random(seed), rounds=8, per_round=4, delay_ms=1.0,
+                                          block_sd_ms=0.0, shared_sd_ms=0.0)
+            d = (median_difference(a, b, baseline_groups=ga, candidate_groups=gb, resamples=400, seed=seed)
+                 if paired else median_difference(a, b, resamples=400, seed=seed))
+            assert d.interval.lo is not None and d.interval.hi is not None
+            total += d.interval.hi - d.interval.lo
+        widths[paired] = total
+    assert widths[True] < 1.6 * widths[False], widths
+
+
+def test_rounds_are_paired_so_a_shift_shared_by_both_paths_cancels() -> None:
+    rng = random.Random(4)
+    a, ga, b, gb = [], [], [], []
+    for r in range(6):
+        shift = 50.0 * r                      # huge drift between rounds, identical for both paths
+        for _ in range(5):
+            x = rng.gauss(0.0, 0.1)
+            a.append(10.0 + shift + x)
+            b.append(10.5 + shift + x)
+            ga.append(r)
+            gb.append(r)
+    d = median_difference(a, b, baseline_groups=ga, candidate_groups=gb)
+    assert d.interval.method == "rounds" and d.interval.rounds == 6
+    assert d.verdict == HIGHER and d.interval.lo is not None and d.interval.lo > 0
+
+
+def test_fewer_than_three_rounds_fall_back_to_request_resampling() -> None:
+    xs = [float(i) for i in range(20)]
+    d = median_difference(xs, xs, baseline_groups=[i % 2 for i in range(20)],
+                          candidate_groups=[i % 2 for i in range(20)])
+    assert d.interval.method == "requests"
+    assert median_ci(xs, groups=[0] * 20).method == "requests"
+    assert median_ci(xs, groups=[i % 4 for i in range(20)]).method == "rounds"
