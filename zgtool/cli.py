@@ -25,11 +25,11 @@ def plain_metavar(typer_label: str | None) -> str | None:
     if not typer_label:
         return None
     label = typer_label.strip()
-    if label.startswith("<") and label.endswith(">"):
-        label = label[1:-1]
     suffix = ""
     if label.endswith("..."):
         label, suffix = label[:-3], "..."
+    if label.startswith("<") and label.endswith(">"):
+        label = label[1:-1]
     while label.startswith("list[") and label.endswith("]"):
         label = label[5:-1]
     if "|" in label:
