@@ -1,5 +1,6 @@
-"""`zgtool gateway`: put the reference gateway (nginx, pygw or nginx -> pygw) in front of
-any upstream — a vLLM, SGLang or another zgtool engine."""
+"""`zgtool gateway`: put a gateway — zgtool's reference path (nginx, pygw, nginx -> pygw) or
+one people run (HAProxy, Caddy, LiteLLM proxy, Varnish, Squid) — in front of any upstream:
+a vLLM, SGLang or another zgtool engine."""
 
 from __future__ import annotations
 
@@ -9,24 +10,26 @@ import typer
 
 
 def gateway(
-    kind: str = typer.Option(..., "--kind", help="nginx | pygw | stack (nginx -> pygw)."),
+    kind: str = typer.Option(..., "--kind", help="nginx | pygw | stack (nginx -> pygw) | haproxy | caddy | litellm | varnish | squid."),
     upstream: str = typer.Option(..., "--upstream", help="Base URL of the upstream, e.g. http://127.0.0.1:8000."),
     port: int = typer.Option(None, "--port", help="Port of the gateway's front (free port when omitted)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    nginx_mode: str = typer.Option("streaming", "--nginx-mode", help="streaming (proxy_buffering off) | buffered."),
+    nginx_mode: str = typer.Option("streaming", "--nginx-mode", "--buffering",
+                                   help="streaming | buffered (nginx, stack, haproxy wait-for-body, caddy buffer_responses)."),
     tls: bool = typer.Option(False, "--tls", help="Terminate TLS at nginx (self-signed certificate)."),
     basic_auth: str = typer.Option(None, "--basic-auth", help="USER:PASSWORD checked by nginx (the thin pipe)."),
-    keys: Path = typer.Option(None, "--keys", help="pygw virtual keys TOML (examples/pygw-keys.toml)."),
+    keys: Path = typer.Option(None, "--keys", help="Virtual keys TOML for pygw and LiteLLM (examples/pygw-keys.toml)."),
     policy: str = typer.Option("default", "--policy", help="pygw moderation policy: TOML file, default or none."),
-    redis: str = typer.Option(None, "--redis", help="redis://host:port/db shared by pygw processes."),
+    redis: str = typer.Option(None, "--redis", help="redis://host:port/db: pygw's limits and cache, LiteLLM's cache."),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where logs and generated configs go (default runs/)."),
 ) -> None:
-    """Run a reference gateway in front of UPSTREAM until Ctrl-C."""
+    """Run a gateway in front of UPSTREAM until Ctrl-C (its config and logs in --run-dir)."""
     from zgtool.errors import UsageError
+    from zgtool.gateway.kinds import GATEWAY_KINDS
     from zgtool.gateway.supervisor import StackConfig, serve_with_gateway
 
-    if kind not in ("nginx", "pygw", "stack"):
-        raise UsageError(f"--kind must be nginx, pygw or stack, not {kind!r}")
+    if kind not in GATEWAY_KINDS:
+        raise UsageError(f"--kind must be one of {', '.join(GATEWAY_KINDS)}, not {kind!r}")
     cfg = StackConfig.for_gateway(
         kind, upstream=upstream, gateway_port=port, host=host, nginx_mode=nginx_mode, tls=tls,
         basic_auth=parse_basic_auth(basic_auth), pygw_keys=keys, pygw_policy=policy, redis_url=redis,

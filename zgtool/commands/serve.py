@@ -47,9 +47,9 @@ def serve(
     safety_policy: Path = typer.Option(None, "--safety-policy", help="policy.toml: deny phrases/regexes (see examples/safety-policy.toml)."),
     access_log: Path = typer.Option(None, "--access-log", help="Append one JSON line per request with its timings."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
-    gateway: str = typer.Option("none", "--gateway", help="none | nginx | pygw | stack: put the reference gateway path in front."),
+    gateway: str = typer.Option("none", "--gateway", help="none | nginx | pygw | stack | haproxy | caddy | litellm | varnish | squid: put that gateway in front."),
     gateway_port: int = typer.Option(None, "--gateway-port", help="Port of the gateway front (with --gateway)."),
-    nginx_mode: str = typer.Option("streaming", "--nginx-mode", help="streaming | buffered (with --gateway nginx/stack)."),
+    nginx_mode: str = typer.Option("streaming", "--nginx-mode", "--buffering", help="streaming | buffered (with --gateway nginx/stack/haproxy/caddy)."),
     redis: str = typer.Option(None, "--redis", help="Redis URL for the Python gateway's cache/limits (with --gateway pygw/stack)."),
 ) -> None:
     from zgtool.engine.server.config import ServeConfig
@@ -108,9 +108,9 @@ def _serve_with_gateway(cfg: object, gateway: str, gateway_port: int | None, ngi
 
     assert isinstance(cfg, ServeConfig)
     engine_args = _engine_args(cfg)
-    uses_pygw = gateway in ("pygw", "stack")
+    uses_pygw = gateway in ("pygw", "stack", "litellm")  # gateways that check keys (LiteLLM: custom auth)
     if cfg.keys is not None and not uses_pygw:
-        engine_args += ("--keys", str(cfg.keys))    # nginx alone does no auth: the engine keeps it
+        engine_args += ("--keys", str(cfg.keys))    # a plain proxy does no auth: the engine keeps it
     stack = StackConfig.for_gateway(
         gateway, model=cfg.model, host=cfg.host, engine_port=cfg.port or None, gateway_port=gateway_port,
         nginx_mode=nginx_mode, tls=cfg.tls != "none", engine_args=engine_args,

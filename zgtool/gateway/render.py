@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from zgtool.gateway.kinds import LABELS
+
 _LABEL = {
     "direct": "engine (direct)",
     "nginx": "nginx -> engine",
@@ -26,7 +28,7 @@ def print_endpoints(stack: Any, *, console: Any = None) -> None:
     table.add_column("url")
     table.add_column("via")
     for name, url in stack.urls.items():
-        via = _LABEL.get(name, name)
+        via = _LABEL.get(name) or LABELS.get(name, name).format(up="engine")
         if cfg.upstream:
             via = via.replace("engine (direct)", "upstream").replace("engine", "upstream")
         if name in ("nginx", "stack"):

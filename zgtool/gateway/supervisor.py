@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.errors import UsageError
-from zgtool.gateway.kinds import GATEWAY_KINDS, LAUNCHED, PATHS
+from zgtool.gateway.kinds import GATEWAY_KINDS, LAUNCHED, PATHS, path_for
 from zgtool.gateway.nginx import NGINX_MODES, NginxServer, find_nginx, nginx_argv, write_config
 from zgtool.gateway.procs import Child, free_port, http_ok, stop_all, wait_ready
 
@@ -81,7 +81,12 @@ class StackConfig:
         """`zgtool serve --gateway G` / `zgtool gateway --kind G` -> the paths to run."""
         if gateway not in GATEWAYS:
             raise UsageError(f"--gateway must be one of {', '.join(GATEWAYS)}, not {gateway!r}")
-        return cls(paths=() if gateway == "none" else (gateway,), **kw)
+        if gateway == "none":
+            return cls(paths=(), **kw)
+        # --nginx-mode/--buffering buffered: haproxy and caddy run their buffered configuration
+        mode = kw.get("nginx_mode", "streaming")
+        path = path_for(gateway, mode) if gateway in ("haproxy", "caddy") else gateway
+        return cls(paths=(path,), **kw)
 
 
 @dataclass
