@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Fewer requests and a shorter k6 run (~1 min)."),
         out: Path | None = typer.Option(None, "--out", help="Folder for results + report.html."),
         no_k6: bool = typer.Option(False, "--no-k6", help="Skip the k6 load stage."),
-        gateway: str = typer.Option("stack", "--gateway", help="nginx | pygw | stack (nginx -> pygw)."),
+        gateway: str = typer.Option("stack", "--gateway", help="nginx | pygw | stack (nginx -> pygw) | haproxy | caddy | litellm | varnish | squid."),
         policy: Path | None = typer.Option(None, "--policy", help="Gate policy TOML (default: the shipped one)."),
         fail_on_gate: bool = typer.Option(False, "--fail-on-gate", help="Exit 1 when a gate check is breached."),
         as_json: bool = typer.Option(False, "--json", help="Print the verify result as JSON to stdout."),

