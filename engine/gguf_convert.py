@@ -210,7 +210,9 @@ def convert_gguf(src: Path, out: Path) -> None:
                 arr = _unpermute(arr, n_head)
             elif ".attn_k." in t.name and arr.ndim == 2:
                 arr = _unpermute(arr, n_kv)
-            state[_hf_name(t.name)] = torch.from_numpy(np.ascontiguousarray(arr))
+            if not arr.flags.writeable or not arr.flags.c_contiguous:   # f32 tensors are views of the file
+                arr = np.array(arr, copy=True, order="C")
+            state[_hf_name(t.name)] = torch.from_numpy(arr)
     except (ValueError, IndexError, TypeError) as exc:
         raise ModelLoadError(f"{src}: damaged tensor data ({type(exc).__name__}: {exc})") from exc
     tied = "lm_head.weight" not in state
