@@ -10,7 +10,7 @@ import pytest
 
 from zgtool.report import recommend
 from zgtool.report.load import ResultSet, collect
-from zgtool.report.verdict import taxes, verdict
+from zgtool.report.verdict import describe, gateway_phases, taxes, verdict
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +93,8 @@ def test_the_tax_rule_fires_above_its_threshold_with_the_figures(run: ResultSet)
     above = direct_p50 * (recommend.TAX_PCT_MAX + 5) / 100
     rec = next(r for r in recommend.recommendations(with_total_tax(run, above))
                if r.title.startswith("stack adds") and "non-stream c=1" in r.title)
-    assert rec.severity == "act" and f"{above:+.2f} ms" in rec.title
-    assert f"({recommend.TAX_PCT_MAX + 5:+.1f}%)" in rec.title
+    assert rec.severity == "act" and f"{above:.2f} ms" in rec.title
+    assert f"({recommend.TAX_PCT_MAX + 5:.1f}%)" in rec.title
 
 
 def test_the_tax_rule_is_silent_below_its_threshold(run: ResultSet) -> None:
@@ -123,3 +123,119 @@ def test_engine_compute_differing_by_path_is_called_noise_with_the_phase(run: Re
     assert bool(drifted) == bool(noisy)
     for p in drifted:
         assert any(f"{p.phase} {p.diff_ms:+.2f} ms" in r.detail for r in noisy)
+
+
+# --- exact wording of the verdict (issue 14): synthetic latency_split results ----------------------
+
+def _diff(phase: str, diff: float, lo: float, hi: float) -> dict:
+    verdict = "higher" if lo > 0 else "lower" if hi < 0 else "not significant"
+    return {"phase": phase, "baseline": "direct", "candidate": "stack", "diff_ms": diff, "lo_ms": lo,
+            "hi_ms": hi, "verdict": verdict}
+
+
+def split(diffs: list[dict], *, direct_ms: float = 200.0, quick: bool = False, notes: list[str] | None = None,
+          cpu: tuple[dict, dict] | None = None, stream: bool = False, c: int = 1) -> dict:
+    phases = {"total_ms": {"summary": {"p50": direct_ms}}}
+    targets = [{"name": "direct", "phases": phases}, {"name": "stack", "phases": phases}]
+    if cpu:
+        targets[0]["cpu_ms_per_request"], targets[1]["cpu_ms_per_request"] = cpu
+    return {"kind": "latency_split", "data": {
+        "config": {"stream": stream, "concurrency": c, "quick": quick, "num_requests": 8 if quick else 48},
+        "targets": targets, "differences": diffs, "attribution_notes": notes or [],
+        "waterfall_phases": ["queue_ms", "prefill_ms", "decode_ms", "gw_auth_ms", "network_client_ms"]}}
+
+
+def test_a_significant_tax_outside_the_engine_leads_the_headline_with_ms_pct_and_interval() -> None:
+    v = verdict([split([_diff("total_ms", 3.0, -1.0, 7.0), _diff("outside_engine_ms", 1.3, 0.8, 1.9)])])
+    assert v is not None
+    assert v.headline == ("stack adds 1.30 ms (0.7% of direct) per request outside the engine at non-stream c=1 "
+                          "(95% CI +0.80..+1.90 ms); no significant difference in total latency between stack "
+                          "and direct at non-stream c=1 (+3.00 ms, 95% CI -1.00..+7.00 ms).")
+
+
+def test_a_significantly_faster_path_is_said_to_be_faster_without_a_double_negative() -> None:
+    v = verdict([split([_diff("total_ms", -126.6, -150.0, -100.0)], direct_ms=450.0)])
+    assert v is not None
+    assert v.headline == ("stack is faster by 126.6 ms (28.1% of direct) in total at non-stream c=1 "
+                          "(95% CI -150.0..-100.0 ms).")
+    assert "saves" not in v.headline and "-126" not in v.headline.split("(95%")[0]
+
+
+def test_a_difference_whose_interval_contains_zero_is_no_significant_difference() -> None:
+    v = verdict([split([_diff("total_ms", -6.39, -20.0, 8.0)], direct_ms=450.0)])
+    assert v is not None
+    assert v.headline == "No significant difference in total latency in 1 configuration(s): every interval contains 0."
+    row = v.rows[0]
+    assert describe(row) == ("no significant difference in total latency between stack and direct at non-stream "
+                             "c=1 (-6.39 ms, 95% CI -20.0..+8.0 ms)")
+    for word in ("saves", "costs", "faster", "slower"):
+        assert word not in describe(row)
+
+
+def test_engine_phases_are_never_billed_to_the_gateway_but_named_as_contention_with_cpu() -> None:
+    diffs = [_diff("total_ms", 65.0, 40.0, 90.0), _diff("outside_engine_ms", 0.4, -0.3, 1.1),
+             _diff("decode_ms", 37.6, 20.0, 55.0), _diff("gw_auth_ms", 0.2, 0.1, 0.3)]
+    cpu = ({"engine": 90.0, "pygw": 0.01, "nginx": 0.0}, {"engine": 91.0, "pygw": 3.2, "nginx": 1.01})
+    v = verdict([split(diffs, direct_ms=330.0, cpu=cpu)])
+    assert v is not None
+    assert v.headline == (
+        "No significant difference outside the engine between stack and direct at non-stream c=1 (+0.40 ms, "
+        "95% CI -0.30..+1.10 ms); stack is slower by 65.0 ms (19.7% of direct) in total at non-stream c=1 "
+        "(95% CI +40.0..+90.0 ms); the engine's own phases ran slower on the stack path (decode +37.6 ms): "
+        "CPU contention on a shared host, not gateway latency; the gateway stole 4.20 ms of CPU per request "
+        "from a CPU-bound engine.")
+    assert v.rows[0].gateway_cpu_ms == pytest.approx(4.2)
+    assert v.rows[0].engine_cpu_ms == {"direct": 90.0, "stack": 91.0}
+    assert [p.phase for p in gateway_phases(v.rows[0])] == ["gw_auth_ms"]
+
+
+def test_a_negative_outside_engine_figure_is_missing_attribution_not_a_finding() -> None:
+    v = verdict([split([_diff("total_ms", 25.0, 20.0, 30.0), _diff("outside_engine_ms", -0.49, -0.6, -0.4)])])
+    assert v is not None
+    row = v.rows[0]
+    assert row.attribution_missing and row.outside_engine is None
+    assert "-0.49" not in v.headline and "attribution missing" in v.headline
+    assert v.headline.startswith("Time outside the engine on stack at non-stream c=1 is not attributed")
+
+
+def test_a_path_that_hides_the_engine_timing_gets_no_outside_engine_figure() -> None:
+    note = "stack: no engine Server-Timing total reached the client (the path drops or renames it), so ..."
+    v = verdict([split([_diff("total_ms", 1.0, -2.0, 4.0)], notes=[note.replace(", so ...", ", so its time "
+                                                                                "outside the engine is not attributed")])])
+    assert v is not None and v.rows[0].attribution_missing
+    assert v.headline.startswith("Time outside the engine is not attributed in 1 configuration(s)")
+
+
+def test_quick_results_are_labelled_indicative() -> None:
+    v = verdict([split([_diff("total_ms", 3.0, 1.0, 5.0)], quick=True)])
+    assert v is not None and v.indicative
+    assert v.headline.startswith("Indicative (--quick sample sizes): stack is slower by 3.00 ms")
+    assert describe(v.rows[0]).endswith("[indicative: --quick, 8 requests per path]")
+
+
+def _recs(results: list[dict]) -> list[recommend.Recommendation]:
+    return recommend.recommendations(ResultSet(results=[(Path(f"r{i}.json"), r) for i, r in enumerate(results)]))
+
+
+def test_a_sub_millisecond_cost_gets_no_act_item_however_large_its_share() -> None:
+    recs = _recs([split([_diff("total_ms", 0.5, 0.3, 0.7), _diff("outside_engine_ms", 0.45, 0.3, 0.6)],
+                        direct_ms=1.5)])
+    assert not [r for r in recs if r.severity == "act"]
+    info = next(r for r in recs if r.title.startswith("stack adds"))
+    assert info.severity == "info" and info.title == "stack adds 0.45 ms (30.0%) outside the engine at non-stream c=1"
+
+
+def test_the_act_item_bills_only_gateway_phases_never_engine_phases() -> None:
+    diffs = [_diff("total_ms", 60.0, 40.0, 80.0), _diff("outside_engine_ms", 25.0, 20.0, 30.0),
+             _diff("decode_ms", 35.0, 20.0, 50.0), _diff("gw_auth_ms", 2.0, 1.0, 3.0)]
+    rec = next(r for r in _recs([split(diffs)]) if r.severity == "act")
+    assert rec.title == "stack adds 25.00 ms (12.5%) outside the engine at non-stream c=1"
+    assert "gw_auth_ms +2.00 ms" in rec.detail and "decode" not in rec.detail
+
+
+def test_engine_drift_with_gateway_cpu_is_called_co_location() -> None:
+    diffs = [_diff("total_ms", 30.0, 20.0, 40.0), _diff("decode_ms", 30.0, 20.0, 40.0)]
+    cpu = ({"engine": 50.0, "pygw": 0.0}, {"engine": 50.0, "pygw": 2.5})
+    rec = next(r for r in _recs([split(diffs, cpu=cpu)]) if "competes" in r.title)
+    assert rec.severity == "check" and "decode_ms +30.00 ms" in rec.detail
+    assert "the gateway stole 2.50 ms of CPU per request from a CPU-bound engine" in rec.detail

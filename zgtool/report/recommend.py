@@ -9,10 +9,11 @@ from typing import Any
 
 from zgtool.report.load import ResultSet
 from zgtool.report.model import ok_samples, path_name, phase_p, probes_by_path, splits
-from zgtool.report.verdict import NOT_SIGNIFICANT, taxes
+from zgtool.report.verdict import HIGHER, NOT_SIGNIFICANT, ConfigTax, gateway_phases, taxes
 
 CACHE_HIT_RATE_MIN = 0.20        # below this a response cache costs more than it saves
 TAX_PCT_MAX = 10.0               # a significant tax above this share of the direct total is worth acting on
+ACT_MIN_MS = 1.0                 # ... and above this many ms per request: a sub-millisecond cost is no action
 TAX_GROWTH_FACTOR = 2.0          # tax at the highest concurrency vs at c=1: the gateway queues
 ITL_JITTER_RATIO = 3.0           # p99 / p50 inter-token gap: a stream that stutters
 K6_FAILURE_RATE_MAX = 0.01
@@ -78,58 +79,91 @@ def _cache(rs: ResultSet) -> list[Recommendation]:
         {"hits": hits, "answers": n, "hit_rate": rate, "gw_cache_ms_p50": cost})]
 
 
+def _figure(t: ConfigTax) -> tuple[str, float | None, float | None, float | None, float | None, str]:
+    """(where, diff, lo, hi, pct, significance): the outside-engine tax when attributed, else the total."""
+    oe = t.outside_engine
+    if oe is not None and not t.attribution_missing:
+        return "outside the engine", oe.diff_ms, oe.lo_ms, oe.hi_ms, oe.pct_of_total, oe.significance
+    return "in total", t.tax_ms, t.tax_lo_ms, t.tax_hi_ms, t.tax_pct, t.significance
+
+
 def _tax(rs: ResultSet) -> list[Recommendation]:
     rows = [t for r in splits(rs) for t in taxes(r)]
     out = []
-    big = [t for t in rows if t.significance != NOT_SIGNIFICANT and (t.tax_pct or 0) > TAX_PCT_MAX]
-    for t in big:
-        top = [p for p in t.phases if p.significance != NOT_SIGNIFICANT and p.diff_ms > 0][:3]
-        parts = ", ".join(f"{p.phase} {p.diff_ms:+.2f} ms" for p in top) or "no single phase stands out"
+    big = []
+    for t in rows:
+        where, diff, lo, hi, pct, sig = _figure(t)
+        if sig != HIGHER or diff is None or (pct or 0.0) <= TAX_PCT_MAX:
+            continue
+        big.append(t)
+        if diff < ACT_MIN_MS:
+            out.append(Recommendation(
+                "info", f"{t.candidate} adds {diff:.2f} ms ({pct:.1f}%) {where} at {t.label}",
+                f"A large share of a fast request, but under {ACT_MIN_MS:g} ms per request (95% CI "
+                f"{lo:+.2f}..{hi:+.2f} ms): nothing a user would notice; no action needed.",
+                {"tax_ms": diff, "tax_pct": pct}))
+            continue
+        top = gateway_phases(t)[:3]
+        parts = ", ".join(f"{p.phase} {p.diff_ms:+.2f} ms" for p in top) or "no single gateway phase stands out"
         out.append(Recommendation(
-            "act", f"{t.candidate} adds {t.tax_ms:+.2f} ms ({t.tax_pct:+.1f}%) at {t.label}",
-            f"Above the {TAX_PCT_MAX:.0f}% threshold and significant (95% CI {t.tax_lo_ms:+.2f}..{t.tax_hi_ms:+.2f} ms)."
-            f" Where it goes: {parts}. Remove the phases the gateway does not need for this route, or move "
-            "them into the serving process.",
-            {"tax_ms": t.tax_ms, "tax_pct": t.tax_pct, "direct_ms": t.baseline_total_ms}))
+            "act", f"{t.candidate} adds {diff:.2f} ms ({pct:.1f}%) {where} at {t.label}",
+            f"Above the {TAX_PCT_MAX:.0f}% threshold and significant (95% CI {lo:+.2f}..{hi:+.2f} ms). Where "
+            f"it goes: {parts}. Remove the steps the gateway does not need for this route, or move them into "
+            "the serving process.",
+            {"tax_ms": diff, "tax_pct": pct, "direct_ms": t.baseline_total_ms, "where": where}))
     by_cand: dict[tuple[str, bool], list[Any]] = {}
     for t in rows:
         by_cand.setdefault((t.candidate, t.stream), []).append(t)
     for (cand, stream), ts in by_cand.items():
         ts.sort(key=lambda t: t.concurrency)
-        lo, hi = ts[0], ts[-1]
-        if (len(ts) > 1 and lo.tax_ms and hi.tax_ms and lo.tax_ms > 0 and hi.significance != NOT_SIGNIFICANT
-                and hi.tax_ms > TAX_GROWTH_FACTOR * lo.tax_ms):
+        lo_t, hi_t = ts[0], ts[-1]
+        _, lo_ms, _, _, _, _ = _figure(lo_t)
+        where, hi_ms, _, _, _, hi_sig = _figure(hi_t)
+        if (len(ts) > 1 and lo_ms and hi_ms and lo_ms > 0 and hi_sig == HIGHER and hi_ms >= ACT_MIN_MS
+                and hi_ms > TAX_GROWTH_FACTOR * lo_ms):
             out.append(Recommendation(
                 "check", f"The {cand} tax grows with concurrency ({'stream' if stream else 'non-stream'})",
-                f"{lo.tax_ms:+.2f} ms at c={lo.concurrency} becomes {hi.tax_ms:+.2f} ms at c={hi.concurrency} "
+                f"{lo_ms:.2f} ms at c={lo_t.concurrency} becomes {hi_ms:.2f} ms at c={hi_t.concurrency} {where} "
                 f"(more than {TAX_GROWTH_FACTOR:g}x): the gateway serialises work under load (one worker, a small "
                 "connection pool or a GIL-bound step). Give it more workers or keep-alive connections upstream.",
-                {"low_c": lo.concurrency, "low_ms": lo.tax_ms, "high_c": hi.concurrency, "high_ms": hi.tax_ms}))
+                {"low_c": lo_t.concurrency, "low_ms": lo_ms, "high_c": hi_t.concurrency, "high_ms": hi_ms}))
     if rows and not big:
-        worst = max(rows, key=lambda t: t.tax_pct or 0.0)
+        worst = max(rows, key=lambda t: _figure(t)[4] or 0.0)
+        where, diff, _, _, pct, sig = _figure(worst)
+        state = "significant" if sig != NOT_SIGNIFICANT else "no significant difference"
         out.append(Recommendation(
             "info", "The gateway tax stays under the threshold",
             f"No configuration has a significant tax above {TAX_PCT_MAX:.0f}% of the direct total (largest: "
-            f"{worst.tax_ms or 0:+.2f} ms, {worst.tax_pct or 0:+.1f}% at {worst.label}, {worst.significance}).",
-            {"tax_ms": worst.tax_ms, "tax_pct": worst.tax_pct}))
+            f"{diff or 0:+.2f} ms, {pct or 0:+.1f}% {where} at {worst.label}, {state}).",
+            {"tax_ms": diff, "tax_pct": pct}))
     return out
 
 
 def _noise(rs: ResultSet) -> list[Recommendation]:
-    """The same engine serves both paths, so its compute phases should match; when they differ
-    significantly the machine was busy and the tax figures carry that noise."""
+    """The same engine serves both paths, so its compute phases should match. When they differ
+    significantly, either the gateway's processes took CPU from the engine on this host
+    (co-location: named with the gateway's CPU ms per request) or the machine was busy."""
     out = []
     for t in (t for r in splits(rs) for t in taxes(r)):
         drift = [p for p in t.phases if p.phase in ENGINE_WORK and p.significance != NOT_SIGNIFICANT
                  and p.pct_of_total is not None and abs(p.pct_of_total) > ENGINE_DRIFT_PCT]
-        if drift:
-            what = ", ".join(f"{p.phase} {p.diff_ms:+.2f} ms ({p.pct_of_total:+.1f}%)" for p in drift)
+        if not drift:
+            continue
+        what = ", ".join(f"{p.phase} {p.diff_ms:+.2f} ms ({p.pct_of_total:+.1f}%)" for p in drift)
+        if t.gateway_cpu_ms and any(p.diff_ms > 0 for p in drift):
             out.append(Recommendation(
-                "check", f"Engine compute differs between the paths at {t.label}: the run was noisy",
-                f"{what} between {t.baseline} and {t.candidate}, above {ENGINE_DRIFT_PCT:g}% of the direct total, "
-                "although one engine serves both paths. Other load on the machine moved the figures; rerun on a "
-                "quiet machine or with more requests before trusting this configuration's tax.",
-                {"phases": {p.phase: p.diff_ms for p in drift}}))
+                "check", f"The gateway competes with the engine for CPU at {t.label}",
+                f"{what} on the {t.candidate} path although one engine serves both: the gateway stole "
+                f"{t.gateway_cpu_ms:.2f} ms of CPU per request from a CPU-bound engine on this host. That is "
+                "co-location, not gateway latency: give the gateway its own cores (cpuset, taskset) or host.",
+                {"phases": {p.phase: p.diff_ms for p in drift}, "gateway_cpu_ms": t.gateway_cpu_ms}))
+            continue
+        out.append(Recommendation(
+            "check", f"Engine compute differs between the paths at {t.label}: the run was noisy",
+            f"{what} between {t.baseline} and {t.candidate}, above {ENGINE_DRIFT_PCT:g}% of the direct total, "
+            "although one engine serves both paths. Other load on the machine moved the figures; rerun on a "
+            "quiet machine or with more requests before trusting this configuration's tax.",
+            {"phases": {p.phase: p.diff_ms for p in drift}}))
     return out
 
 
@@ -243,13 +277,14 @@ def recommendations(rs: ResultSet) -> list[Recommendation]:
 
 def checks() -> list[str]:
     """What the rules look for, with their thresholds (shown when none fired)."""
-    return ["a buffering hop on a stream", f"a significant gateway tax above {TAX_PCT_MAX:g}% of the direct total",
+    return ["a buffering hop on a stream",
+            f"a significant gateway tax above {TAX_PCT_MAX:g}% of the direct total and {ACT_MIN_MS:g} ms",
             f"a tax growing more than {TAX_GROWTH_FACTOR:g}x with concurrency",
             f"a gateway cache hit rate below {CACHE_HIT_RATE_MIN:.0%}",
             f"inter-token gap p99 above {ITL_JITTER_RATIO:g}x its p50",
             f"k6 failures above {K6_FAILURE_RATE_MAX:.0%} or under {K6_RATE_SHORTFALL:.0%} of the asked rate",
             f"KV pool peak above {KV_UTIL_PCT_MAX:g}%, preemptions, prefix-cache hit rate below {PREFIX_HIT_RATE_MIN:.0%}",
-            f"engine compute differing by path by more than {ENGINE_DRIFT_PCT:g}% (a noisy run)",
+            f"engine compute differing by path by more than {ENGINE_DRIFT_PCT:g}% (CPU contention or a noisy run)",
             "an intermediary on the direct path",
             f"a certificate expiring within {CERT_DAYS_MIN:g} days or untrusted",
             "a breached gate"]
