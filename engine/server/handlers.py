@@ -20,6 +20,7 @@ from zgtool.engine.config import SamplingParams
 from zgtool.engine.errors import ContextLengthExceeded, ModelNotFound
 from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
+from zgtool.engine.server.safetytext import Holdback
 from zgtool.engine.server.sse import TokenGrouper
 from zgtool.http.body import ClientGone
 from zgtool.http.errors import error_payload
@@ -258,8 +259,7 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
         await send({"type": "http.response.body", "body": writer.role(), "more_body": True})
         encode = writer.content
     group = TokenGrouper(app.cfg.stream_interval)
-    held = ""          # text the safety filter has not cleared yet (could start a match)
-    sent_chars = 0
+    hold = Holdback(filt) if filt is not None else None
     last = None
     async for out in stream:
         last = out
@@ -271,12 +271,7 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
                 await send({"type": "http.response.body", "body": head, "more_body": True})
         if out.finished:
             break
-        text = out.text
-        if filt is not None:
-            held += text
-            cut = min(filt.safe_chars - sent_chars, len(held))
-            text, held = (held[:cut], held[cut:]) if cut > 0 else ("", held)
-            sent_chars += len(text)
+        text = out.text if hold is None else hold.feed(out.text)
         text = group.add(text, len(out.token_ids))
         if text is not None and not flight.gone:
             await send({"type": "http.response.body", "body": encode(text), "more_body": True})
@@ -288,9 +283,9 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
                                  stream.usage.cached_tokens)
     reason = stream.finish_reason
     if reason not in ("content_filter", "abort"):
-        held += last.text if last is not None else ""
-        if held:
-            group.parts.append(held)
+        rest_text = (hold.release() if hold is not None else "") + (last.text if last is not None else "")
+        if rest_text:
+            group.parts.append(rest_text)
     rest = group.flush()
     if rest is not None:
         tail += encode(rest)

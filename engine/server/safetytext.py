@@ -132,3 +132,34 @@ class OutputFilter:
         if safe > self.safe_chars:
             self.safe_chars = safe
         return None
+
+
+class Holdback:
+    """The stream side of an OutputFilter: passes on only text the filter has cleared.
+
+    Runs on the I/O loop; ``filt.safe_chars`` is written by the step thread before it hands
+    the corresponding output over, and it only grows, so reading it here is race-free."""
+
+    __slots__ = ("filt", "held", "sent_chars")
+
+    def __init__(self, filt: OutputFilter) -> None:
+        self.filt = filt
+        self.held = ""          # received, not yet cleared (could start a match)
+        self.sent_chars = 0
+
+    def feed(self, text: str) -> str:
+        """Add a delta; return the part that is now safe to send ("" while everything is held)."""
+        held = self.held + text
+        cut = min(self.filt.safe_chars - self.sent_chars, len(held))
+        if cut <= 0:
+            self.held = held
+            return ""
+        self.held = held[cut:]
+        self.sent_chars += cut
+        return held[:cut]
+
+    def release(self) -> str:
+        """The stream ended without a match: everything held is safe."""
+        text, self.held = self.held, ""
+        self.sent_chars += len(text)
+        return text
