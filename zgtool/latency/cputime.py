@@ -39,7 +39,8 @@ def group_members(pgid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         f = _stat_fields(int(entry.name))
-        if f is not None and len(f) > 3 and f[0] != "Z" and int(f[3]) == pgid:
+        # after the name: state, ppid, pgrp, session, ...
+        if f is not None and len(f) > 2 and f[0] != "Z" and int(f[2]) == pgid:
             out.append(int(entry.name))
     return out
 

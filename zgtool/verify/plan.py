@@ -30,8 +30,24 @@ class VerifyConfig:
     fail_on_gate: bool = False
     dtype: str = "auto"                  # engine dtype (auto: bf16 on CUDA / native-bf16 CPUs, else fp32)
     num_threads: int | None = None       # engine compute threads (None: the server's default)
+    requests: int | None = None          # per path and configuration (None: the plan's sizes)
+    max_tokens: int | None = None        # per latency-split request (None: the plan's 8)
+    concurrency: tuple[int, ...] = (1, 8)
+    prompt: str = "short"                # a preset (short, medium, long) or the prompt's text
+    slo: tuple[str, ...] = ()            # goodput SLOs, vLLM form: ttft:MS tpot:MS e2e:MS
 
     def __post_init__(self) -> None:
+        if self.requests is not None and self.requests < 3:
+            raise UsageError(f"--requests must be at least 3 (an interval needs them), not {self.requests}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise UsageError(f"--max-tokens must be at least 1, not {self.max_tokens}")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise UsageError(f"--concurrency needs levels >= 1 like 1,8, not {self.concurrency}")
+        if not self.prompt.strip():
+            raise UsageError("--prompt is empty")
+        from zgtool.latency.model import Slo
+
+        Slo.parse(list(self.slo))   # fails early on a malformed --slo
         if self.gateway not in GATEWAYS:
             raise UsageError(f"--gateway must be one of {', '.join(GATEWAYS)}, not {self.gateway!r}")
         if not self.model.strip():
@@ -63,7 +79,7 @@ class Plan:
     splits: tuple[SplitRun, ...]
     split_max_tokens: int
     split_warmup: int
-    split_rounds: int
+    split_rounds: int                    # 0: automatic (zgtool.latency.model.auto_rounds)
     probe_max_tokens: int
     k6_rate_rps: int
     k6_duration_s: float
@@ -74,10 +90,15 @@ class Plan:
     @classmethod
     def for_config(cls, cfg: VerifyConfig) -> Plan:
         n1, n8 = (8, 16) if cfg.quick else (32, 48)
-        splits = tuple(SplitRun(f"{'stream' if s else 'nonstream'}-c{c}", s, c, n1 if c == 1 else n8)
-                       for c in (1, 8) for s in (False, True))
-        return cls(splits=splits, split_max_tokens=8, split_warmup=1 if cfg.quick else 2,
-                   split_rounds=2 if cfg.quick else 4, probe_max_tokens=16 if cfg.quick else 32,
+        levels = tuple(dict.fromkeys(cfg.concurrency))
+
+        def size(c: int) -> int:
+            return cfg.requests if cfg.requests is not None else n1 if c == 1 else max(n8, 2 * c)
+
+        splits = tuple(SplitRun(f"{'stream' if s else 'nonstream'}-c{c}", s, c, size(c))
+                       for c in levels for s in (False, True))
+        return cls(splits=splits, split_max_tokens=cfg.max_tokens or 8, split_warmup=1 if cfg.quick else 2,
+                   split_rounds=0, probe_max_tokens=16 if cfg.quick else 32,
                    k6_rate_rps=4, k6_duration_s=3.0 if cfg.quick else 8.0, k6_max_tokens=8,
                    cache_requests=4 if cfg.quick else 8, sample_interval_s=0.5)
 

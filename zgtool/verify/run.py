@@ -44,8 +44,9 @@ class Ui:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+        # a breached gate is a finding, never a green tick
         mark = {"ok": "[green]✓[/green]", "skipped": "[yellow]–[/yellow]", "failed": "[red]✗[/red]",
-                "interrupted": "[red]![/red]"}.get(stage.status, "?")
+                "breached": "[red]✗[/red]", "interrupted": "[red]![/red]"}.get(stage.status, "?")
         why = f" [dim]({stage.reason})[/dim]" if stage.reason else ""
         self.console.print(f"{mark} {stage.title} [dim]{stage.seconds:.1f} s[/dim]{why}", highlight=False)
 
@@ -57,6 +58,7 @@ class Runner:
         self.stages: list[Stage] = []
         self.files: list[str] = []
         self.sampler: Any = None
+        self.cpu_groups: dict[str, int] = {}   # local stack part -> process-group leader pid
 
     def write(self, name: str, result: dict[str, Any], stage: Stage | None = None) -> Path:
         path = write_result(result, self.out_dir / f"{name}.json")
@@ -142,6 +144,7 @@ def run_verify(cfg: VerifyConfig, ui: Ui | None = None) -> tuple[VerifyData, Pat
             failed = runner.stages[-1]
             raise _StartError(failed.reason or "the stack did not start")
         data.urls, data.pids = dict(stack.urls), list(stack.pids)
+        runner.cpu_groups = {c.name: c.pid for c in getattr(stack, "children", []) if c.pid is not None}
         gw_name = next(p for p in stack.urls if p != "direct")
         direct = Target("direct", stack.urls["direct"])
         gateway = Target(gw_name, stack.urls[gw_name])
@@ -158,6 +161,14 @@ def run_verify(cfg: VerifyConfig, ui: Ui | None = None) -> tuple[VerifyData, Pat
 
 class _StartError(ZgError):
     pass
+
+
+# stages that measure; one of them failing makes the run's figures incomplete (exit 1)
+MEASURING = ("probe-", "latency-", "k6", "cache", "engine-metrics")
+
+
+def failed_measurements(data: VerifyData) -> list[Stage]:
+    return [s for s in data.stages if s.status == "failed" and s.name.startswith(MEASURING)]
 
 
 def _measure(runner: Runner, plan: Plan, direct: Target, gateway: Target, out_dir: Path, cfg: VerifyConfig,
@@ -179,7 +190,8 @@ def _measure(runner: Runner, plan: Plan, direct: Target, gateway: Target, out_di
         runner.stage(f"latency-{split.label}", f"latency-split {split.label.replace('-', ' ')} "
                      f"({split.num_requests} requests per path)",
                      lambda st, split=split: runner.write(f"latency_split-{split.label}",  # type: ignore[misc]  # mypy#15459
-                                                          S.latency_split([direct, gateway], split, plan), st))
+                                                          S.latency_split([direct, gateway], split, plan, cfg,
+                                                                          runner.cpu_groups), st))
     if cfg.k6:
         runner.stage("k6", f"k6 bench: gateway, direct, direct_stream ({plan.k6_duration_s:g} s each)",
                      lambda st: runner.write("bench.k6", S.k6_bench(direct, gateway, plan, out_dir / "k6"), st))
@@ -267,6 +279,7 @@ def _gate(runner: Runner, data: VerifyData, cfg: VerifyConfig, out_dir: Path, st
     data.gate = {"passed": report.passed, "counts": report.counts, "policy": report.policy,
                  "failed": [f"{r.rule} ({r.result})" for r in report.rows if r.status == "fail"]}
     if not report.passed:
+        st.status = "breached"
         st.reason = f"{report.counts.get('fail', 0)} check(s) breached"
 
 
@@ -278,7 +291,22 @@ def _verdict(data: VerifyData, out_dir: Path) -> None:
     v = verdict(splits)
     if v is not None:
         data.verdict = {"headline": v.headline, "rows": to_jsonable(v.rows),
-                        "sentences": [describe(r) for r in v.rows]}
+                        "sentences": [describe(r) for r in v.rows], "indicative": v.indicative,
+                        "metrics": _field_metrics(splits)}
+
+
+def _field_metrics(splits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration and path: throughput, tokens, goodput and CPU per request (vLLM's names)."""
+    from zgtool.report.verdict import config_label
+
+    out = []
+    for r in splits:
+        d = r.get("data") or {}
+        for t in d.get("targets") or []:
+            tp = t.get("throughput") or {}
+            out.append({"label": config_label(d.get("config") or {}), "path": t.get("name"), **tp,
+                        "cpu_ms_per_request": t.get("cpu_ms_per_request")})
+    return out
 
 
 def _report(out_dir: Path, report: Path, data: VerifyData) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from zgtool.results import make_result
 from zgtool.targets import Target
-from zgtool.verify.plan import Plan, SplitRun
+from zgtool.verify.plan import Plan, SplitRun, VerifyConfig
 
 CACHE_PROMPT = "Say hello in one short sentence."
 
@@ -25,25 +25,41 @@ def probe_path(target: Target, plan: Plan) -> dict[str, Any]:
                        command=f"zgtool probe --target {target.url} --max-tokens {plan.probe_max_tokens}")
 
 
-def latency_split(targets: list[Target], run: SplitRun, plan: Plan) -> dict[str, Any]:
+def prompt_of(text: str) -> tuple[str, str]:
+    """--prompt: a preset name (short, medium, long) or the prompt's own text -> (text, name)."""
+    from zgtool.latency.model import PROMPTS
+
+    return (PROMPTS[text], text) if text in PROMPTS else (text, "custom")
+
+
+def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: VerifyConfig | None = None,
+                  cpu_groups: dict[str, int] | None = None) -> dict[str, Any]:
+    """Both paths measured in alternating rounds; with `cpu_groups` ({part: process-group leader pid}
+    of the local stack) also each part's CPU ms per request."""
     from zgtool.errors import VerdictFailed
     from zgtool.latency.analysis import analyse, result_data
-    from zgtool.latency.model import PROMPTS, SplitConfig
+    from zgtool.latency.cputime import CpuWatch, available
+    from zgtool.latency.model import Slo, SplitConfig
     from zgtool.latency.runner import measure_targets
 
+    vcfg = vcfg or VerifyConfig()
+    text, name = prompt_of(vcfg.prompt)
     cfg = SplitConfig(num_requests=run.num_requests, concurrency=run.concurrency, warmup=plan.split_warmup,
-                      stream=run.stream, prompt=PROMPTS["short"], prompt_name="short",
-                      max_tokens=plan.split_max_tokens, rounds=plan.split_rounds)
-    samples = measure_targets(targets, cfg)
-    res = analyse(targets, samples, cfg)
+                      stream=run.stream, prompt=text, prompt_name=name, max_tokens=plan.split_max_tokens,
+                      rounds=plan.split_rounds, slo=Slo.parse(list(vcfg.slo)), quick=vcfg.quick)
+    cpu = CpuWatch(cpu_groups) if cpu_groups and available() else None
+    samples = measure_targets(targets, cfg, cpu=cpu)
+    res = analyse(targets, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
     dead = [t for t in res.targets if t.num_ok == 0]
     if dead:
         raise VerdictFailed("; ".join(f"{t.name}: all {t.num_error} requests failed ({', '.join(t.errors)})"
                                       for t in dead))
     urls = " ".join(t.url for t in targets)
+    slo = f" --slo '{' '.join(vcfg.slo)}'" if vcfg.slo else ""
+    prompt = f" --prompt {name}" if name != "custom" else ""
     command = (f"zgtool latency-split {urls} -n {run.num_requests} -c {run.concurrency} "
                f"--{'stream' if run.stream else 'no-stream'} --max-tokens {plan.split_max_tokens} "
-               f"--warmup {plan.split_warmup} --rounds {plan.split_rounds}")
+               f"--warmup {plan.split_warmup} --rounds {cfg.effective_rounds}{prompt}{slo}")
     return make_result("latency_split", result_data(res), target=[t.public() for t in targets], command=command)
 
 

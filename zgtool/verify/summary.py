@@ -1,4 +1,5 @@
-"""Terminal summary of a verify run: the verdict table, skipped stages, gate and the report path."""
+"""Terminal summary of a verify run: the verdict, the tax table, the field's metrics, skipped
+stages, the gate and the report path."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from rich.table import Table
 
 from zgtool.verify.plan import VerifyData
 
+NS = "not significant"
+
 
 def _ms(v: float | None, signed: bool = True) -> str:
     if v is None:
@@ -17,47 +20,37 @@ def _ms(v: float | None, signed: bool = True) -> str:
     return f"{v:+.2f}" if signed else f"{v:.2f}"
 
 
-def _outside(p: dict[str, Any] | None) -> str:
-    """The tax on total - engine total (immune to engine compute drift), '*' when significant."""
+def _tax_cell(p: dict[str, Any] | None, missing: bool = False) -> str:
+    """'+1.30 ±0.55*': the median difference, half its 95% interval, '*' when the interval excludes 0."""
+    if missing:
+        return "n/a"
     if not p or p.get("diff_ms") is None:
         return "–"
-    star = "*" if p.get("significance") not in (None, "not significant") else ""
-    return f"{p['diff_ms']:+.2f}{star}"
+    lo, hi = p.get("lo_ms"), p.get("hi_ms")
+    half = f" ±{(hi - lo) / 2:.2f}" if lo is not None and hi is not None else ""
+    star = "*" if p.get("significance") not in (None, NS) else ""
+    return f"{p['diff_ms']:+.2f}{half}{star}"
+
+
+def _total(r: dict[str, Any]) -> dict[str, Any]:
+    return {"diff_ms": r.get("tax_ms"), "lo_ms": r.get("tax_lo_ms"), "hi_ms": r.get("tax_hi_ms"),
+            "significance": r.get("significance")}
 
 
 def render_summary(data: VerifyData, report: Path, console: Console) -> None:
     v = data.verdict
     if v:
-        console.print(f"\n[bold]Verdict:[/bold] {v['headline']}")
-        table = Table(title="Gateway tax: gateway − direct medians, 95% bootstrap CI", title_justify="left")
-        for col in ("config", "direct", "gateway", "tax ms", "95% CI", "tax %", "significance", "outside engine"):
-            table.add_column(col, justify="left" if col in ("config", "significance") else "right")
-        lines = []
-        for r in v["rows"]:
-            ci = (f"{r['tax_lo_ms']:+.2f}..{r['tax_hi_ms']:+.2f}"
-                  if r.get("tax_lo_ms") is not None and r.get("tax_hi_ms") is not None else "–")
-            sig = r["significance"]
-            style = "yellow" if sig == "higher" else "green" if sig == "lower" else "dim"
-            table.add_row(r["label"], _ms(r["baseline_total_ms"], False), _ms(r["candidate_total_ms"], False),
-                          _ms(r["tax_ms"]), ci, "–" if r["tax_pct"] is None else f"{r['tax_pct']:+.1f}%",
-                          f"[{style}]{sig}[/{style}]", _outside(r.get("outside_engine")))
-            top = [p for p in r["phases"] if p["significance"] != "not significant"][:3]
-            if top:
-                lines.append(f"  {r['label']}: " + ", ".join(f"{p['phase']} {p['diff_ms']:+.2f} ms" for p in top))
-        console.print(table)
-        console.print("outside engine: tax on total minus the engine's own Server-Timing total "
-                      "(* = its 95% CI excludes 0)", style="dim")
-        if lines:
-            console.print("Significant phase differences (largest first):")
-            for line in lines:
-                console.print(line, highlight=False)
+        # an indicative (--quick) headline says so itself
+        console.print(f"\n[bold]Verdict:[/bold] {v['headline']}", highlight=False)
+        _tax_table(v, console)
+        _metrics_table(v, console)
     else:
         console.print("\n[bold]Verdict:[/bold] no latency-split result to compare (see the stages above)")
     _skips(data, console)
     if data.gate:
         g = data.gate
         counts = g.get("counts") or {}
-        state = "[green]pass[/green]" if g["passed"] else "[red]fail[/red]"
+        state = "[green]pass[/green]" if g["passed"] else "[red]✗ breached[/red]"
         console.print(f"Gate ({Path(g['policy']).name}): {state} — {counts.get('pass', 0)} pass, "
                       f"{counts.get('fail', 0)} fail, {counts.get('skip', 0)} skip"
                       + (f": {'; '.join(g['failed'][:3])}" if g.get("failed") else ""))
@@ -66,10 +59,55 @@ def render_summary(data: VerifyData, report: Path, console: Console) -> None:
         console.print(f"Report:  [bold]{data.report}[/bold]")
 
 
+def _tax_table(v: dict[str, Any], console: Console) -> None:
+    table = Table(title="Gateway tax, ms: gateway − direct medians ± half the 95% CI (* = excludes 0)",
+                  title_justify="left")
+    for col in ("config", "direct", "outside engine", "total", "gw CPU/req"):
+        table.add_column(col, justify="left" if col == "config" else "right")
+    lines = []
+    for r in v["rows"]:
+        cpu = r.get("gateway_cpu_ms")
+        table.add_row(r["label"], _ms(r["baseline_total_ms"], False),
+                      _tax_cell(r.get("outside_engine"), bool(r.get("attribution_missing"))), _tax_cell(_total(r)),
+                      "–" if cpu is None else f"{cpu:.2f}")
+    for sentence in v.get("sentences") or []:
+        lines.append(sentence)
+    console.print(table)
+    console.print("outside engine: total minus the engine's own Server-Timing total; n/a: attribution missing. "
+                  "gw CPU/req: CPU ms the gateway's processes used per request on this host.", style="dim")
+    for line in lines:
+        console.print(f"  {line}", highlight=False)
+
+
+def _metrics_table(v: dict[str, Any], console: Console) -> None:
+    rows = v.get("metrics") or []
+    if not rows:
+        return
+    slo = next((m.get("slo") for m in rows if m.get("slo")), None)
+    table = Table(title="Throughput (over each path's measured time)", title_justify="left")
+    cols = ["config", "path", "req/s", "out tok/s", "in/out tokens"] + (["goodput req/s"] if slo else [])
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("config", "path") else "right")
+    for m in rows:
+        tokens = f"{m.get('input_tokens') if m.get('input_tokens') is not None else '–'}/" \
+                 f"{m.get('output_tokens') if m.get('output_tokens') is not None else '–'}"
+        cells = [m["label"], str(m["path"]), _ms(m.get("request_rps"), False), _ms(m.get("output_tok_s"), False),
+                 tokens]
+        if slo:
+            good = m.get("good_requests")
+            cells.append(f"{_ms(m.get('goodput_rps'), False)} ({good}/{m.get('requests_ok')})")
+        table.add_row(*cells)
+    console.print(table)
+    if slo:
+        console.print("goodput: requests meeting every SLO (" + ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
+                      + ") per second", style="dim")
+
+
 def _skips(data: VerifyData, console: Console) -> None:
     notable = [s for s in data.stages if s.status in ("skipped", "failed")]
     for s in notable:
-        console.print(f"[yellow]{s.status}[/yellow] {s.title}: {s.reason}")
+        colour = "red" if s.status == "failed" else "yellow"
+        console.print(f"[{colour}]{s.status}[/{colour}] {s.title}: {s.reason}")
 
 
 def summary_json(data: VerifyData) -> dict[str, Any]:
