@@ -60,3 +60,57 @@ def test_waterfall_rows_are_in_request_order() -> None:
     names = {"network_client_ms", "decode_ms", "gw_auth_ms", "connect_ms", "tls_ms", "queue_ms"}
     assert waterfall_order(names) == ["connect_ms", "tls_ms", "gw_auth_ms", "queue_ms", "decode_ms",
                                       "network_client_ms"]
+
+
+# --- LiteLLM forwards the engine's Server-Timing renamed (issue 14) -------------------------------
+
+def test_litellm_renamed_engine_timing_and_its_overhead_header_are_read() -> None:
+    from zgtool.latency.servertiming import timing_from_headers
+
+    headers = [(b"llm_provider-server-timing", b"queue;dur=0.2, decode;dur=9.5, total;dur=10.1"),
+               (b"x-litellm-overhead-duration-ms", b"16.3"), (b"content-type", b"application/json")]
+    assert timing_from_headers(headers) == {"queue": 0.2, "decode": 9.5, "total": 10.1,
+                                            "gw_litellm_overhead": 16.3}
+
+
+def test_the_plain_header_wins_when_it_carries_the_engine_total() -> None:
+    from zgtool.latency.servertiming import timing_from_headers
+
+    headers = [("Server-Timing", "total;dur=5, gw_auth;dur=0.3"), ("llm_provider-server-timing", "total;dur=9")]
+    assert timing_from_headers(headers) == {"total": 5.0, "gw_auth": 0.3}
+
+
+def _targets_and_samples(cand_timing: dict[str, float]) -> tuple[list, list[list[RequestSample]]]:
+    from zgtool.targets import Target
+
+    def s(i: int, total: float, timing: dict[str, float]) -> RequestSample:
+        return RequestSample(index=i, worker=0, round=i % 4, ok=True, total_ms=total, server_timing=dict(timing))
+
+    direct = [s(i, 10.5 + 0.01 * i, {"decode": 9.0, "total": 10.0}) for i in range(16)]
+    gateway = [s(i, 35.0 + 0.01 * i, cand_timing) for i in range(16)]
+    return [Target("direct", "http://127.0.0.1:1"), Target("litellm", "http://127.0.0.1:2")], [direct, gateway]
+
+
+def test_a_path_hiding_the_engine_timing_gets_no_outside_engine_tax_and_a_note() -> None:
+    from zgtool.latency.analysis import analyse
+    from zgtool.latency.model import SplitConfig
+
+    targets, samples = _targets_and_samples({})            # the engine's header did not reach the client
+    cfg = SplitConfig(num_requests=16, stream=False, resamples=200)
+    res = analyse(targets, samples, cfg)
+    oe = next(d for d in res.differences if d.phase == "outside_engine_ms")
+    assert oe.diff_ms is None and oe.verdict == "not significant"     # never -0.5 ms against a zero fill
+    decode = next(d for d in res.differences if d.phase == "decode_ms")
+    assert decode.diff_ms is None                                      # nor a "saved" decode
+    assert any(n.startswith("litellm:") and "not attributed" in n for n in res.attribution_notes)
+
+
+def test_with_the_renamed_header_read_the_outside_engine_tax_is_the_hop() -> None:
+    from zgtool.latency.analysis import analyse
+    from zgtool.latency.model import SplitConfig
+
+    targets, samples = _targets_and_samples({"decode": 9.0, "total": 10.0, "gw_litellm_overhead": 16.3})
+    res = analyse(targets, samples, SplitConfig(num_requests=16, stream=False, resamples=200))
+    oe = next(d for d in res.differences if d.phase == "outside_engine_ms")
+    assert oe.diff_ms == pytest.approx(24.5) and oe.verdict == "higher" and oe.method == "rounds"
+    assert res.attribution_notes == []

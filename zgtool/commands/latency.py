@@ -28,7 +28,12 @@ Definitions (vLLM benchmark conventions):
               safety (+ other = total - parts), gateway gw_*;
               streams: the zgtool_timing event. The rest of
               total is network + client.
-Statistics: p50/p90/p95/p99, mean, stddev; bootstrap CI of medians.
+  req/s       ok requests / the target's measured wall time
+  out tok/s   output tokens (API usage) / the same time
+  goodput     req/s meeting every --slo (vLLM/DistServe): e.g.
+              --slo 'ttft:500 tpot:50 e2e:2000'
+Statistics: p50/p90/p95/p99, mean, stddev; bootstrap CI of medians
+resampling whole rounds, paired between targets (--rounds).
 """
 
 
@@ -60,15 +65,35 @@ def _prompt(preset: str, prompt_file: Path | None) -> tuple[str, str]:
     return PROMPTS[preset], preset
 
 
+def _cpu_groups(specs: list[str]) -> dict[str, int]:
+    """--cpu-pid NAME=PID -> {name: pid}; the pid's process group is read (nginx: master + workers)."""
+    import os
+
+    from zgtool.errors import UsageError
+
+    out: dict[str, int] = {}
+    for spec in specs:
+        name, sep, pid = spec.partition("=")
+        if not sep or not name or not pid.isdigit():
+            raise UsageError(f"--cpu-pid: expected NAME=PID like engine=1234, not {spec!r}")
+        try:
+            out[name] = os.getpgid(int(pid))
+        except OSError:
+            raise UsageError(f"--cpu-pid {spec}: no such process") from None
+    return out
+
+
 def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup: int = 2, stream: bool = True,
         prompt: str = "short", prompt_file: Path | None = None, max_tokens: str = "short",
         new_connection: bool = False, api: str | None = None, model: str | None = None,
-        timeout: float = 30.0, insecure: bool = False, cacert: Path | None = None, rounds: int = 4,
-        config: Path | None = None, as_json: bool = False, out: Path | None = None) -> dict:
+        timeout: float = 30.0, insecure: bool = False, cacert: Path | None = None, rounds: int = 0,
+        config: Path | None = None, as_json: bool = False, out: Path | None = None,
+        slo: list[str] | None = None, cpu_pids: list[str] | None = None) -> dict:
     """The command's logic, callable without Typer; returns the versioned result."""
     from zgtool.errors import UsageError, VerdictFailed
     from zgtool.latency.analysis import analyse, result_data
-    from zgtool.latency.model import SplitConfig
+    from zgtool.latency.cputime import CpuWatch
+    from zgtool.latency.model import Slo, SplitConfig
     from zgtool.latency.runner import measure_targets
     from zgtool.output import console, emit_result, err_console
     from zgtool.results import make_result
@@ -94,20 +119,26 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
     cfg = SplitConfig(num_requests=requests, concurrency=concurrency, warmup=warmup, stream=stream,
                       new_connection=new_connection, prompt=text, prompt_name=prompt_name,
                       max_tokens=_max_tokens(max_tokens), timeout_s=timeout,
-                      verify=False if insecure else (str(cacert) if cacert else True), rounds=rounds)
+                      verify=False if insecure else (str(cacert) if cacert else True), rounds=rounds,
+                      slo=Slo.parse(slo))
+    cpu = CpuWatch(_cpu_groups(cpu_pids)) if cpu_pids else None
 
     def progress(name: str, done: int, total: int) -> None:
         if not as_json:
             err_console.print(f"[dim]{name}: {done}/{total}[/dim]")
 
-    samples = measure_targets(resolved, cfg, progress=progress)
-    res = analyse(resolved, samples, cfg)
+    samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu)
+    res = analyse(resolved, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
     data = result_data(res)
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
     if not as_json:
         from zgtool.latency.render import render
 
         render(res, console)
+        from zgtool.latency.fieldlines import field_lines
+
+        for line in field_lines(res):
+            console.print(line, style="dim", highlight=False)
     emit_result(result, as_json=as_json, out=out)
     dead = [t for t in res.targets if t.num_ok == 0]
     if dead:
@@ -135,7 +166,11 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(30.0, "--timeout", help="Per-request timeout, seconds."),
         insecure: bool = typer.Option(False, "-k", "--insecure", help="Do not verify TLS certificates."),
         cacert: Path | None = typer.Option(None, "--cacert", help="CA bundle for a self-signed target."),
-        rounds: int = typer.Option(4, "--rounds", help="Alternate targets in this many blocks (drift control)."),
+        rounds: int = typer.Option(0, "--rounds", help="Alternate targets in this many blocks; the interval "
+                                   "resamples them (0: automatic, 4-16)."),
+        slo: list[str] = typer.Option([], "--slo", help="Goodput SLOs in ms: 'ttft:500 tpot:50 e2e:2000'."),
+        cpu_pid: list[str] = typer.Option([], "--cpu-pid", help="NAME=PID of a local process group (engine, "
+                                          "gateway) whose CPU ms per request to report; repeatable."),
         config: Path | None = typer.Option(None, "--config", help="zgtool.toml with named targets."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result to stdout."),
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the JSON result to this file."),
@@ -143,4 +178,4 @@ def register(app: typer.Typer) -> None:
         run(targets, requests=requests, concurrency=concurrency, warmup=warmup, stream=stream, prompt=prompt,
             prompt_file=prompt_file, max_tokens=max_tokens, new_connection=new_connection, api=api, model=model,
             timeout=timeout, insecure=insecure, cacert=cacert, rounds=rounds, config=config, as_json=as_json,
-            out=out)
+            out=out, slo=slo, cpu_pids=cpu_pid)
