@@ -103,7 +103,8 @@ class Live:
 @contextlib.contextmanager
 def in_process(tmp: Path, **overrides: Any) -> Iterator[Live]:
     """The real app on uvicorn in a thread (its own uvloop), keyed so /admin/kv works."""
-    overrides.setdefault("keys", write_keys(tmp))
+    if "keys" not in overrides:
+        overrides["keys"] = write_keys(tmp)
     cfg = ServeConfig(**{"model": "null", "host": "127.0.0.1", "port": 0, "grace_s": 2.0, **overrides})
     sock = bind("127.0.0.1", 0)
     built = build(cfg, sock)
