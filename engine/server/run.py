@@ -261,16 +261,23 @@ def threads_row(e: Any, requested: int | None) -> str:
 
 def print_startup(built: Built) -> None:
     from rich.console import Console
+
+    console = Console()      # the terminal's width (80 when piped); values fold, keys never wrap
+    console.print(startup_table(built))
+    console.file.flush()
+
+
+def startup_table(built: Built) -> Any:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"zgtool serve — {built.url}", show_header=False)
-    table.add_column(style="bold")
+    table = Table(title=f"zgtool serve — {built.url}", title_justify="left", show_header=False,
+                  box=box.SIMPLE, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     for k, v in startup_rows(built):
         table.add_row(k, v)
-    console = Console(width=140)
-    console.print(table)
-    console.file.flush()
+    return table
 
 
 def serve(cfg: ServeConfig) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -32,69 +33,85 @@ def sparkline(values: list[float], lo: float | None = None, hi: float | None = N
 
 def _cell(tl: GpuTimeline, name: str, fmt: str, width: int, lo: float | None, hi: float | None,
           scale: float = 1.0) -> Text:
+    """The last value, and under it the recent history as a sparkline."""
     last = tl.last().get(name)
     if last is None:
-        return Text("—", style="dim")
+        return Text("-", style="dim")
     spark = sparkline([v * scale for v in tl.recent(name, width)], lo, hi)
-    return Text.assemble((fmt.format(last * scale), "bold"), " ", (spark, "cyan"))
+    return Text.assemble((fmt.format(last * scale).strip(), "bold"), "\n", (spark, "cyan"))
 
 
 def _fb_cell(tl: GpuTimeline, width: int) -> Text:
     last = tl.last()
     if "fb_used_bytes" not in last:
-        return Text("—", style="dim")
+        return Text("-", style="dim")
     used = last["fb_used_bytes"] / GIB
     total = last.get("fb_total_bytes")
     head = f"{used:.1f}/{total / GIB:.1f} GiB" if total else f"{used:.1f} GiB"
-    if "fb_free_bytes" in last:
-        head += f" ({last['fb_free_bytes'] / GIB:.1f} free)"
     spark = sparkline(tl.recent("fb_used_pct", width), 0, 100) if total else ""
-    return Text.assemble((head, "bold"), " ", (spark, "cyan"))
+    return Text.assemble((head, "bold"), "\n", (spark, "cyan"))
 
 
-def watch_table(state: WatchState, width: int = 20) -> Group:
-    has_engine = any(k in tl.series for tl in state.gpus.values() for k in ("kv_util_pct", "running"))
+GPU_COLUMNS = (   # header, series that fill it
+    ("util%", ("gpu_util_pct",)), ("copy%", ("mem_copy_util_pct",)),
+    ("FB used", ("fb_used_bytes",)), ("MHz", ("sm_clock_mhz",)), ("W", ("power_w",)),
+)
+LABEL_WIDTH = 18
+ALERTS_WIDTH = 9
+
+
+def _has(state: WatchState, names: tuple[str, ...]) -> bool:
+    return any(n in tl.series or n in tl.last() for tl in state.gpus.values() for n in names)
+
+
+def watch_table(state: WatchState, width: int | None = None, max_width: int = 80) -> Group:
+    """The live table. Columns no source filled (the engine on a CPU has no GPU util, clocks or
+    power) are left out, and the sparklines share what is left of `max_width`."""
+    has_engine = _has(state, ("kv_util_pct", "running"))
+    gpu_cols = [(head, names) for head, names in GPU_COLUMNS if _has(state, names)]
+    if width is None:
+        n_spark = len(gpu_cols) + (1 if has_engine else 0)
+        n_cols = n_spark + 2 + (1 if has_engine else 0)
+        fb_text = 8 if any(n == ("fb_used_bytes",) for _, n in gpu_cols) else 0    # "71.0/79.6 GiB" > a spark
+        spare = max_width - LABEL_WIDTH - ALERTS_WIDTH - fb_text - (14 if has_engine else 0) - 3 * n_cols
+        width = max(4, min(20, spare // max(1, n_spark)))
     title = f"{state.source.get('kind')} {state.source.get('url') or state.source.get('host', '')}"
     table = Table(title=f"GPU golden metrics — {title} — {state.ticks} samples, {state.elapsed_s:.0f}s",
-                  title_justify="left", expand=False)
-    table.add_column("GPU", no_wrap=True)
-    table.add_column("GPU util %")
-    table.add_column("mem copy %")
-    table.add_column("FB used/total")
-    table.add_column("SM MHz")
-    table.add_column("power W")
+                  title_justify="left", expand=False, box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("GPU" if gpu_cols else "device", no_wrap=True, max_width=LABEL_WIDTH, overflow="ellipsis")
+    for head, _ in gpu_cols:
+        table.add_column(head, justify="right", no_wrap=True)
     if has_engine:
-        table.add_column("KV %")
-        table.add_column("run/wait/batch")
-    table.add_column("alerts")
-    alerts: dict[str, Text] = {}
+        table.add_column("KV %", justify="right", no_wrap=True)
+        table.add_column("run/wait/batch", justify="right")
+    table.add_column("alerts", no_wrap=True, min_width=ALERTS_WIDTH)
+    alerts: dict[str, list[Any]] = {}
     for a in state.evaluator.active():
-        cell = alerts.setdefault(a.key, Text())
-        if cell:
-            cell.append("\n")
-        if a.state == "firing":
-            cell.append(a.rule, style="bold red")
-        else:
-            cell.append(f"({a.rule} pending)", style="yellow")
+        alerts.setdefault(a.key, []).append(a)
+    cells = {
+        "gpu_util_pct": lambda tl: _cell(tl, "gpu_util_pct", "{:5.1f}", width, 0, 100),
+        "mem_copy_util_pct": lambda tl: _cell(tl, "mem_copy_util_pct", "{:5.1f}", width, 0, 100),
+        "fb_used_bytes": lambda tl: _fb_cell(tl, width),
+        "sm_clock_mhz": lambda tl: _cell(tl, "sm_clock_mhz", "{:6.0f}", width, 0, None),
+        "power_w": lambda tl: _cell(tl, "power_w", "{:6.1f}", width, 0, None),
+    }
     for tl in state.gpus.values():
-        label = Text(tl.key, style="bold")
+        label = Text(tl.key, style="bold", no_wrap=True, overflow="ellipsis")
         if tl.model:
-            label.append(f"\n{tl.model}" + (f" {tl.mig}" if tl.mig else ""), style="dim")
-        row: list[Any] = [
-            label,
-            _cell(tl, "gpu_util_pct", "{:5.1f}", width, 0, 100),
-            _cell(tl, "mem_copy_util_pct", "{:5.1f}", width, 0, 100),
-            _fb_cell(tl, width),
-            _cell(tl, "sm_clock_mhz", "{:6.0f}", width, 0, None),
-            _cell(tl, "power_w", "{:6.1f}", width, 0, None),
-        ]
+            label.append(f"\n{tl.model.removeprefix('NVIDIA ')}" + (f" {tl.mig}" if tl.mig else ""), style="dim")
+        row: list[Any] = [label, *(cells[names[0]](tl) for _, names in gpu_cols)]
         if has_engine:
             last = tl.last()
             row.append(_cell(tl, "kv_util_pct", "{:5.1f}", width, 0, 100))
             row.append(Text("/".join(_int(last.get(k)) for k in ("running", "waiting", "batch_size"))))
-        row.append(alerts.get(tl.key) or Text("ok", style="green"))
+        row.append(_alert_cell(alerts.get(tl.key, [])))
         table.add_row(*row)
     parts: list[Any] = [table]
+    if not gpu_cols and state.gpus:
+        parts.append(Text("no GPU metrics from this source (CPU engine?): GPU columns hidden", style="dim"))
+    for a in state.evaluator.active():
+        if a.state != "firing":
+            parts.append(Text(f"{a.key}: ({a.rule} pending)", style="yellow"))
     for a in state.evaluator.firing():
         parts.append(Text(f"ALERT {a.rule} on {a.key} (since {a.pending_since_s:.0f}s, peak "
                           f"{a.peak_value:.1f}): {a.message}", style="bold red"))
@@ -103,8 +120,18 @@ def watch_table(state: WatchState, width: int = 20) -> Group:
     return Group(*parts)
 
 
+def _alert_cell(active: list[Any]) -> Text:
+    """'ok', or how many rules fire / are pending; the names follow under the table."""
+    if not active:
+        return Text("ok", style="green")
+    firing = sum(1 for a in active if a.state == "firing")
+    if firing:
+        return Text(f"{firing} firing", style="bold red")
+    return Text(f"{len(active)} pending", style="yellow")
+
+
 def _int(v: float | None) -> str:
-    return "—" if v is None else str(int(v))
+    return "-" if v is None else str(int(v))
 
 
 # --- defrag ---------------------------------------------------------------------------

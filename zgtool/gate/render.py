@@ -6,6 +6,7 @@ import math
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from zgtool.gate.evaluate import FAIL, PASS, GateReport, GateRow
 
@@ -30,22 +31,35 @@ def measured(row: GateRow) -> str:
     return " ".join(parts)
 
 
+def _short_path(path: str) -> str:
+    """The file name only; the folder is printed once, above the checks."""
+    return path.rsplit("/", 1)[-1]
+
+
 def render_report(report: GateReport, console: Console) -> None:
-    table = Table(title=f"zgtool gate — {report.policy}", show_lines=False)
-    table.add_column("status")
-    table.add_column("rule")
-    table.add_column("result", overflow="fold")
-    table.add_column("measured", justify="right")
-    table.add_column("detail", overflow="fold")
+    """One block per check (status, rule, measured; then file, expression and detail, dimmed):
+    readable at 80 columns, where a five-column table folds every cell."""
+    folders = sorted({r.rsplit("/", 1)[0] for r in report.results if "/" in r})
+    head = f"zgtool gate — {report.policy}"
+    if len(folders) == 1:
+        head += f"\nresults in {folders[0]}/"
+    table = Table.grid(padding=(0, 1))
+    table.title = head
+    table.title_justify = "left"
+    table.add_column("status", no_wrap=True, width=4)
+    table.add_column("check", overflow="fold")
     for row in report.rows:
-        if row.group == "regression":
-            label = f"{row.rule} [dim]vs baseline[/dim]"
-        elif row.rule == row.check:
-            label = row.rule
-        else:
-            label = f"{row.rule}\n[dim]{row.check}[/dim]"
-        table.add_row(f"[{_STYLE[row.status]}]{row.status.upper()}[/]", label, row.result,
-                      measured(row), row.detail)
+        label = f"{row.rule} vs baseline" if row.group == "regression" else row.rule
+        text = Text(label, style="bold")
+        got = measured(row)
+        if got:
+            text.append(f"  {got}")
+        text.append(f"\n{_short_path(row.result)}", style="dim")
+        if row.check and row.check != row.rule:
+            text.append(f" · {row.check}", style="dim")
+        if row.detail:
+            text.append(f"\n{row.detail}", style="yellow" if row.status == "skip" else "")
+        table.add_row(Text(row.status.upper(), style=_STYLE[row.status]), text)
     console.print(table)
     c = report.counts
     verdict = "[green]PASS[/green]" if report.passed else "[bold red]FAIL[/bold red]"

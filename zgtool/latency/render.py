@@ -5,6 +5,7 @@ Rendering only: everything shown comes from the SplitResult the measurement prod
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -12,17 +13,18 @@ from rich.text import Text
 from zgtool.latency.analysis import phase as find_phase
 from zgtool.latency.model import PhaseDifference, PhaseStats, SplitResult, TargetResult
 
-BAR_WIDTH = 44
+MIN_BAR_WIDTH = 10
 LABELS = {
     "dns_ms": "DNS lookup", "connect_ms": "TCP connect", "tls_ms": "TLS handshake", "send_ms": "send request",
-    "gw_other_ms": "gateway other (incl. hop)", "queue_ms": "engine queue", "prefill_ms": "engine prefill",
+    "gw_other_ms": "gateway other+hop", "queue_ms": "engine queue", "prefill_ms": "engine prefill",
     "decode_ms": "engine decode", "detok_ms": "engine detok", "safety_ms": "engine safety",
-    "engine_other_ms": "engine other", "network_client_ms": "network + client (incl. send)",
-    "ttfb_ms": "TTFB (1st byte out -> 1st in)", "ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL (every gap)",
-    "total_ms": "total (E2E)",
+    "engine_other_ms": "engine other", "network_client_ms": "network + client",
+    "ttfb_ms": "TTFB", "ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL (every gap)",
+    "total_ms": "total (E2E)", "outside_engine_ms": "outside engine",
 }
 COLORS = {"dns_ms": "cyan", "connect_ms": "cyan", "tls_ms": "cyan",
           "network_client_ms": "white"}
+SHORT_NAME_MAX = 10     # longer target names (URLs) become A, B, C with a legend
 
 
 def label(name: str) -> str:
@@ -30,7 +32,7 @@ def label(name: str) -> str:
         return LABELS[name]
     if name.startswith("gw_"):
         return "gateway " + name[3:].removesuffix("_ms")
-    return name
+    return name.removesuffix("_ms").replace("_", " ")
 
 
 def _color(name: str) -> str:
@@ -39,54 +41,80 @@ def _color(name: str) -> str:
     return "magenta" if name.startswith("gw_") else "green"
 
 
+def short_names(names: list[str]) -> dict[str, str]:
+    """Column headers that fit 80 columns: short names stay, URLs and long names become A, B, ..."""
+    out: dict[str, str] = {}
+    letters = iter("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    for n in names:
+        out[n] = n if len(n) <= SHORT_NAME_MAX and "://" not in n else next(letters)
+    return out
+
+
+def legend(names: list[str], short: dict[str, str]) -> Text | None:
+    pairs = [f"{short[n]} = {n}" for n in names if short[n] != n]
+    return Text("  " + "; ".join(pairs), style="dim") if pairs else None
+
+
 def fmt_ms(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def fmt_pm(value: float, lo: float | None, hi: float | None, *, signed: bool = False) -> str:
+    """`6.44 ±0.30`: the 95% interval as its wider half, so one number says how sure we are."""
+    s = f"{value:+.2f}" if signed else f"{value:.2f}"
+    if lo is None or hi is None:
+        return s
+    return f"{s} ±{max(value - lo, hi - value, 0.0):.2f}"
+
+
 def fmt_p50(p: PhaseStats | None) -> str:
-    if p is None:
+    if p is None or p.summary.get("p50") is None:
         return "-"
-    s = fmt_ms(p.summary.get("p50"))
-    if p.median_lo is not None and p.median_hi is not None:
-        s += f" [{p.median_lo:.2f}, {p.median_hi:.2f}]"
-    return s
+    return fmt_pm(p.summary["p50"], p.median_lo, p.median_hi)
 
 
 def fmt_diff(d: PhaseDifference | None) -> Text:
     if d is None or d.diff_ms is None:
         return Text("-", style="dim")
-    ci = f" [{d.lo_ms:+.2f}, {d.hi_ms:+.2f}]" if d.lo_ms is not None and d.hi_ms is not None else ""
     if d.verdict == "higher":
-        return Text(f"{d.diff_ms:+.2f}{ci}", style="red")
+        return Text(fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True), style="red")
     if d.verdict == "lower":
-        return Text(f"{d.diff_ms:+.2f}{ci}", style="green")
+        return Text(fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True), style="green")
     # the interval is in the JSON; here the point is that no cost or saving can be claimed
-    return Text(f"{d.diff_ms:+.2f} not significant", style="dim")
+    return Text(f"{d.diff_ms:+.2f} n.s.", style="dim")
 
 
-def _bar(offset: float, width: float, scale: float, style: str) -> Text:
+def _bar(offset: float, width: float, scale: float, style: str, bar_width: int) -> Text:
     """A waterfall segment: starts where the previous phases ended, on a scale shared by all targets."""
     if scale <= 0:
         return Text("")
-    start = int(round(offset / scale * BAR_WIDTH))
-    cells = width / scale * BAR_WIDTH
+    start = int(round(offset / scale * bar_width))
+    cells = width / scale * bar_width
     body = "█" * int(round(cells)) if cells >= 0.5 else ("▏" if width > 0 else "")
-    return Text(" " * min(start, BAR_WIDTH)) + Text(body, style=style)
+    return Text(" " * min(start, bar_width)) + Text(body, style=style)
 
 
-def waterfall(tr: TargetResult, res: SplitResult, scale: float) -> Table:
+def _title(tr: TargetResult, res: SplitResult, short: str) -> str:
     cfg = res.config
     mode = "new connection per request" if cfg["new_connection"] else f"keep-alive, {cfg['concurrency']} conn"
-    where = "" if tr.url == tr.name else f"  {tr.url}"
-    title = (f"[bold]{tr.name}[/bold]{where}  {tr.api}  {'stream' if cfg['stream'] else 'no-stream'}  "
-             f"{mode}  ok {tr.num_ok}/{tr.num_ok + tr.num_error}")
-    t = Table(title=title, title_justify="left", box=None, pad_edge=False, show_edge=False)
-    t.add_column("phase")
-    t.add_column("mean ms", justify="right")
-    t.add_column("p50 ms [95% CI]", justify="right")
-    t.add_column("p99 ms", justify="right")
+    name = short if short == tr.name else f"{short} = {tr.name}"
+    where = "" if tr.url in (tr.name, tr.name + "/v1/messages", tr.name + "/v1/chat/completions") else f"  {tr.url}"
+    return (f"[bold]{name}[/bold]{where}\n{tr.api}, {'stream' if cfg['stream'] else 'no-stream'}, "
+            f"{mode}, ok {tr.num_ok}/{tr.num_ok + tr.num_error}")
+
+
+def waterfall(tr: TargetResult, res: SplitResult, scale: float, *, short: str | None = None,
+              width: int = 80) -> Table:
+    # phase 17 + mean 7 + p50 12 + p99 7 + seen 5, one space between: the bar gets the rest
+    bar_width = max(MIN_BAR_WIDTH, width - 53)
+    t = Table(title=_title(tr, res, short or tr.name), title_justify="left", box=None, pad_edge=False,
+              show_edge=False)
+    t.add_column("phase", max_width=17, overflow="ellipsis", no_wrap=True)
+    t.add_column("mean", justify="right")
+    t.add_column("p50 ±CI", justify="right", no_wrap=True)
+    t.add_column("p99", justify="right")
     t.add_column("seen", justify="right")
-    t.add_column("waterfall (mean per request)", no_wrap=True)
+    t.add_column("ms per request", no_wrap=True, max_width=bar_width, overflow="crop")
     offset = 0.0
     for name in res.waterfall_phases:
         p = find_phase(tr, name)
@@ -94,7 +122,7 @@ def waterfall(tr: TargetResult, res: SplitResult, scale: float) -> Table:
             continue
         seen = "" if p.count == tr.num_ok else f"{p.count}/{tr.num_ok}"
         t.add_row(label(name), fmt_ms(p.waterfall_mean_ms), fmt_p50(p), fmt_ms(p.summary.get("p99")), seen,
-                  _bar(offset, max(p.waterfall_mean_ms, 0.0), scale, _color(name)))
+                  _bar(offset, max(p.waterfall_mean_ms, 0.0), scale, _color(name), bar_width))
         offset += max(p.waterfall_mean_ms, 0.0)
     for name in res.metric_phases:
         p = find_phase(tr, name)
@@ -104,27 +132,31 @@ def waterfall(tr: TargetResult, res: SplitResult, scale: float) -> Table:
     return t
 
 
-def errors_text(tr: TargetResult) -> Text | None:
+def errors_text(tr: TargetResult, short: str | None = None) -> Text | None:
     if not tr.errors:
         return None
     parts = ", ".join(f"{k} x{v}" for k, v in sorted(tr.errors.items(), key=lambda kv: -kv[1]))
-    return Text(f"  {tr.name}: {tr.num_error} of {tr.num_ok + tr.num_error} requests failed "
+    return Text(f"  {short or tr.name}: {tr.num_error} of {tr.num_ok + tr.num_error} requests failed "
                 f"(excluded from the figures): {parts}", style="bold red")
 
 
-def side_by_side(res: SplitResult) -> Table:
+def side_by_side(res: SplitResult, short: dict[str, str] | None = None) -> Table:
     base = res.targets[0]
-    t = Table(title="side by side: p50 ms [95% CI]; difference of medians vs "
-                    f"{base.name} [95% CI]", title_justify="left")
-    t.add_column("phase")
+    short = short or short_names([tr.name for tr in res.targets])
+    compact = len(res.targets) > 2         # three or more paths: medians without intervals, to fit
+    t = Table(title=f"side by side: p50 ms; difference of medians vs {short[base.name]}", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    t.add_column("phase", max_width=17, overflow="ellipsis", no_wrap=True)
     for tr in res.targets:
-        t.add_column(tr.name, justify="right")
+        t.add_column(short[tr.name], justify="right", no_wrap=True)
     for tr in res.targets[1:]:
-        t.add_column(f"{tr.name} - {base.name}", justify="right")
+        t.add_column(f"{short[tr.name]} - {short[base.name]}", justify="right", no_wrap=True)
     diffs = {(d.candidate, d.phase): d for d in res.differences}
     for name in [*res.waterfall_phases, *res.metric_phases]:
         cells: list[str | Text] = [label(name)]
-        cells += [fmt_p50(find_phase(tr, name)) for tr in res.targets]
+        for tr in res.targets:
+            p = find_phase(tr, name)
+            cells.append(fmt_ms(p.summary.get("p50")) if compact and p is not None else fmt_p50(p))
         cells += [fmt_diff(diffs.get((tr.name, name))) for tr in res.targets[1:]]
         t.add_row(*cells)
     return t
@@ -135,18 +167,21 @@ def render(res: SplitResult, console: Console) -> None:
     totals = [sum(max(p.waterfall_mean_ms or 0.0, 0.0) for p in tr.phases if p.waterfall_mean_ms is not None)
               for tr in res.targets]
     scale = max(totals) if totals and means else 0.0
+    short = short_names([tr.name for tr in res.targets])
     blocks: list[Table | Text] = []
     for tr in res.targets:
-        blocks.append(waterfall(tr, res, scale))
-        if (err := errors_text(tr)) is not None:
+        blocks.append(waterfall(tr, res, scale, short=short[tr.name], width=console.width))
+        if (err := errors_text(tr, short[tr.name])) is not None:
             blocks.append(err)
         blocks.append(Text(""))
     if len(res.targets) > 1:
-        blocks.append(side_by_side(res))
+        blocks.append(side_by_side(res, short))
+        if (lg := legend([tr.name for tr in res.targets], short)) is not None:
+            blocks.append(lg)
     for name, parts in res.unattributed_parts.items():
-        blocks.append(Text(f"  {name}: Server-Timing parts not attributed (overlap unknown): {', '.join(parts)}",
-                           style="dim"))
-    blocks.append(Text("  TTFT/E2E from request start (incl. DNS/connect/TLS when paid); ITL = every gap; "
-                       "TPOT = (E2E - TTFT)/(tokens - 1) (vLLM definitions). Waterfall rows sum to mean total.",
-                       style="dim"))
+        blocks.append(Text(f"  {short[name]}: Server-Timing parts not attributed (overlap unknown): "
+                           f"{', '.join(parts)}", style="dim"))
+    blocks.append(Text("  ms; ± = 95% bootstrap CI (its wider half); n.s. = not significant (the CI "
+                       "contains 0). TTFT/E2E from request start; ITL = every gap; TPOT = (E2E - TTFT)/"
+                       "(tokens - 1) (vLLM). Waterfall rows sum to the mean total.", style="dim"))
     console.print(Group(*blocks))
