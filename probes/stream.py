@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from zgtool.http.sse import TIMING_PREFIX
 from zgtool.probes.http1 import content_decoder
 from zgtool.probes.request import build, connection_for
 from zgtool.targets import Target
@@ -123,6 +124,9 @@ class SSEParser:
                 self._event, self._data = "", []
                 continue
             if line.startswith(":"):
+                comment = line[1:].lstrip()
+                if comment.startswith(TIMING_PREFIX):     # zgtool's timing rides in an SSE comment
+                    out.append(("zgtool_timing", comment[len(TIMING_PREFIX):]))
                 continue
             name, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value

@@ -26,7 +26,7 @@ Definitions (vLLM benchmark conventions):
   total_ms    request start -> response body complete (E2E)
   server      Server-Timing: engine queue/prefill/decode/detok/
               safety (+ other = total - parts), gateway gw_*;
-              streams: the zgtool_timing event. The rest of
+              streams: the zgtool-timing SSE comment. The rest of
               total is network + client.
   req/s       ok requests / the target's measured wall time
   out tok/s   output tokens (API usage) / the same time

@@ -307,6 +307,8 @@ def _handle_event(block: bytes, api: str, now: int, content_ns: list[int],
             name = line[6:].strip()
         elif line.startswith(b"data:"):
             data_lines.append(line[5:].lstrip())
+        elif line.startswith(b": zgtool-timing "):     # the engine's timing rides in an SSE comment
+            parts.update(parse_timing_event(line[16:].decode(errors="replace")))
     data = b"\n".join(data_lines)
     if api == "anthropic":
         # The event name equals data.type in the Messages API, so deltas need no JSON parse.
