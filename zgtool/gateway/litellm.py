@@ -232,4 +232,8 @@ def launch(req: LaunchRequest) -> Launch:
 
 
 if __name__ == "__main__":  # python -m zgtool.gateway.litellm: create the venv now (CI set-up, a warm cache)
-    print(ensure_venv())
+    try:
+        print(ensure_venv())
+    except MissingCapability as exc:
+        print(f"zgtool: {exc.message}", file=sys.stderr)
+        raise SystemExit(int(exc.exit_code)) from None
