@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,15 +22,10 @@ from pathlib import Path
 import httpx
 
 from zgtool.dcgm.sources import ExporterSource, PrometheusSource
+from zgtool.http.net import free_port as _free_port
 from zgtool.stats import summarize
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "dcgm" / "data"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _exporter(body: bytes) -> ThreadingHTTPServer:

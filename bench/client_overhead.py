@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from zgtool.http.net import free_port
 
 
 def start_engine() -> tuple[subprocess.Popen[bytes], str]:

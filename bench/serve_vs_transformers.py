@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import httpx
 
+from zgtool.http.net import free_port as _free_port
 from zgtool.stats import percentile
 
 # The byte tokenizer's own chat layout (see ByteTokenizer.apply_chat_template), as a
@@ -51,12 +51,6 @@ class Result:
     tok_per_s: float
     ttft_p50_ms: float
     ttft_p99_ms: float
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_checkpoint(out: Path) -> Path:

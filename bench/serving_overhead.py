@@ -18,13 +18,13 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from zgtool.http.net import free_port as _free_port
 from zgtool.stats import percentile
 
 TARGET_RATIO = 0.6
@@ -107,12 +107,6 @@ async def _load(port: int, raw: bytes, concurrency: int, seconds: float) -> tupl
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return lat, errors, time.perf_counter() - t0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_http(port: int, proc: subprocess.Popen[bytes], raw: bytes) -> int:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from zgtool.http.net import free_port as free_port  # re-exported: other modules import it from here
+
 
 @dataclass
 class Step:
@@ -176,7 +178,3 @@ class ScriptedServer:
         h.wfile.flush()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from zgtool.http.net import free_port as free_port  # re-exported: other modules import it from here
+
 DATA = Path(__file__).parent / "data"
 
 
@@ -86,12 +88,6 @@ def exporter() -> Iterator[Served]:
 
 
 @pytest.fixture
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from zgtool.http.net import free_port as free_port  # re-exported: other modules import it from here
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -56,11 +58,6 @@ def asgi_url():
 
 
 @pytest.fixture
-def free_port() -> int:
-    """A port with nothing listening (bound then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_cli(*args: str | Path, env: dict[str, str] | None = None, python: str = sys.executable,

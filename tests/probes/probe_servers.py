@@ -23,13 +23,9 @@ from typing import Any
 
 import uvicorn
 
+from zgtool.http.net import free_port
+
 ORIGIN_TEXT = "token "
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, timeout_s: float = 10.0) -> None:

@@ -8,13 +8,14 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from zgtool.http.net import free_port as free_port  # re-exported: other modules import it from here
 
 _PR_SET_PDEATHSIG = 1
 _LIVE: set[Child] = set()
@@ -25,13 +26,6 @@ try:  # loaded before any fork: preexec_fn must not import or allocate much
     _LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - non-glibc platforms
     _LIBC = None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel considers free right now (bind port 0, read it, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:

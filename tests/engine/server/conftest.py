@@ -13,7 +13,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ import pytest
 
 from zgtool.engine.server.config import ServeConfig
 from zgtool.engine.server.run import Built, bind, build, make_server
+from zgtool.http.net import free_port
 
 ADMIN_KEY = "sk-test-admin"
 FREE_KEY = "sk-test-free"
@@ -141,12 +141,6 @@ def live_server(**overrides: Any) -> Iterator[LiveServer]:
         assert not thread.is_alive(), "server thread did not stop"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 ZGTOOL = [sys.executable, "-m", "zgtool"]
 
 
@@ -203,8 +197,6 @@ def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     p = tmp_path_factory.mktemp("policy") / "policy.toml"
     p.write_text(POLICY_TOML)
     return p
-
-
 
 
 @pytest.fixture(scope="session")
