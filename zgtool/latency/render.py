@@ -114,7 +114,7 @@ def waterfall(tr: TargetResult, res: SplitResult, scale: float, *, short: str | 
     t.add_column("p50 ±CI", justify="right", no_wrap=True)
     t.add_column("p99", justify="right")
     t.add_column("seen", justify="right")
-    t.add_column("ms per request", no_wrap=True, max_width=bar_width, overflow="crop")
+    t.add_column("waterfall", no_wrap=True, max_width=bar_width, overflow="crop")
     offset = 0.0
     for name in res.waterfall_phases:
         p = find_phase(tr, name)
