@@ -9,6 +9,8 @@
 //   ENDPOINT                  /v1/messages (Anthropic) or /v1/chat/completions (OpenAI)
 //   PAYLOAD                   request body JSON file, relative to this script
 //   RATE                      requests per second per scenario (constant-arrival-rate)
+//   ARRIVALS                  constant (default: evenly spaced) or poisson (see below)
+//   TICKS_PER_REQUEST         poisson only: arrival-rate ticks per request (default 20)
 //   DURATION                  per scenario, e.g. 30s
 //   PRE_VUS, MAX_VUS          pre-allocated and maximum VUs per scenario
 //   SCENARIOS                 comma list out of gateway,direct,direct_stream
@@ -18,7 +20,14 @@
 //   SUMMARY                   where handleSummary writes the JSON summary
 //
 // Open model: a request starts every 1/RATE s whether or not earlier ones finished,
-// so a slow server cannot slow the load down (no coordinated omission). Iterations that
+// so a slow server cannot slow the load down (no coordinated omission).
+// Poisson arrivals (what vLLM's benchmark_serving sends by default): k6's arrival-rate
+// executors space iteration starts evenly, so ARRIVALS=poisson runs the executor at
+// RATE x TICKS_PER_REQUEST ticks/s and lets each tick send a request with probability
+// 1/TICKS_PER_REQUEST (Bernoulli thinning): request counts per interval are binomial,
+// converging to Poisson, and gaps are geometric on a 1/(RATE x TICKS) s grid, i.e.
+// exponential to within that grid. A tick that sends nothing returns in microseconds, so
+// it holds no VU; dropped_iterations then counts ticks, of which 1/TICKS would have sent. Iterations that
 // find no free VU are counted in dropped_iterations: the load generator could not keep
 // the rate. k6 reads a streaming (SSE) body only as a whole, so for direct_stream
 // http_req_waiting is the time to the response headers, not time to first token.
@@ -31,6 +40,8 @@ const GATEWAY_URL = (__ENV.GATEWAY_URL || 'http://127.0.0.1:8080').replace(/\/$/
 const ENDPOINT = __ENV.ENDPOINT || '/v1/messages';
 const PAYLOAD = open(__ENV.PAYLOAD || './payloads/messages.json');
 const RATE = parseInt(__ENV.RATE || '10', 10);
+const POISSON = (__ENV.ARRIVALS || 'constant') === 'poisson';
+const TICKS = POISSON ? parseInt(__ENV.TICKS_PER_REQUEST || '20', 10) : 1;
 const DURATION = __ENV.DURATION || '30s';
 const PRE_VUS = parseInt(__ENV.PRE_VUS || '10', 10);
 const MAX_VUS = parseInt(__ENV.MAX_VUS || '50', 10);
@@ -71,7 +82,7 @@ function buildScenarios() {
     out[name] = {
       executor: 'constant-arrival-rate',
       exec: 'hit',
-      rate: RATE,
+      rate: RATE * TICKS,
       timeUnit: '1s',
       duration: DURATION,
       preAllocatedVUs: PRE_VUS,
@@ -107,6 +118,7 @@ export const options = {
 };
 
 export function hit() {
+  if (TICKS > 1 && Math.random() * TICKS >= 1) return; // Poisson thinning: most ticks send nothing
   const target = TARGETS[__ENV.TARGET];
   const res = http.post(target.url, target.body, { headers: target.headers, timeout: '60s' });
   const done = IS_OPENAI ? '[DONE]' : 'message_stop';

@@ -16,6 +16,9 @@
 //   PRE_VUS, MAX_VUS, SUMMARY (JSON output path)
 //   HEADERS        JSON object of extra headers for every path (e.g. an API key)
 //   HEADERS_BY_PATH  JSON {path: {header: value}} for per-path keys
+//   ARRIVALS       constant (default) or poisson: ticks at RATE x TICKS_PER_REQUEST (default
+//                  20), each sending with probability 1/TICKS_PER_REQUEST (Bernoulli thinning;
+//                  k6's arrival-rate executors space starts evenly; see gateway_vs_direct.js)
 // The rate jumps at each step boundary (a 0s stage), so every request belongs to one
 // plateau; requests are tagged by the plateau they started in.
 
@@ -38,6 +41,8 @@ const HEADERS = Object.assign(
     : { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
   JSON.parse(__ENV.HEADERS || '{}'));
 const HEADERS_BY_PATH = JSON.parse(__ENV.HEADERS_BY_PATH || '{}');
+const POISSON = (__ENV.ARRIVALS || 'constant') === 'poisson';
+const TICKS = POISSON ? parseInt(__ENV.TICKS_PER_REQUEST || '20', 10) : 1;
 
 function seconds(d) {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m)$/.exec(d);
@@ -51,10 +56,10 @@ const WARMUP_S = seconds(WARMUP);
 const RUN_S = WARMUP_S + STEP_S * RATES.length;
 
 function stages() {
-  const out = [{ target: RATES[0], duration: WARMUP }];
+  const out = [{ target: RATES[0] * TICKS, duration: WARMUP }];
   for (const rate of RATES) {
-    out.push({ target: rate, duration: '0s' }); // jump to the plateau
-    out.push({ target: rate, duration: STEP });
+    out.push({ target: rate * TICKS, duration: '0s' }); // jump to the plateau
+    out.push({ target: rate * TICKS, duration: STEP });
   }
   return out;
 }
@@ -65,7 +70,7 @@ Object.keys(TARGETS).forEach((path, i) => {
   scenarios[path] = {
     executor: 'ramping-arrival-rate',
     exec: 'hit',
-    startRate: RATES[0],
+    startRate: RATES[0] * TICKS,
     timeUnit: '1s',
     stages: stages(),
     preAllocatedVUs: PRE_VUS,
@@ -90,6 +95,7 @@ export const options = {
 };
 
 export function hit() {
+  if (TICKS > 1 && Math.random() * TICKS >= 1) return; // Poisson thinning
   const elapsedS = (Date.now() - exec.scenario.startTime) / 1000 - WARMUP_S;
   const step = elapsedS < 0 ? 'warmup' : String(Math.min(RATES.length - 1, Math.floor(elapsedS / STEP_S)));
   const res = http.post(TARGETS[__ENV.TARGET].replace(/\/$/, '') + ENDPOINT, PAYLOAD,

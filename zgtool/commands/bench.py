@@ -19,6 +19,8 @@ def register(app: typer.Typer) -> None:
         via: str = typer.Option("pygw", "--via", help="With --start: the gateway path (pygw|nginx|stack)."),
         model: str = typer.Option("null", "--model", help="With --start: the engine model."),
         rate: int = typer.Option(10, "--rate", help="Requests/s per scenario (open model)."),
+        arrivals: str = typer.Option("constant", "--arrivals", help="constant (evenly spaced starts) or poisson "
+                                     "(exponential gaps, as vLLM's benchmark sends; k6 Bernoulli thinning)."),
         duration: str = typer.Option("10s", "--duration", help="Per scenario, e.g. 10s, 2m."),
         pre_vus: int = typer.Option(10, "--pre-vus", help="Pre-allocated k6 VUs per scenario."),
         max_vus: int = typer.Option(100, "--max-vus", help="Maximum k6 VUs per scenario."),
@@ -30,6 +32,8 @@ def register(app: typer.Typer) -> None:
         rates: str = typer.Option("5,10,20,40,80", "--rates", help="With --ramp: rate steps, req/s."),
         step: str = typer.Option("5s", "--step", help="With --ramp: time per rate step."),
         warmup: str = typer.Option("2s", "--warmup", help="With --ramp: unmeasured time at the first rate."),
+        ttft_at_knee: str = typer.Option("3s", "--ttft-at-knee", help="With --ramp: streaming TTFT with zgtool's "
+                                         "client (Poisson) at the knee and the step before, this long each; 0: off."),
         k6: Path | None = typer.Option(None, "--k6", help="Path to k6 (default: $ZGTOOL_K6, PATH, venv)."),
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Keep k6's summary and log here."),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
@@ -45,13 +49,16 @@ def register(app: typer.Typer) -> None:
                          as_json, out)
         if ramp:
             warmup_s = 0.0 if warmup.strip() in ("0", "0s") else parse_duration_s(warmup, what="--warmup")
+            ttft_s = 0.0 if ttft_at_knee.strip() in ("0", "0s") else parse_duration_s(ttft_at_knee,
+                                                                                        what="--ttft-at-knee")
             cfg = RampConfig(rates=parse_rates(rates), step_s=parse_duration_s(step, what="--step"), warmup_s=warmup_s,
-                             pre_allocated_vus=pre_vus, max_vus=max(max_vus, pre_vus), api=api)
+                             pre_allocated_vus=pre_vus, max_vus=max(max_vus, pre_vus), api=api, arrivals=arrivals,
+                             ttft_at_knee_s=ttft_s)
             run_ramp_command(cfg, opts)
         else:
             cfg_b = BenchConfig(rate_rps=rate, duration_s=parse_duration_s(duration), pre_allocated_vus=pre_vus,
                                 max_vus=max_vus, scenarios=tuple(s.strip() for s in scenarios.split(",") if s.strip()),
-                                sequential=not together, api=api, payload=payload)
+                                sequential=not together, api=api, payload=payload, arrivals=arrivals)
             run_bench_command(cfg_b, opts)
 
 

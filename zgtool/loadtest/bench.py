@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from zgtool.loadtest.config import BenchConfig, RampConfig, k6_duration
 from zgtool.loadtest.k6bin import k6_version
 from zgtool.loadtest.runner import K6Run, run_k6
 from zgtool.loadtest.summary import BenchResult, RampPath, ramp_path, run_duration_s, scenario_stats
+from zgtool.loadtest.ttft import TtftAtRate, poisson_ttft
 from zgtool.targets import Target
 
 TTFT_NOTE = ("direct_stream: k6 reads an SSE body only as a whole, so http_req_waiting is the time to the "
@@ -56,6 +57,7 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
         "SCENARIOS": ",".join(config.scenarios),
         "SEQUENTIAL": "1" if config.sequential else "0",
         # keys travel in the environment, never on k6's command line
+        "ARRIVALS": config.arrivals,
         "DIRECT_HEADERS": _headers_json(direct),
         "GATEWAY_HEADERS": _headers_json(gateway) if gateway else "{}",
     }
@@ -66,7 +68,7 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
             "direct_stream": direct.base_url}
     stats = {
         name: scenario_stats(out.summary, name, url=urls[name], stream=name == "direct_stream",
-                             rate_rps=config.rate_rps, duration_s=config.duration_s)
+                             rate_rps=config.rate_rps, duration_s=config.duration_s, arrivals=config.arrivals)
         for name in config.scenarios
     }
     requests = sum(s.requests for s in stats.values())
@@ -82,6 +84,7 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
         config={"rate_rps": config.rate_rps, "duration_s": config.duration_s,
                 "pre_allocated_vus": config.pre_allocated_vus, "max_vus": config.max_vus,
                 "sequential": config.sequential, "api": config.api, "payload": str(payload),
+                "arrivals": config.arrivals,
                 "endpoint": env["ENDPOINT"], "run_dir": str(run_dir)},
         scenarios=stats, requests=requests, failures=failures,
         failure_rate=failures / requests if requests else float("nan"),
@@ -99,6 +102,7 @@ class RampResult:
     config: dict[str, Any]
     paths: list[RampPath]
     notes: list[str]
+    ttft_at_knee: list[TtftAtRate] = field(default_factory=list)
 
 
 def run_ramp(config: RampConfig, targets: dict[str, Target], *, k6: Path, run_dir: Path | None = None,
@@ -116,6 +120,7 @@ def run_ramp(config: RampConfig, targets: dict[str, Target], *, k6: Path, run_di
         "ENDPOINT": scripts.ENDPOINTS[config.api],
         "PAYLOAD": str(scripts.payload(config.api).resolve()),
         "STREAM": "1" if config.stream else "0",
+        "ARRIVALS": config.arrivals,
         "PRE_VUS": str(config.pre_allocated_vus),
         "MAX_VUS": str(config.max_vus),
         "HEADERS_BY_PATH": json.dumps({name: t.auth_headers() for name, t in targets.items()}),
@@ -125,12 +130,38 @@ def run_ramp(config: RampConfig, targets: dict[str, Target], *, k6: Path, run_di
                 summary_name="ramp-summary.json", timeout_s=expected + 120)
     out = run_k6(run, progress=progress, label="k6 ramp " + " → ".join(targets))
     paths = [ramp_path(out.summary, name, t.base_url, list(config.rates), config.step_s,
-                       knee_factor=config.knee_factor) for name, t in targets.items()]
+                       knee_factor=config.knee_factor, poisson=config.arrivals == "poisson")
+             for name, t in targets.items()]
     notes = [f"knee: the rate from which on every step's p95 is >= {config.knee_factor:g}x the low-rate p95 "
              "(the lower of the first two steps), or >1% of requests fail, or <90% of them start; "
              f"{config.warmup_s:g} s of warm-up at the first rate are not counted"]
     notes.extend(f"k6: {w}" for w in out.warnings[:5])
+    if config.arrivals == "poisson":
+        notes.append("arrivals: Poisson (k6 Bernoulli thinning, 20 ticks per request; see k6/ramp.js)")
+    ttft = ttft_at_knee(config, targets, paths) if config.ttft_at_knee_s > 0 else []
+    if ttft:
+        notes.append(f"TTFT at the knee: zgtool's own streaming client, Poisson arrivals, "
+                     f"{config.ttft_at_knee_s:g} s per rate, TTFT from the scheduled arrival")
     return RampResult(k6_version(k6), run.script.name,
                       {"rates": list(config.rates), "step_s": config.step_s, "warmup_s": config.warmup_s, "api": config.api,
-                       "stream": config.stream, "max_vus": config.max_vus, "run_dir": str(run_dir)},
-                      paths, notes)
+                       "stream": config.stream, "max_vus": config.max_vus, "run_dir": str(run_dir),
+                       "arrivals": config.arrivals, "ttft_at_knee_s": config.ttft_at_knee_s},
+                      paths, notes, ttft)
+
+
+def knee_rates(path: RampPath) -> list[float]:
+    """The step before the knee and the knee itself (the top rate when no knee was found)."""
+    rates = [s.rate_rps for s in path.steps]
+    if not rates:
+        return []
+    knee = path.knee_rps if path.knee_rps is not None else rates[-1]
+    i = rates.index(knee)
+    return rates[max(0, i - 1):i + 1]
+
+
+def ttft_at_knee(config: RampConfig, targets: dict[str, Target], paths: list[RampPath]) -> list[TtftAtRate]:
+    out = []
+    for path in paths:
+        for rate in knee_rates(path):
+            out.append(poisson_ttft(targets[path.name], rate, config.ttft_at_knee_s, seed=int(rate)))
+    return out

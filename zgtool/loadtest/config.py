@@ -10,6 +10,12 @@ from zgtool.errors import UsageError
 
 SCENARIOS = ("gateway", "direct", "direct_stream")
 APIS = ("anthropic", "openai")
+ARRIVALS = ("constant", "poisson")   # evenly spaced starts, or Poisson (k6 scripts: Bernoulli thinning)
+
+
+def _check_arrivals(value: str) -> None:
+    if value not in ARRIVALS:
+        raise UsageError(f"--arrivals must be one of {', '.join(ARRIVALS)}, not {value!r}")
 
 
 def parse_duration_s(text: str | float, *, what: str = "--duration") -> float:
@@ -50,8 +56,10 @@ class BenchConfig:
     sequential: bool = True  # scenarios one after another, so they do not share the CPUs
     api: str = "anthropic"
     payload: Path | None = None  # default: k6/payloads/<api>.json
+    arrivals: str = "constant"
 
     def __post_init__(self) -> None:
+        _check_arrivals(self.arrivals)
         if self.rate_rps < 1:
             raise UsageError("--rate must be at least 1 request/s")
         if self.duration_s <= 0:
@@ -85,8 +93,13 @@ class RampConfig:
     api: str = "anthropic"
     stream: bool = False
     knee_factor: float = 2.0
+    arrivals: str = "constant"
+    ttft_at_knee_s: float = 0.0  # > 0: measure streaming TTFT with zgtool's client at the knee for this long
 
     def __post_init__(self) -> None:
+        _check_arrivals(self.arrivals)
+        if self.ttft_at_knee_s < 0:
+            raise UsageError("--ttft-at-knee must be >= 0 seconds")
         if not self.rates or any(r < 1 for r in self.rates):
             raise UsageError("--rates must be positive requests/s")
         if self.step_s <= 0:

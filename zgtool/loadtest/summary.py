@@ -53,6 +53,7 @@ class ScenarioStats:
     http_req_waiting: Trend
     http_req_receiving: Trend
     http_req_duration: Trend
+    arrivals: str = "constant"  # constant | poisson
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def _fails(summary: dict[str, Any], name: str) -> int:
 
 
 def scenario_stats(summary: dict[str, Any], name: str, *, url: str, stream: bool, rate_rps: float,
-                   duration_s: float) -> ScenarioStats:
+                   duration_s: float, arrivals: str = "constant") -> ScenarioStats:
     sel = f"{{path:{name}}}"
     requests = _count(summary, f"http_reqs{sel}")
     failures = _fails(summary, f"http_req_failed{sel}")
@@ -114,6 +115,7 @@ def scenario_stats(summary: dict[str, Any], name: str, *, url: str, stream: bool
         dropped_iterations=_count(summary, f"dropped_iterations{{scenario:{name}}}"),
         checks_failed=int(checks.get("fails", 0)),
         **{phase: trend(summary, phase + sel) for phase in PHASES},
+        arrivals=arrivals,
     )
 
 
@@ -145,7 +147,7 @@ class RampPath:
 
 
 def ramp_path(summary: dict[str, Any], name: str, url: str, rates: list[float], step_s: float,
-              *, knee_factor: float = 2.0) -> RampPath:
+              *, knee_factor: float = 2.0, poisson: bool = False) -> RampPath:
     steps: list[RampStep] = []
     for i, rate in enumerate(rates):
         sel = f"{{path:{name},step:{i}}}"
@@ -155,11 +157,12 @@ def ramp_path(summary: dict[str, Any], name: str, url: str, rates: list[float], 
         steps.append(RampStep(rate, step_s, requests, requests / step_s, _fails(summary, f"http_req_failed{sel}"),
                               float(d["med"]) if has else math.nan, float(d["p(95)"]) if has else math.nan,
                               float(d["p(99)"]) if has else math.nan))
-    knee, reason, base = find_knee(steps, knee_factor)
+    knee, reason, base = find_knee(steps, knee_factor, poisson=poisson)
     return RampPath(name, url, steps, base, knee, reason, _count(summary, f"dropped_iterations{{scenario:{name}}}"))
 
 
-def find_knee(steps: list[RampStep], factor: float = 2.0) -> tuple[float | None, str, float]:
+def find_knee(steps: list[RampStep], factor: float = 2.0, *,
+              poisson: bool = False) -> tuple[float | None, str, float]:
     """(rate, why, baseline p95): the first step from which on every step is over the knee:
     p95 >= factor x the low-rate p95 (the lower of the first two steps), >1% failed, or
     under 90% of the rate started.
@@ -169,21 +172,29 @@ def find_knee(steps: list[RampStep], factor: float = 2.0) -> tuple[float | None,
         return None, "no requests completed", math.nan
     # the lower of the first two steps: one noisy low-rate step must not set the bar
     base = min(s.p95_ms for s in measured[:2])
-    reasons = [_over_knee(s, factor, base) for s in steps]
+    reasons = [_over_knee(s, factor, base, poisson) for s in steps]
     for i, reason in enumerate(reasons):
         if reason and all(reasons[i:]):
             return steps[i].rate_rps, reason, base
     return None, f"p95 stayed under {factor:g} x {base:.2f} ms up to {steps[-1].rate_rps:g} req/s", base
 
 
-def _over_knee(s: RampStep, factor: float, base: float) -> str:
+def started_enough(requests: int, rate_rps: float, seconds: float, poisson: bool = False) -> bool:
+    """Did the generator start (about) the asked number of requests? Poisson arrivals vary by
+    sqrt(expected): allow three standard deviations below 90% of it."""
+    expected = rate_rps * seconds
+    slack = 3.0 * math.sqrt(expected) if poisson else 0.0
+    # +1: an arrival-rate plateau starts its first request one interval in
+    return requests + 1 >= 0.9 * expected - slack
+
+
+def _over_knee(s: RampStep, factor: float, base: float, poisson: bool = False) -> str:
     if s.requests == 0 or math.isnan(s.p95_ms):
         return "no requests completed at this rate"
     if s.failures / s.requests > 0.01:
         return f"{s.failures} of {s.requests} requests failed"
     if s.p95_ms >= factor * base:
         return f"p95 {s.p95_ms:.2f} ms >= {factor:g} x {base:.2f} ms"
-    # +1: an arrival-rate plateau starts its first request one interval in
-    if s.requests + 1 < 0.9 * s.rate_rps * s.step_s:
+    if not started_enough(s.requests, s.rate_rps, s.step_s, poisson):
         return f"only {s.achieved_rps:.1f} of {s.rate_rps:g} req/s started"
     return ""
