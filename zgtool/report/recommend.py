@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from zgtool.loadtest.summary import started_enough
 from zgtool.report.load import ResultSet
 from zgtool.report.model import ok_samples, path_name, phase_p, probes_by_path, splits
 from zgtool.report.verdict import HIGHER, NOT_SIGNIFICANT, ConfigTax, gateway_phases, taxes
@@ -193,7 +194,11 @@ def _k6(rs: ResultSet) -> list[Recommendation]:
                                           f"{s.get('failures')} of {s.get('requests')} failed (threshold "
                                           f"{K6_FAILURE_RATE_MAX:.0%}); see the k6 log for the status codes.",
                                           {"failure_rate": fr}))
-            if rate and got is not None and got < K6_RATE_SHORTFALL * rate:
+            poisson = s.get("arrivals") == "poisson"   # counts vary by sqrt(expected): not a shortfall
+            duration = ((r.get("data") or {}).get("config") or {}).get("duration_s")
+            short = (not started_enough(int(s.get("requests") or 0), rate, duration, poisson) if rate and duration
+                     else rate and got is not None and got < K6_RATE_SHORTFALL * rate)
+            if rate and got is not None and short:
                 out.append(Recommendation(
                     "check", f"k6 {name}: the path did not keep the asked rate",
                     f"{got:.2f} req/s achieved of {rate} asked ({got / rate:.0%}, threshold "
