@@ -14,13 +14,13 @@ time and never printed or written to results (`Target.public()` omits them).
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from zgtool.errors import UsageError
+from zgtool.http.toml import load_toml
 
 APIS = ("anthropic", "openai")
 
@@ -110,10 +110,7 @@ def load_targets(config: Path | None = None) -> dict[str, Target]:
             if config is not None:
                 raise UsageError(f"config file not found: {path}")
             continue
-        try:
-            doc = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: invalid TOML: {exc}") from exc
+        doc = load_toml(path, "config file")
         for name, spec in (doc.get("targets") or {}).items():
             if not isinstance(spec, dict) or "url" not in spec:
                 raise UsageError(f"{path}: [targets.{name}] needs a url")

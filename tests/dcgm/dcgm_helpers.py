@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from zgtool.http.net import free_port as free_port  # re-exported: other modules import it from here
+from zgtool.http.net import free_port as _free_port
 
 DATA = Path(__file__).parent / "data"
 
@@ -88,6 +88,8 @@ def exporter() -> Iterator[Served]:
 
 
 @pytest.fixture
+def free_port() -> int:
+    return _free_port()
 
 
 @dataclass

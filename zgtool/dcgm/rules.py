@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import operator
 import re
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -27,6 +26,7 @@ from typing import Any
 
 from zgtool.dcgm.metrics import KNOWN_METRICS, GpuReading
 from zgtool.errors import UsageError
+from zgtool.http.toml import parse_toml
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
@@ -145,10 +145,7 @@ def load_rules(path: Path | None = None) -> list[Rule]:
         except OSError as exc:
             raise UsageError(f"cannot read rules file {path}: {exc.strerror or exc}") from exc
         where = str(path)
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{where}: invalid TOML: {exc}") from exc
+    doc = parse_toml(text, where)
     specs = doc.get("rule", [])
     if not isinstance(specs, list):
         raise UsageError(f"{where}: rules are [[rule]] tables")

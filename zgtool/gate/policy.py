@@ -20,13 +20,13 @@ Every mistake is a PolicyError naming the file, line and field.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zgtool.errors import UsageError
 from zgtool.gate.expr import Rule, RuleSyntaxError, parse_rule
+from zgtool.http.toml import parse_toml
 
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "default_gates.toml"
 _RULE_KEYS = {"check", "name", "kind", "skip_missing"}
@@ -112,10 +112,7 @@ def load_policy(path: str | Path | None) -> Policy:
 
 
 def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{source}: invalid TOML: {exc}") from exc
+    doc = parse_toml(text, source, PolicyError)
     for key in doc:
         if key not in _TOP_KEYS:
             raise PolicyError(
