@@ -269,8 +269,8 @@ def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], c
     stream_metrics = [m for m in METRICS if cfg.stream or m not in STREAM_ONLY]
     results = [summarize_target(t, s, cfg, [*order, *stream_metrics])
                for t, s in zip(targets, samples, strict=True)]
-    for r, s in zip(results, samples, strict=True):
-        r.throughput = throughput(s, cfg.slo, cfg.stream)
+    for r, per_target in zip(results, samples, strict=True):
+        r.throughput = throughput(per_target, cfg.slo, cfg.stream)
         r.cpu_ms_per_request = (cpu or {}).get(r.name)
     return SplitResult(config=cfg.public(), definitions=dict(DEFINITIONS), targets=results,
                        differences=differences(results, cfg), waterfall_phases=order,

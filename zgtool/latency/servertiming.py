@@ -58,8 +58,8 @@ def timing_from_headers(headers: Iterable[tuple[bytes | str, bytes | str]]) -> d
         engine = server_timing_ms(provider)
         if "total" not in out:
             out = {**engine, **{k: v for k, v in out.items() if k not in engine}}
-    for k, v in overhead.items():
-        out.setdefault(k, v)
+    for part, ms_value in overhead.items():
+        out.setdefault(part, ms_value)
     return out
 
 

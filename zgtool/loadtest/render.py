@@ -11,7 +11,7 @@ from zgtool.loadtest.bench import RampResult
 from zgtool.loadtest.summary import PHASES, BenchResult
 
 
-def _ms(v: float) -> str:
+def _ms(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.2f}"
 
 

@@ -95,7 +95,9 @@ def poisson_ttft(target: Target, rate_rps: float, duration_s: float, *, max_toke
 
 def _summarise(path: str, rate_rps: float, duration_s: float, results: list[tuple[int, RequestSample]],
                t0: int, late_ms: list[float]) -> TtftAtRate:
-    ttft, wait, errors = [], [], {}
+    ttft: list[float] = []
+    wait: list[float] = []
+    errors: dict[str, int] = {}
     for scheduled_ns, s in results:
         sent_ns = t0 + int(s.start_s * 1e9)
         if s.ok and s.ttft_ms is not None:
