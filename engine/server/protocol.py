@@ -85,6 +85,7 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self._write_timer: TimerHandle | None = None
         self._in_head = True
         self._head_bytes = 0
+        self._head_size = 0
         self._num_headers = 0
 
     # -- connection ----------------------------------------------------------
@@ -163,12 +164,23 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._num_headers = 0
+        self._head_size = 0
         self._arm(self.header_timeout_s, "headers")
 
+    def on_url(self, url: bytes) -> None:
+        self._head_size += len(url)
+        if self._head_size > self.max_header_bytes:
+            raise _Reject(431, f"request line and headers exceed {self.max_header_bytes} bytes")
+        super().on_url(url)
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        # Exact accounting for heads that arrive whole in one read (data_received caps the rest).
         self._num_headers += 1
+        self._head_size += len(name) + len(value) + 4
         if self._num_headers > self.max_headers:
             raise _Reject(431, f"request has more than {self.max_headers} header fields")
+        if self._head_size > self.max_header_bytes:
+            raise _Reject(431, f"request headers exceed {self.max_header_bytes} bytes")
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:

@@ -121,6 +121,15 @@ def test_too_many_headers_is_431_in_the_api_shape(live: Live) -> None:
     assert r.headers["connection"] == "close"
 
 
+def test_an_oversized_head_arriving_in_one_read_is_431(live: Live) -> None:
+    s = connect(live.port)
+    s.sendall(raw_request(live.port, "/v1/messages", {"model": "null", "max_tokens": 2, "messages": MSGS},
+                          headers={"x-api-key": USER_KEY, "x-big": "b" * 20_000}))
+    reply = read_all(s)
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 431 ") and b'"type":"invalid_request_error"' in reply
+
+
 def test_oversized_headers_are_431_and_memory_does_not_grow(live: Live) -> None:
     rss0 = live.rss_kb()
     for _ in range(4):                    # 4 x 16 MB of one header, sent as fast as the server reads
