@@ -1,10 +1,17 @@
 """Analyse captured packets (live from scapy or read from a pcap/pcapng file): one summary per TCP stream.
 
-Per stream: SYN -> SYN/ACK and SYN -> ACK timing, TTL with an initial-TTL guess and hop
-estimate (p0f `guess_dist`: round up to 32/64/128/255), window, MSS, window scale, TCP
-option order and a p0f-style signature `ver:ittl:olen:mss:wsize,scale:olayout:quirks:pclass`,
-retransmissions per direction, time from the first request byte to the first response
-byte, and the first response's status and Server header (plaintext) or ServerHello (TLS).
+Per stream: SYN -> SYN/ACK and SYN -> ACK timing (the SYN/ACK is paired with the SYN it
+answers: the last SYN before it whose sequence number it acknowledges, so a retransmitted
+SYN does not add its RTO to the RTT), TTL with an initial-TTL guess and hop estimate (p0f
+`guess_dist`: round up to 32/64/128/255), window, MSS, window scale, TCP option order and
+p0f 3.09b's own `raw_sig` (see p0f.py), retransmissions and out-of-order segments per
+direction classified like tshark's tcp.analysis (see seqanalysis.py), time from the first
+request byte to the first response byte, and the first response's status and Server header
+(plaintext) or ServerHello (TLS).
+
+Files are read by capfile.py (a truncated capture is an error naming the record and byte
+offset, or with allow_truncated a note) and linklayer.py (Ethernet, VLAN/QinQ, MPLS, PPPoE,
+SLL/SLL2, BSD/macOS NULL and LOOP with every IPv6 address family, raw IP, PPP, NFLOG).
 
 Data of `probe tcp --read` (kind "probe.tcp", mode "read"):
     mode, source, packets_total, tcp_packets, duplicates_dropped, notes [str],
@@ -18,6 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.errors import UsageError
+from zgtool.probes.capfile import read_records
+from zgtool.probes.linklayer import decode
+from zgtool.probes.p0f import raw_sig
+from zgtool.probes.seqanalysis import SeqAnalyser
 from zgtool.probes.tlsparse import ServerHello, find_client_hello, find_server_hello, is_tls_record
 
 INITIAL_TTLS = (32, 64, 128, 255)
@@ -51,14 +62,14 @@ class TcpStream:
     server_mss: int | None
     server_wscale: int | None
     server_options: str | None       # option layout of the SYN/ACK, e.g. "mss,sok,ts,nop,ws"
-    server_signature: str | None     # p0f-style, of the SYN/ACK
-    client_signature: str | None     # p0f-style, of the SYN
+    server_signature: str | None     # p0f 3.09b raw_sig of the SYN/ACK
+    client_signature: str | None     # p0f 3.09b raw_sig of the SYN
     packets: int
     packets_client: int
     packets_server: int
     bytes_client: int                # TCP payload bytes
     bytes_server: int
-    retransmissions_client: int
+    retransmissions_client: int      # like tshark's tcp.analysis.retransmission (fast, spurious included)
     retransmissions_server: int
     ttfb_ms: float | None            # first request byte -> first response byte
     first_request_line: str | None
@@ -68,10 +79,20 @@ class TcpStream:
     tls_server_hello: ServerHello | None
     ja4s: str | None
     closed_by: str | None            # "fin" | "rst" | None (still open when the capture ended)
+    syn_count: int = 0               # SYNs sent (1 + retransmitted SYNs)
+    first_syn_synack_ms: float | None = None   # first SYN -> SYN/ACK: includes the SYN retransmission timeouts
+    out_of_order_client: int = 0     # like tshark's tcp.analysis.out_of_order
+    out_of_order_server: int = 0
+    fast_retransmissions: int = 0
+    spurious_retransmissions: int = 0
 
     @property
     def retransmissions(self) -> int:
         return self.retransmissions_client + self.retransmissions_server
+
+    @property
+    def out_of_order(self) -> int:
+        return self.out_of_order_client + self.out_of_order_server
 
 
 @dataclass
@@ -85,6 +106,15 @@ class PcapAnalysis:
     notes: list[str] = field(default_factory=list)
 
 
+class Capture(list):  # type: ignore[type-arg]
+    """The IP packets of a capture file (scapy IP/IPv6 objects, `.time` set) and what reading it found."""
+
+    def __init__(self, packets: list[Any], *, records_total: int, notes: list[str]) -> None:
+        super().__init__(packets)
+        self.records_total = records_total
+        self.notes = notes
+
+
 def initial_ttl(ttl: int) -> int:
     return next(t for t in INITIAL_TTLS if ttl <= t)
 
@@ -96,22 +126,42 @@ def load_layers() -> None:
     import scapy.layers.l2  # noqa: F401
 
 
-def read_capture(path: str | Path) -> Any:
-    """rdpcap with clear errors: missing file, not a capture, truncated capture."""
-    from scapy.error import Scapy_Exception
-
+def read_capture(path: str | Path, *, allow_truncated: bool = False) -> Capture:
+    """Every IP packet of a pcap/pcapng file; UsageError for a missing, foreign or truncated file."""
     load_layers()
-    from scapy.utils import rdpcap
+    from scapy.layers.inet import IP
+    from scapy.layers.inet6 import IPv6
 
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"capture file not found: {p}")
-    try:
-        return rdpcap(str(p))
-    except Scapy_Exception as exc:
-        raise UsageError(f"{p} is not a pcap or pcapng capture ({exc})") from exc
-    except (EOFError, OSError, ValueError, IndexError, TypeError) as exc:
-        raise UsageError(f"{p} is a corrupt or truncated capture ({type(exc).__name__}: {exc})") from exc
+    cap = read_records(path, allow_truncated=allow_truncated)
+    packets: list[Any] = []
+    skipped: dict[str, int] = {}
+    vlan = 0
+    mpls: dict[tuple[int, ...], int] = {}
+    for rec in cap.records:
+        d = decode(rec.linktype, rec.data)
+        if d.ip is None:
+            reason = d.skipped or "no IP"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        vlan += d.vlan_tags > 0
+        if d.mpls_labels:
+            mpls[d.mpls_labels] = mpls.get(d.mpls_labels, 0) + 1
+        pkt = IP(d.ip) if d.ip[0] >> 4 == 4 else IPv6(d.ip)
+        pkt.time = rec.time_s
+        packets.append(pkt)
+    notes = []
+    if cap.truncation is not None:
+        notes.append(f"{path} is {cap.truncation.describe(len(cap.records))}; analysed the complete records")
+    if mpls:
+        stacks = ", ".join("/".join(map(str, k)) for k in list(mpls)[:4]) + (", ..." if len(mpls) > 4 else "")
+        notes.append(f"{sum(mpls.values())} packet(s) were MPLS-encapsulated (label stacks {stacks}); "
+                     "decoded to the IP packet inside")
+    if vlan:
+        notes.append(f"{vlan} packet(s) carried 802.1Q/802.1ad VLAN tags")
+    undecoded = {k: v for k, v in skipped.items() if not k.startswith("ethertype 0x0806")}
+    if undecoded:
+        notes.append("frames without IP: " + "; ".join(f"{v} x {k}" for k, v in sorted(undecoded.items())))
+    return Capture(packets, records_total=len(cap.records), notes=notes)
 
 
 def _layers(pkt: Any) -> tuple[Any, Any] | None:
@@ -124,13 +174,21 @@ def _layers(pkt: Any) -> tuple[Any, Any] | None:
     return (ip, pkt[TCP]) if ip is not None else None
 
 
-def _payload(ip: Any, tcp: Any) -> bytes:
-    raw = bytes(tcp.payload)
+def _seglen(ip: Any, tcp: Any) -> int:
+    """TCP payload length on the wire, from the IP header (a short snaplen cuts only the captured bytes)."""
     if ip.version == 4:
-        n = ip.len - ip.ihl * 4 - tcp.dataofs * 4
+        n = int(ip.len) - int(ip.ihl) * 4 - int(tcp.dataofs) * 4
     else:
-        n = ip.plen - tcp.dataofs * 4
-    return raw[:max(n, 0)] if n < len(raw) else raw
+        ext = len(bytes(ip)) - len(bytes(tcp)) - 40  # IPv6 extension headers before TCP
+        n = int(ip.plen) - ext - int(tcp.dataofs) * 4
+    return max(n, 0)
+
+
+def _payload(ip: Any, tcp: Any) -> bytes:
+    """The captured payload bytes (fewer than _seglen when the snaplen cut the packet; no Ethernet padding)."""
+    raw = bytes(tcp.payload)
+    n = _seglen(ip, tcp)
+    return raw[:n] if n < len(raw) else raw
 
 
 def _opts(tcp: Any) -> tuple[str, dict[str, Any]]:
@@ -142,29 +200,9 @@ def _opts(tcp: Any) -> tuple[str, dict[str, Any]]:
     return ",".join(names), vals
 
 
-def signature(ip: Any, tcp: Any) -> str:
-    """p0f v3 style `ver:ittl:olen:mss:wsize,scale:olayout:quirks:pclass` of a SYN or SYN/ACK."""
-    layout, vals = _opts(tcp)
-    ver = ip.version
-    ttl = ip.ttl if ver == 4 else ip.hlim
-    olen = (ip.ihl * 4 - 20) if ver == 4 else 0
-    mss = vals.get("MSS")
-    win = int(tcp.window)
-    wsize = f"mss*{win // mss}" if mss and win and win % mss == 0 else str(win)
-    scale = vals.get("WScale", "*")
-    quirks = []
-    if ver == 4:
-        df = bool(int(ip.flags) & 0x2)
-        quirks += ["df"] if df else []
-        quirks += ["id+"] if df and ip.id else []
-        quirks += ["id-"] if not df and not ip.id else []
-    if int(tcp.flags) & 0xC0:  # ECE / CWR
-        quirks.append("ecn")
-    ts = vals.get("Timestamp")
-    if ts and not ts[0]:
-        quirks.append("ts1-")
-    pclass = "+" if _payload(ip, tcp) else "0"
-    return f"{ver}:{initial_ttl(ttl)}:{olen}:{mss if mss else '*'}:{wsize},{scale}:{layout}:{','.join(quirks)}:{pclass}"
+def signature(ip: Any, tcp: Any, syn_mss: int = 0) -> str | None:
+    """p0f 3.09b's raw_sig of a SYN or SYN/ACK (see p0f.py); `syn_mss`: the SYN's MSS, for a SYN/ACK."""
+    return raw_sig(bytes(ip), syn_mss)
 
 
 def dedupe(packets: Any) -> tuple[list[Any], int]:
@@ -188,8 +226,10 @@ def dedupe(packets: Any) -> tuple[list[Any], int]:
 def analyse_packets(packets: Any, *, source: str = "live", mode: str = "read") -> PcapAnalysis:
     flows: dict[tuple[Any, ...], list[tuple[float, Any, Any]]] = {}
     order: list[tuple[Any, ...]] = []
-    kept, dups = dedupe(packets)
-    total = len(kept) + dups
+    read_notes = list(getattr(packets, "notes", []))
+    # only a live loopback capture sees each packet twice; in a file, a copy is a real duplicate
+    kept, dups = dedupe(packets) if mode == "live" else (list(packets), 0)
+    total = getattr(packets, "records_total", len(kept) + dups)
     ntcp = 0
     for pkt in kept:
         lay = _layers(pkt)
@@ -204,14 +244,19 @@ def analyse_packets(packets: Any, *, source: str = "live", mode: str = "read") -
             order.append(key)
         flows[key].append((float(pkt.time), ip, tcp))
     if total and not ntcp:
-        raise UsageError(f"{source}: the capture holds {total} packet(s) but no TCP")
+        why = f" ({'; '.join(read_notes)})" if read_notes else ""
+        raise UsageError(f"{source}: the capture holds {total} packet(s) but no TCP{why}")
     if not total:
         raise UsageError(f"{source}: the capture is empty")
     streams = [_summarise(i, flows[k]) for i, k in enumerate(order)]
-    notes = []
-    if any(s.server.startswith(("127.", "::1")) for s in streams):
+    notes = read_notes
+    if any(s.server.startswith(("127.", "[::1]")) for s in streams):
         notes.append("loopback: one kernel on both ends (TTL 64, 0 hops), so TCP fingerprints cannot tell "
                      "a local proxy from the origin")
+    retried = [s for s in streams if s.syn_count > 1 and s.handshake_seen]
+    if retried:
+        notes.append(f"{len(retried)} stream(s) retransmitted their SYN: SYN -> SYN/ACK is timed from the SYN "
+                     "the SYN/ACK answers; first_syn_synack_ms includes the retransmission timeouts")
     return PcapAnalysis(mode, source, total, ntcp, dups, streams, notes)
 
 
@@ -220,15 +265,29 @@ def _endpoint(ip: Any, port: int, src: bool) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
-def _summarise(index: int, pkts: list[tuple[float, Any, Any]]) -> TcpStream:
-    pkts.sort(key=lambda x: x[0])
+def _pair_handshake(pkts: list[tuple[float, Any, Any]]) -> tuple[Any, Any, list[Any]]:
+    """(syn, synack, syns): the first SYN/ACK and the SYN it answers (the last SYN before it that
+    it acknowledges), so a retransmitted SYN's timeout is not counted as RTT."""
     syns = [(t, ip, tcp) for t, ip, tcp in pkts if tcp.flags.S and not tcp.flags.A]
     synacks = [(t, ip, tcp) for t, ip, tcp in pkts if tcp.flags.S and tcp.flags.A]
+    synack = synacks[0] if synacks else None
+    if synack is None:
+        return (syns[0] if syns else None), None, syns
+    answered = [s for s in syns if (int(s[2].seq) + 1) % 2**32 == int(synack[2].ack)]
+    before = [s for s in answered if s[0] <= synack[0]] or [s for s in syns if s[0] <= synack[0]]
+    # a capture that recorded the SYN/ACK before its SYN (merged interfaces, clock steps): still pair them
+    candidates = before or answered
+    syn = candidates[-1] if candidates else None
+    return syn, synack, syns
+
+
+def _summarise(index: int, pkts: list[tuple[float, Any, Any]]) -> TcpStream:
+    syn, synack, syns = _pair_handshake(pkts)
     if syns:
         _, ip0, tcp0 = syns[0]
         client = _endpoint(ip0, int(tcp0.sport), True)
-    elif synacks:
-        _, ip0, tcp0 = synacks[0]
+    elif synack is not None:
+        _, ip0, tcp0 = synack
         client = _endpoint(ip0, int(tcp0.dport), False)
     else:  # handshake not captured: the lower port is most likely the server's
         _, ip0, tcp0 = pkts[0]
@@ -241,46 +300,42 @@ def _summarise(index: int, pkts: list[tuple[float, Any, Any]]) -> TcpStream:
     t_first, ipf, tcpf = pkts[0]
     server = (_endpoint(ipf, int(tcpf.dport), False) if is_client(ipf, tcpf)
               else _endpoint(ipf, int(tcpf.sport), True))
-    synack = synacks[0] if synacks else None
-    syn = None
-    if synack is not None:
-        before = [s for s in syns if s[0] <= synack[0]]
-        syn = before[-1] if before else None
-    elif syns:
-        syn = syns[0]
     ack_t = None
     if synack is not None:
+        want = (int(synack[2].seq) + 1) % 2**32
         ack_t = next((t for t, ip, tcp in pkts if t >= synack[0] and is_client(ip, tcp)
+                      and tcp.flags.A and not tcp.flags.S and int(tcp.ack) == want), None)
+    elif syn is not None:  # only the client's direction was captured: its first ACK ends the handshake
+        ack_t = next((t for t, ip, tcp in pkts if t >= syn[0] and is_client(ip, tcp)
                       and tcp.flags.A and not tcp.flags.S), None)
-    retrans = {True: 0, False: 0}
-    isn: dict[bool, int] = {}
-    max_end: dict[bool, int] = {}
+    seqa = SeqAnalyser()
     nbytes = {True: 0, False: 0}
     npk = {True: 0, False: 0}
     data: dict[bool, list[tuple[int, bytes]]] = {True: [], False: []}
+    isn: dict[bool, int] = {}
     first_payload_t: dict[bool, float] = {}
     closed = None
     ttl: dict[bool, int] = {}
+    mru_syn_t: float | None = None
     for t, ip, tcp in pkts:
         side = is_client(ip, tcp)
         npk[side] += 1
         ttl.setdefault(side, int(ip.ttl if ip.version == 4 else ip.hlim))
         pl = _payload(ip, tcp)
+        seglen = _seglen(ip, tcp)
+        flags = int(tcp.flags)
+        if flags & 0x02 and not flags & 0x10:
+            mru_syn_t = t
+        if (seqa.initial_rtt_s is None and ack_t is not None and t == ack_t and side and mru_syn_t is not None):
+            seqa.initial_rtt_s = t - mru_syn_t  # tshark's tcp.analysis.initial_rtt
+        kind = seqa.feed(side, t, int(tcp.seq), int(tcp.ack), flags, int(tcp.window), seglen)
         seq = int(tcp.seq)
-        if side not in isn:
-            isn[side] = seq
-            max_end[side] = 0
-        rel = (seq - isn[side]) % 2**32
-        seg = len(pl) + (1 if tcp.flags.S else 0) + (1 if tcp.flags.F else 0)
-        if seg:
-            if rel + seg <= max_end[side]:
-                retrans[side] += 1
-                continue
-            max_end[side] = max(max_end[side], rel + seg)
-        if pl:
-            nbytes[side] += len(pl)
-            data[side].append((rel, pl))
+        isn.setdefault(side, seq)
+        if seglen and kind in (None, "out_of_order"):  # new data (late or not), counted once
+            nbytes[side] += seglen
             first_payload_t.setdefault(side, t)
+            if pl:
+                data[side].append(((seq - isn[side]) % 2**32, pl))
         if tcp.flags.R:
             closed = closed or "rst"
         elif tcp.flags.F:
@@ -292,27 +347,34 @@ def _summarise(index: int, pkts: list[tuple[float, Any, Any]]) -> TcpStream:
     status, server_hdr, req_line, sni, sh = _application(req, resp)
     s_ttl, c_ttl = ttl.get(False), ttl.get(True)
     layout, vals = _opts(synack[2]) if synack else (None, {})
+    syn_mss = int(_opts(syn[2])[1].get("MSS") or 0) if syn else 0
+    cc, sc = seqa.counts[True], seqa.counts[False]
     return TcpStream(
         index=index, client=client, server=server, handshake_seen=bool(syn and synack), start_s=t_first,
         duration_ms=round((pkts[-1][0] - t_first) * 1e3, 3),
-        syn_synack_ms=_ms(syn[0], synack[0]) if syn and synack else None,
+        syn_synack_ms=_ms(syn[0], synack[0]) if syn and synack and synack[0] >= syn[0] else None,
         synack_ack_ms=_ms(synack[0], ack_t) if synack and ack_t is not None else None,
         handshake_ms=_ms(syn[0], ack_t) if syn and ack_t is not None else None,
         syn_retransmitted=len(syns) > 1,
-        server_ttl=s_ttl, server_initial_ttl=initial_ttl(s_ttl) if s_ttl else None,
-        server_hops=initial_ttl(s_ttl) - s_ttl if s_ttl else None,
-        client_ttl=c_ttl, client_initial_ttl=initial_ttl(c_ttl) if c_ttl else None,
-        client_hops=initial_ttl(c_ttl) - c_ttl if c_ttl else None,
+        server_ttl=s_ttl, server_initial_ttl=initial_ttl(s_ttl) if s_ttl is not None else None,
+        server_hops=initial_ttl(s_ttl) - s_ttl if s_ttl is not None else None,
+        client_ttl=c_ttl, client_initial_ttl=initial_ttl(c_ttl) if c_ttl is not None else None,
+        client_hops=initial_ttl(c_ttl) - c_ttl if c_ttl is not None else None,
         server_window=int(synack[2].window) if synack else None, server_mss=vals.get("MSS"),
         server_wscale=vals.get("WScale"), server_options=layout,
-        server_signature=signature(synack[1], synack[2]) if synack else None,
+        server_signature=signature(synack[1], synack[2], syn_mss) if synack else None,
         client_signature=signature(syn[1], syn[2]) if syn else None,
         packets=len(pkts), packets_client=npk[True], packets_server=npk[False],
         bytes_client=nbytes[True], bytes_server=nbytes[False],
-        retransmissions_client=retrans[True], retransmissions_server=retrans[False],
+        retransmissions_client=cc.retransmissions, retransmissions_server=sc.retransmissions,
         ttfb_ms=round(ttfb, 3) if ttfb is not None else None, first_request_line=req_line,
         http_status=status, server_header=server_hdr, tls_sni=sni, tls_server_hello=sh,
-        ja4s=sh.ja4s if sh else None, closed_by=closed)
+        ja4s=sh.ja4s if sh else None, closed_by=closed,
+        syn_count=len(syns),
+        first_syn_synack_ms=_ms(syns[0][0], synack[0]) if syns and synack and synack[0] >= syns[0][0] else None,
+        out_of_order_client=cc.out_of_order, out_of_order_server=sc.out_of_order,
+        fast_retransmissions=cc.fast_retransmissions + sc.fast_retransmissions,
+        spurious_retransmissions=cc.spurious_retransmissions + sc.spurious_retransmissions)
 
 
 def _ms(a: float, b: float | None) -> float | None:

@@ -33,14 +33,18 @@ def _notes(console: Console, notes: list[str]) -> None:
 def render_stream_summary(s: Any) -> list[tuple[str, Any]]:
     return [
         ("client -> server", f"{s.client} -> {s.server}"),
-        ("SYN -> SYN/ACK", _fmt(s.syn_synack_ms, " ms")), ("SYN/ACK -> ACK", _fmt(s.synack_ack_ms, " ms")),
+        ("SYN -> SYN/ACK", _fmt(s.syn_synack_ms, " ms") + (
+            f" (SYN sent {s.syn_count}x; first SYN -> SYN/ACK {_fmt(s.first_syn_synack_ms, ' ms')})"
+            if getattr(s, "syn_count", 0) > 1 else "")),
+        ("SYN/ACK -> ACK", _fmt(s.synack_ack_ms, " ms")),
         ("handshake", _fmt(s.handshake_ms, " ms")), ("first request -> first response byte", _fmt(s.ttfb_ms, " ms")),
         ("server TTL / initial guess / hops", f"{_fmt(s.server_ttl)} / {_fmt(s.server_initial_ttl)} / {_fmt(s.server_hops)}"),
         ("server window / MSS / wscale", f"{_fmt(s.server_window)} / {_fmt(s.server_mss)} / {_fmt(s.server_wscale)}"),
-        ("server option order", _fmt(s.server_options)), ("server signature (p0f-style)", _fmt(s.server_signature)),
-        ("client signature", _fmt(s.client_signature)),
+        ("server option order", _fmt(s.server_options)), ("server signature (p0f raw_sig)", _fmt(s.server_signature)),
+        ("client signature (p0f raw_sig)", _fmt(s.client_signature)),
         ("packets (client / server)", f"{s.packets} ({s.packets_client} / {s.packets_server})"),
         ("retransmissions (client / server)", f"{s.retransmissions_client} / {s.retransmissions_server}"),
+        ("out-of-order (client / server)", f"{getattr(s, 'out_of_order_client', 0)} / {getattr(s, 'out_of_order_server', 0)}"),
         ("first request", _fmt(s.first_request_line)),
         ("response", f"HTTP {s.http_status}, Server: {s.server_header or '-'}" if s.http_status else
          (f"TLS {s.tls_server_hello.version} {s.tls_server_hello.cipher}, JA4S {s.ja4s}" if s.tls_server_hello else "-")),

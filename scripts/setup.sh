@@ -9,6 +9,9 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
+# the references `probe tcp --read` is compared with in tests/probes (tshark's dissection, p0f 3.09b's raw_sig)
+command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
+command -v p0f >/dev/null 2>&1 || [ -x /usr/sbin/p0f ] || need_apt+=(p0f)
 # the gateways people run, for `zgtool gateway --kind` and tests/gateway/test_real_gateways.py
 for gw in haproxy caddy varnish squid; do
   bin=$gw; [ $gw = varnish ] && bin=varnishd
@@ -21,6 +24,8 @@ if [ ${#need_apt[@]} -gt 0 ] || [ $need_prometheus = 1 ]; then
     echo "setup: installing ${need_apt[*]}$([ $need_prometheus = 1 ] && echo ' prometheus')"
     apt-get update -qq >/dev/null
     if [ ${#need_apt[@]} -gt 0 ]; then
+      # tshark's wireshark-common asks whether non-root users may capture: answer no, without a prompt
+      echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
     fi
     # prometheus is optional (one test skips without it): never fail the setup over it

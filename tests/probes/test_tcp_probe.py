@@ -41,7 +41,7 @@ def test_live_capture_on_loopback_times_the_handshake_below_connect(live: tuple)
     assert 0 < s.syn_synack_ms < r.connect_ms
     assert (s.server_ttl, s.server_initial_ttl, s.server_hops) == (64, 64, 0)
     assert s.server_options == "mss,sok,ts,nop,ws" and s.server_mss == 65495
-    assert s.server_signature.startswith("4:64:0:65495:")
+    assert s.server_signature.startswith("4:64+0:0:65495:")  # p0f raw_sig: observed TTL + distance
     assert s.http_status == 200 and s.server_header == "uvicorn" == r.server_header
     assert s.first_request_line == "POST /v1/messages HTTP/1.1"
     assert s.retransmissions == 0 and s.ttfb_ms is not None and s.ttfb_ms > 0
@@ -118,7 +118,8 @@ def test_read_on_a_handmade_capture_counts_retransmissions_per_stream(tmp_path: 
     assert s.syn_synack_ms == pytest.approx(20.0, abs=1e-3) and s.synack_ack_ms == pytest.approx(1.0, abs=1e-3)
     assert (s.server_ttl, s.server_initial_ttl, s.server_hops) == (52, 64, 12)
     assert s.server_window == 65160 and s.server_wscale == 7 and s.server_options == "mss,sok,ts,nop,ws"
-    assert s.server_signature == "4:64:0:1460:65160,7:mss,sok,ts,nop,ws:df:0"
+    # p0f 3.09b: 65160 = 45 x (MSS - 12) with timestamps on
+    assert s.server_signature == "4:52+12:0:1460:mss*45,7:mss,sok,ts,nop,ws:df:0"
     assert s.http_status == 200 and s.server_header == "handmade/1.0"
     assert s.first_request_line == "GET /v1/models HTTP/1.1"
     assert s.ttfb_ms == pytest.approx(328.0, abs=1e-3) and s.closed_by == "fin"

@@ -78,6 +78,9 @@ def register(app: typer.Typer) -> None:
     def probe_tcp_cmd(
         target: str = typer.Argument(None, help=TARGET_HELP + " Not needed with --read."),
         read: Path = typer.Option(None, "--read", help="Analyse every TCP stream of an existing pcap/pcapng."),
+        allow_truncated: bool = typer.Option(False, "--allow-truncated",
+                                             help="With --read: analyse the complete records of a truncated capture "
+                                                  "(noted) instead of exiting 2."),
         pcap: Path = typer.Option(None, "--pcap", help="Save the live capture to this pcap file."),
         require_capture: bool = typer.Option(False, "--require-capture",
                                              help="Exit 4 instead of falling back when capture is not permitted."),
@@ -97,7 +100,8 @@ def register(app: typer.Typer) -> None:
                 raise UsageError("--read analyses a capture file; do not also give a TARGET or --pcap")
             from zgtool.probes.pcap import analyse_packets, read_capture
 
-            analysis = analyse_packets(read_capture(read), source=str(read), mode="read")
+            analysis = analyse_packets(read_capture(read, allow_truncated=allow_truncated), source=str(read),
+                                       mode="read")
             _emit("probe.tcp", analysis, None, render.render_pcap, as_json, out)
             return
         if target is None:
