@@ -114,6 +114,6 @@ def _serve_with_gateway(cfg: object, gateway: str, gateway_port: int | None, ngi
     stack = StackConfig.for_gateway(
         gateway, model=cfg.model, host=cfg.host, engine_port=cfg.port or None, gateway_port=gateway_port,
         nginx_mode=nginx_mode, tls=cfg.tls != "none", engine_args=engine_args,
-        pygw_keys=cfg.keys if uses_pygw else None, redis_url=redis,
+        pygw_keys=cfg.keys if uses_pygw else None, redis_url=redis, stop_grace_s=cfg.grace_s,
     )
     serve_with_gateway(stack)

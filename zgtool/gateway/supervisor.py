@@ -7,9 +7,11 @@ each a supervised child on its own port, all stopped on exit, exception or signa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -21,7 +23,8 @@ from typing import Any
 from zgtool.errors import UsageError
 from zgtool.gateway.kinds import GATEWAY_KINDS, LAUNCHED, PATHS, path_for
 from zgtool.gateway.nginx import NGINX_MODES, NginxServer, find_nginx, nginx_argv, write_config
-from zgtool.gateway.procs import Child, free_port, http_ok, stop_all, wait_ready
+from zgtool.gateway.procs import Child, free_port, http_ok, wait_ready
+from zgtool.gateway.stack_keys import INTERNAL_KEY_ENV
 
 GATEWAYS = ("none", *GATEWAY_KINDS)
 
@@ -123,7 +126,9 @@ class LocalStack:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        stop_all(self.children, self.config.stop_grace_s)
+        if threading.current_thread() is threading.main_thread() and self._prev_sigterm is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the drain short
+        drain(self.children, self.config.stop_grace_s)
         if threading.current_thread() is threading.main_thread() and self._prev_sigterm is not None:
             signal.signal(signal.SIGTERM, self._prev_sigterm)
             self._prev_sigterm = None
@@ -167,7 +172,17 @@ class LocalStack:
             taken.add(p)
             return p
 
-        gw_port = cfg.gateway_port
+        front_ports: dict[str, int] = {}
+
+        def front_port(path: str) -> int:
+            # chosen right before its server starts (not minutes earlier, before a model loads):
+            # a port picked early can be taken by another process, whose answers would pass
+            # our readiness check; the first path listed gets --gateway-port
+            if path not in front_ports:
+                front_ports[path] = port(cfg.gateway_port if path == cfg.paths[0] else None)
+            return front_ports[path]
+
+        pygw_env: dict[str, str] = {}
         if cfg.upstream:
             upstream = cfg.upstream.rstrip("/")
         else:
@@ -177,35 +192,50 @@ class LocalStack:
             # that depends on how zgtool/cli.py is wired
             argv = [sys.executable, "-m", "zgtool", "serve", "--model", cfg.model,
                     "--host", host, "--port", str(engine_port), *cfg.engine_args]
-            self._spawn("engine", argv, upstream + "/health")
+            if "--grace-s" not in cfg.engine_args:
+                argv += ["--grace-s", f"{cfg.stop_grace_s:g}"]
+            engine_keys = None
+            if cfg.pygw_keys and cfg.needs_pygw and "--keys" not in cfg.engine_args and "litellm" not in cfg.paths:
+                # a keyed pygw must not leave the engine port open (zgtool.gateway.stack_keys)
+                from zgtool.gateway.stack_keys import write_engine_keys
+
+                engine_keys, pygw_env[INTERNAL_KEY_ENV] = write_engine_keys(cfg.pygw_keys, self.run_dir)
+                argv += ["--keys", str(engine_keys)]
+            try:
+                self._spawn("engine", argv, upstream + "/health")
+            finally:
+                if engine_keys is not None:  # read at start-up; it holds the admin keys
+                    engine_keys.unlink(missing_ok=True)
         self.urls["direct"] = upstream
 
         pygw_port = 0
-        front_ports: dict[str, int] = {}
-        for path in cfg.paths:  # the first path listed gets --gateway-port
-            front_ports[path] = port(gw_port)
-            gw_port = None
         if cfg.needs_pygw:
-            pygw_port = front_ports["pygw"] if "pygw" in front_ports else port()
+            pygw_port = front_port("pygw") if "pygw" in cfg.paths else port()
             argv = [sys.executable, "-m", "zgtool.gateway.pygw", "--upstream", upstream, "--host", host,
                     "--port", str(pygw_port), "--policy", cfg.pygw_policy, *cfg.pygw_args]
             if cfg.pygw_keys:
                 argv += ["--keys", str(cfg.pygw_keys)]
             if cfg.redis_url:
                 argv += ["--redis", cfg.redis_url]
+            if pygw_env:
+                argv += ["--upstream-key-env", INTERNAL_KEY_ENV]
+            if "--grace-s" not in cfg.pygw_args:
+                argv += ["--grace-s", f"{cfg.stop_grace_s:g}"]
+            if "--max-body-bytes" in cfg.engine_args and "--max-body-bytes" not in cfg.pygw_args:
+                argv += ["--max-body-bytes", cfg.engine_args[cfg.engine_args.index("--max-body-bytes") + 1]]
             pygw_url = f"http://{host}:{pygw_port}"
-            self._spawn("pygw", argv, pygw_url + "/health")
+            self._spawn("pygw", argv, pygw_url + "/health", extra_env=pygw_env)
             if "pygw" in cfg.paths:
                 self.urls["pygw"] = pygw_url
         for path in cfg.paths:
             if path in LAUNCHED:
-                self._start_launched(path, front_ports[path], upstream)
+                self._start_launched(path, front_port(path), upstream)
         servers = []
         up_addr = upstream.split("://", 1)[1].split("/", 1)[0]
         for path in cfg.nginx_fronts:
             mode = "buffered" if path == "nginx-buffered" else cfg.nginx_mode
             target = f"{host}:{pygw_port}" if path == "stack" else up_addr
-            servers.append(NginxServer(path, front_ports[path], target, mode, host, cfg.tls, bool(cfg.basic_auth)))
+            servers.append(NginxServer(path, front_port(path), target, mode, host, cfg.tls, bool(cfg.basic_auth)))
         if servers:
             if cfg.upstream and cfg.upstream.startswith("https://"):
                 raise UsageError("nginx fronts a plaintext upstream; give an http:// upstream URL")
@@ -232,6 +262,49 @@ class LocalStack:
         self._spawn(path, list(launch.argv), url + launch.ready_path, any_status=launch.ready_any_status,
                     extra_env=launch.env)
         self.urls[path] = url
+
+
+# How each kind of child is asked to drain: stop accepting, finish what is in flight.
+_DRAIN_SIGNAL = {"nginx": signal.SIGQUIT, "haproxy": signal.SIGUSR1}
+
+
+def drain(children: list[Child], grace_s: float, *, margin_s: float = 5.0) -> None:
+    """Stop the stack front first, engine last, within one grace period.
+
+    Each child in reverse start order (the fronts, pygw, the engine) is asked to drain
+    (nginx SIGQUIT: graceful; the others SIGTERM) and waited for until the deadline
+    before the next one is asked, so a request a front has accepted always finds its
+    upstream running. A child still busy at the deadline is left running while the next
+    ones stop; pygw then gets a second SIGTERM, ending its streams with an error event
+    (which the fronts relay). The engine drains its own clients within its --grace-s.
+    Whatever is left after `margin_s` more is killed with its process group."""
+    deadline = time.monotonic() + grace_s
+    order = list(reversed(list(children)))
+    for i, child in enumerate(order):
+        if child.proc is None or not child.is_alive():
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child.proc.pid, _DRAIN_SIGNAL.get(child.name, signal.SIGTERM))
+        last = i == len(order) - 1
+        until = time.monotonic() + grace_s + margin_s if last else deadline
+        _wait_exit(child, until)
+        if child.name == "pygw" and child.is_alive():  # past grace: end its streams now
+            _wait_exit(child, time.monotonic() + 0.2)  # two quick SIGTERMs could arrive as one
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child.proc.pid, signal.SIGTERM)
+            _wait_exit(child, time.monotonic() + margin_s)
+    end = time.monotonic() + margin_s
+    for child in order:
+        _wait_exit(child, end)
+        child.stop(grace_s=1.0)  # reap; SIGKILL the group if anything is left
+
+
+def _wait_exit(child: Child, until: float) -> None:
+    proc = child.proc
+    if proc is None:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=max(0.0, until - time.monotonic()))
 
 
 def _responds(url: str):
