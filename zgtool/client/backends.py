@@ -61,6 +61,8 @@ def _error_type(body: Any) -> str | None:
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and isinstance(err.get("type"), str):
+            if err.get("code") == "overloaded":         # OpenAI shape of an overload (529)
+                return "overloaded_error"
             return err["type"]
         if isinstance(body.get("type"), str) and body.get("type") != "error":
             return body["type"]
