@@ -59,6 +59,7 @@ class Cell:
     rate_rps: float
     cpu_ms_per_req: float                         # the path's own processes (engine for direct)
     where_ms: dict[str, float] = field(default_factory=dict)  # gateway-reported parts (medians)
+    error_statuses: dict[str, int] = field(default_factory=dict)  # status -> count of non-200 answers
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Tax:
 class Samples:
     rounds: list[list[float]] = field(default_factory=list)  # latencies (ms) per interleaving round
     errors: int = 0
+    error_statuses: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     cpu_s: float = 0.0
     where: dict[str, list[float]] = field(default_factory=dict)
@@ -86,9 +88,9 @@ class Samples:
         return [x for r in self.rounds for x in r]
 
 
-def _request_bytes(url: str, max_tokens: int) -> tuple[str, int, bytes]:
+def _request_bytes(url: str, max_tokens: int, model_id: str) -> tuple[str, int, bytes]:
     u = urlsplit(url)
-    body = json.dumps({"model": "null", "max_tokens": max_tokens, "temperature": 1.0,
+    body = json.dumps({"model": model_id, "max_tokens": max_tokens, "temperature": 1.0,
                        "messages": [{"role": "user", "content": "Say something about gateways."}]}).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
             f"authorization: Bearer sk-bench\r\ncontent-type: application/json\r\n"
@@ -126,28 +128,33 @@ def _where(headers: dict[str, str]) -> dict[str, float]:
     return out
 
 
-async def _load(url: str, concurrency: int, seconds: float, max_tokens: int) -> tuple[list[float], int, float, list]:
-    host, port, raw = _request_bytes(url, max_tokens)
+async def _load(url: str, concurrency: int, seconds: float, max_tokens: int,
+                model_id: str) -> tuple[list[float], dict[str, int], float, list]:
+    host, port, raw = _request_bytes(url, max_tokens, model_id)
     lat_ms: list[float] = []
     wheres: list[dict[str, float]] = []
-    errors = 0
+    errors: dict[str, int] = {}
     stop_at = time.perf_counter() + seconds
 
     async def worker() -> None:
-        nonlocal errors
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            while time.perf_counter() < stop_at:
-                t0 = time.perf_counter()
-                writer.write(raw)
-                status, headers = await _read_response(reader)
-                if status == 200:
-                    lat_ms.append((time.perf_counter() - t0) * 1e3)
-                    wheres.append(_where(headers))
-                else:
-                    errors += 1
-        finally:
-            writer.close()
+        while time.perf_counter() < stop_at:
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                while time.perf_counter() < stop_at:
+                    t0 = time.perf_counter()
+                    writer.write(raw)
+                    status, headers = await _read_response(reader)
+                    if status == 200:
+                        lat_ms.append((time.perf_counter() - t0) * 1e3)
+                        wheres.append(_where(headers))
+                    else:
+                        errors[str(status)] = errors.get(str(status), 0) + 1
+                    if headers.get("connection", "").lower() == "close":
+                        break
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:  # counted; a new connection goes on
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+            finally:
+                writer.close()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -199,8 +206,11 @@ def run_model(model: str, kinds: list[str], concurrencies: list[int], seconds: f
     try:
         pgid = {c.name: c.pid for c in st.children}
         pgid["direct"] = pgid["engine"]
+        import httpx
+
+        model_id = httpx.get(st.urls["direct"] + "/v1/models").json()["data"][0]["id"]  # the name it serves
         for path in paths:
-            asyncio.run(_load(st.urls[path], 4, 0.5, max_tokens))  # warm pools, caches, JITs
+            asyncio.run(_load(st.urls[path], 4, 0.5, max_tokens, model_id))  # warm pools, caches, JITs
         cells: list[Cell] = []
         taxes: list[Tax] = []
         for c in concurrencies:
@@ -210,10 +220,12 @@ def run_model(model: str, kinds: list[str], concurrencies: list[int], seconds: f
                 order = paths[r % len(paths):] + paths[: r % len(paths)]
                 for path in order:
                     cpu0 = group_cpu_s(pgid[path])
-                    got, errs, wall, wheres = asyncio.run(_load(st.urls[path], c, slice_s, max_tokens))
+                    got, errs, wall, wheres = asyncio.run(_load(st.urls[path], c, slice_s, max_tokens, model_id))
                     s[path].cpu_s += group_cpu_s(pgid[path]) - cpu0
                     s[path].rounds.append(got)
-                    s[path].errors += errs
+                    s[path].errors += sum(errs.values())
+                    for status, count in errs.items():
+                        s[path].error_statuses[status] = s[path].error_statuses.get(status, 0) + count
                     s[path].wall_s += wall
                     for w in wheres:
                         for name, v in w.items():
@@ -224,7 +236,7 @@ def run_model(model: str, kinds: list[str], concurrencies: list[int], seconds: f
                 cell = Cell(model, path, c, n, s[path].errors, percentile(xs, 50) if xs else float("nan"),
                             percentile(xs, 99) if xs else float("nan"), n / s[path].wall_s,
                             s[path].cpu_s * 1e3 / n if n else float("nan"),
-                            {k: statistics.median(v) for k, v in s[path].where.items()})
+                            {k: statistics.median(v) for k, v in s[path].where.items()}, s[path].error_statuses)
                 cells.append(cell)
                 print(f"  {model:<12} {path:<8} c={c:<3} n={n:<6} err={cell.errors:<3} p50={cell.p50_ms:8.2f} ms "
                       f"cpu={cell.cpu_ms_per_req:6.2f} ms/req", file=sys.stderr)
@@ -245,6 +257,9 @@ def render(cells: list[Cell], taxes: list[Tax]) -> str:
              f"{'req/s':>8} {'cpu ms/req':>10}"]
     lines += [f"{c.model:<12} {c.path:<8} {c.concurrency:>4} {c.requests:>6} {c.errors:>4} {c.p50_ms:>9.2f} "
               f"{c.p99_ms:>9.2f} {c.rate_rps:>8.1f} {c.cpu_ms_per_req:>10.2f}" for c in cells]
+    lines += [f"  errors on {c.path} c={c.concurrency} ({c.model}): "
+              + ", ".join(f"{n} x HTTP {st}" for st, n in sorted(c.error_statuses.items()))
+              for c in cells if c.error_statuses]
     lines += ["", "gateway tax (p50 added over direct, 95% interval from a round-resampling bootstrap)",
               f"{'model':<12} {'conc':>4} {'gateway':<8} {'+p50 ms':>9} {'95% interval':>20} {'% e2e':>7} "
               f"{'gw cpu ms/req':>13}  where (gateway's own timing, ms p50)"]
