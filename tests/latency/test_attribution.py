@@ -114,3 +114,16 @@ def test_with_the_renamed_header_read_the_outside_engine_tax_is_the_hop() -> Non
     oe = next(d for d in res.differences if d.phase == "outside_engine_ms")
     assert oe.diff_ms == pytest.approx(24.5) and oe.verdict == "higher" and oe.method == "rounds"
     assert res.attribution_notes == []
+
+
+def test_a_significantly_negative_outside_engine_tax_is_dropped_and_named_missing_attribution() -> None:
+    from zgtool.latency.analysis import analyse
+    from zgtool.latency.model import SplitConfig
+
+    # the candidate's engine total covers more than the engine did (e.g. a gateway's own total
+    # under the engine's name): outside-engine time shrinks below the direct path's
+    targets, samples = _targets_and_samples({"decode": 9.0, "total": 34.8})
+    res = analyse(targets, samples, SplitConfig(num_requests=16, stream=False, resamples=200))
+    oe = next(d for d in res.differences if d.phase == "outside_engine_ms")
+    assert oe.diff_ms is None and oe.verdict == "not significant"
+    assert any(n.startswith("litellm:") and "attribution is missing" in n for n in res.attribution_notes)

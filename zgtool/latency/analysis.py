@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from zgtool.bootstrap import NOT_SIGNIFICANT, median_ci, median_difference
+from zgtool.bootstrap import LOWER, NOT_SIGNIFICANT, median_ci, median_difference
 from zgtool.latency.model import (
     DEFINITIONS,
     PhaseDifference,
@@ -272,10 +272,24 @@ def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], c
     for r, per_target in zip(results, samples, strict=True):
         r.throughput = throughput(per_target, cfg.slo, cfg.stream)
         r.cpu_ms_per_request = (cpu or {}).get(r.name)
+    notes = attribution_notes(targets, samples)
+    diffs = [_no_negative_outside(d, notes) for d in differences(results, cfg)]
     return SplitResult(config=cfg.public(), definitions=dict(DEFINITIONS), targets=results,
-                       differences=differences(results, cfg), waterfall_phases=order,
+                       differences=diffs, waterfall_phases=order,
                        metric_phases=stream_metrics, unattributed_parts=unattributed,
-                       attribution_notes=attribution_notes(targets, samples))
+                       attribution_notes=notes)
+
+
+def _no_negative_outside(d: PhaseDifference, notes: list[str]) -> PhaseDifference:
+    """A path cannot spend significantly less time outside the engine than the direct one: such a
+    figure means the engine's Server-Timing total is not what it claims on one path. It is dropped
+    (no number, no verdict) and named as missing attribution instead of reported as a saving."""
+    if d.phase != "outside_engine_ms" or d.verdict != LOWER or d.diff_ms is None:
+        return d
+    notes.append(f"{d.candidate}: time outside the engine came out {abs(d.diff_ms):.2f} ms below {d.baseline}'s "
+                 f"(95% CI {d.lo_ms:+.2f}..{d.hi_ms:+.2f} ms), which no hop can do: the attribution is missing "
+                 "(a renamed, stale or foreign Server-Timing total), not a saving")
+    return PhaseDifference(d.phase, d.baseline, d.candidate, None, None, None, NOT_SIGNIFICANT, d.method, d.rounds)
 
 
 def phase(result: TargetResult, name: str) -> PhaseStats | None:
