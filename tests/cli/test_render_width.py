@@ -75,6 +75,16 @@ def test_latency_split_with_three_paths_fits_80_columns():
     assert "stack - direct" in text and "A - direct" in text and "A = http://10.0.0.5:8000/v1" in text
 
 
+def test_latency_split_flags_requests_the_client_could_not_vouch_for():
+    res = split_result(("direct", "stack"))
+    for s in res.targets[1].samples[:3]:
+        s.lagged, s.client_lag_ms = True, 1.25
+    text = render_split(res)
+    assert_readable(text)
+    assert "stack: 3 of 29 requests flagged" in text.replace("\n", " ") and "1.25 ms" in text
+    assert "direct: " not in text.split("side by side")[1].split("flagged")[0].splitlines()[-1]
+
+
 def test_latency_split_names_every_phase_in_words():
     text = render_split(split_result(("direct", "stack")))
     assert "outside_engine" not in text and "_ms" not in text

@@ -62,7 +62,8 @@ def test_attributed_parts_never_exceed_the_client_total(stack_urls: dict[str, st
 def test_stream_ttft_before_total_with_the_engine_timing_event(stack_urls: dict[str, str]) -> None:
     for samples in _run(stack_urls, True).values():
         for s in samples:
-            assert s.ttft_ms is not None and s.total_ms is not None and s.ttft_ms < s.total_ms
+            # equal when the first token and the end arrive in one segment (kernel receive times)
+            assert s.ttft_ms is not None and s.total_ms is not None and s.ttft_ms <= s.total_ms
             assert s.output_tokens == 8 and s.tpot_ms is not None
             # the engine's stream header is written before decoding; decode comes from the event
             assert s.server_timing["total"] >= s.server_timing["decode"]

@@ -1,15 +1,20 @@
-"""Client phases vs packet timestamps: connect_ms and ttfb_ms agree with a loopback capture.
+"""Client phases vs packet timestamps on loopback.
 
-For each request (matched by its client port): connect = SYN -> SYN/ACK, ttfb = the request's
-first payload byte -> the response's first payload byte, both from kernel capture timestamps.
+New connections (matched by client port): connect = SYN -> SYN/ACK, ttfb = the request's first
+payload byte -> the response's first payload byte. Keep-alive streams and bodies from the null
+engine (matched by X-Request-ID): ttfb, ttft (first content_block_delta) and total (last response
+byte), each measured from the request's first byte out. Tolerance: max(10%, 0.2 ms).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,3 +151,168 @@ def test_connect_and_ttfb_agree_with_packet_timestamps(origin: str, tmp_path: Pa
         if sum(rows) * 3 >= 2 * len(rows):
             return
     pytest.fail("client phases disagree with packet timestamps:\n" + "\n".join(report))
+
+
+# --- keep-alive streams from the null engine, against tcpdump ---------------------------------
+
+NULL_STREAM_TOKENS = 256
+MIN_SHARE = 0.9
+
+
+@pytest.fixture(scope="module")
+def null_engine() -> Iterator[str]:
+    import httpx
+
+    from zgtool.http.net import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", "null", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            pytest.fail(f"null engine did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _tcpdump(port: int, pcap: Path) -> Iterator[None]:
+    """tcpdump (C, nanosecond kernel timestamps) on lo; ready once it says it is listening."""
+    proc = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "--immediate-mode", "-n", "-s", "0", "--time-stamp-precision=nano",
+                             "-w", str(pcap), f"tcp port {port}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline() if proc.stderr else ""
+    if "listening" not in line:
+        proc.kill()
+        proc.wait()
+        pytest.skip(f"tcpdump did not start: {line.strip()}")
+    try:
+        yield
+    finally:
+        proc.terminate()       # tcpdump flushes and exits on SIGTERM
+        proc.wait(timeout=30)
+
+
+@dataclass
+class WireRequest:
+    start: float                      # the request's first payload byte
+    request_id: str | None = None
+    resp_first: float | None = None
+    first_delta: float | None = None
+    resp_last: float | None = None
+
+
+_RID = re.compile(rb"\r\n(?:x-)?request-id: *([^\r\n]+)", re.I)
+
+
+def _wire_requests(packets: list, server_port: int) -> dict[str, WireRequest]:
+    """One keep-alive connection, requests in turn: a client payload starting with POST opens a
+    request, the server payloads until the next one are its answer."""
+    from scapy.layers.inet import TCP
+
+    out: dict[str, WireRequest] = {}
+    cur: WireRequest | None = None
+    for p in sorted(packets, key=lambda p: p.time):
+        if TCP not in p:
+            continue
+        tcp = p[TCP]
+        payload = bytes(tcp.payload)
+        if not payload:
+            continue
+        t = float(p.time)
+        if tcp.dport == server_port:
+            if payload.startswith(b"POST "):
+                cur = WireRequest(start=t)
+            continue
+        if cur is None:
+            continue
+        if cur.resp_first is None:
+            cur.resp_first = t
+            m = _RID.search(payload)
+            if m:
+                cur.request_id = m.group(1).decode().strip()
+                out[cur.request_id] = cur
+        if cur.first_delta is None and b"content_block_delta" in payload:
+            cur.first_delta = t
+        cur.resp_last = t
+    return out
+
+
+@dataclass
+class Agreement:
+    within: bool          # every phase within max(10%, 0.2 ms) of the wire
+    honest: bool          # ... or off by no more than the lag the client reported
+    flagged: bool
+    row: str
+
+
+def _compare(samples: list, wire: dict[str, WireRequest], stream: bool) -> list[Agreement]:
+    out = []
+    for s in samples:
+        w = wire.get(s.request_id or "")
+        if not s.ok or w is None or w.resp_first is None or w.resp_last is None or s.first_byte_out_ms is None:
+            continue
+        pairs = {"ttfb": (s.ttfb_ms, (w.resp_first - w.start) * 1e3),
+                 "total": (s.total_ms - s.first_byte_out_ms, (w.resp_last - w.start) * 1e3)}
+        if stream and w.first_delta is not None and s.ttft_ms is not None:
+            pairs["ttft"] = (s.ttft_ms - s.first_byte_out_ms, (w.first_delta - w.start) * 1e3)
+        lag = s.client_lag_ms or 0.0
+        within = all(abs(c - wv) <= tolerance_ms(wv) for c, wv in pairs.values())
+        honest = all(abs(c - wv) <= tolerance_ms(wv) + lag for c, wv in pairs.values())
+        row = (f"{s.request_id}: " + ", ".join(f"{k} {c:.3f} vs wire {wv:.3f}" for k, (c, wv) in pairs.items())
+               + f"; lag {lag:.3f} ms{' FLAGGED' if s.lagged else ''} -> {'ok' if within else 'off'}")
+        out.append(Agreement(within, honest, s.lagged, row))
+    return out
+
+
+def _verdict(rows: list[Agreement]) -> str | None:
+    """None when the client keeps its word: >= 90% of the requests it vouches for agree with the
+    wire, and >= 90% of all requests are off by no more than the lag it reported."""
+    vouched = [r for r in rows if not r.flagged]
+    if vouched and sum(r.within for r in vouched) < MIN_SHARE * len(vouched):
+        return f"{sum(r.within for r in vouched)} of {len(vouched)} unflagged requests agree with the wire"
+    if sum(r.honest for r in rows) < MIN_SHARE * len(rows):
+        return f"{sum(r.honest for r in rows)} of {len(rows)} requests are within tolerance + reported lag"
+    return None
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream-256", "body-256"])
+def test_keep_alive_phases_agree_with_tcpdump_unless_the_client_flagged_its_own_lag(
+        null_engine: str, tmp_path: Path, stream: bool) -> None:
+    """>= 90% of the requests the client vouches for (not flagged as lagged) have ttfb, ttft and
+    total within max(10%, 0.2 ms) of the wire, and the flagged ones are off by no more than the
+    lag the client reported. A loaded machine (the engine takes both cores while it streams) may
+    make the client flag requests; it may not make it report a figure the wire contradicts."""
+    if shutil.which("tcpdump") is None or os.geteuid() != 0:
+        pytest.skip("needs tcpdump and root")
+    port = int(null_engine.rsplit(":", 1)[1])
+    cfg = SplitConfig(num_requests=30, warmup=2, stream=stream, max_tokens=NULL_STREAM_TOKENS, resamples=200)
+    report: list[str] = []
+    for attempt in range(3):
+        pcap = tmp_path / f"keepalive{attempt}.pcap"
+        with _tcpdump(port, pcap):
+            (samples,) = measure_targets([Target("engine", null_engine)], cfg)
+        from scapy.all import rdpcap
+
+        rows = _compare(samples, _wire_requests(list(rdpcap(str(pcap))), port), stream)
+        assert len(rows) >= 20, f"matched only {len(rows)} of {len(samples)} requests by X-Request-ID"
+        report += [f"attempt {attempt}: {r.row}" for r in rows]
+        problem = _verdict(rows)
+        if problem is None:
+            return
+        report.append(f"attempt {attempt}: {problem}")
+    pytest.fail("client phases disagree with the wire:\n" + "\n".join(report))

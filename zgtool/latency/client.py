@@ -12,7 +12,7 @@ import ipaddress
 import json
 import socket
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
@@ -21,7 +21,7 @@ import httpcore
 
 from zgtool.latency.model import RequestSample, SplitConfig
 from zgtool.latency.servertiming import TIMING_KEYS, parse_timing_event, timing_from_headers
-from zgtool.latency.transport import MARKS, make_pool
+from zgtool.latency.transport import LAG_FLAG_NS, MARKS, make_pool
 from zgtool.targets import Target
 
 _CONNECT = ("connection.connect_tcp.started", "connection.connect_tcp.complete")
@@ -142,6 +142,7 @@ class Session:
         self.headers.append((b"content-length", str(len(ep.body)).encode()))
         self.addr: str | None = ep.host if ep.is_ip else None
         self.url: str | None = ep.url_for(ep.host) if ep.is_ip else None
+        self.lag_at_content_ns: int | None = None
 
     def close(self) -> None:
         self.pool.close()
@@ -167,6 +168,7 @@ class Session:
             ext["sni_hostname"] = ep.host
         content_ns: list[int] = []
         end_ns: int | None = None
+        self.lag_at_content_ns = None
         MARKS.reset(has_body=bool(ep.body))
         MARKS.armed = True
         try:
@@ -191,10 +193,25 @@ class Session:
         m = MARKS
         if m.first_write_ns is not None and m.first_read_ns is not None:
             sample.ttfb_ms = (m.first_read_ns - m.first_write_ns) / 1e6
+        if m.first_write_ns is not None:
+            sample.first_byte_out_ms = (m.first_write_ns - t0) / 1e6
+
+        if m.reads:
+            # what ttfb, ttft and total rest on: the first read, the read that brought the first
+            # content (streams), and the last read, whose kernel time is exact even after merging
+            lag = m.first_lag_ns if self.lag_at_content_ns is None else self.lag_at_content_ns
+            if not m.kernel_rx:
+                lag = m.lag_ns         # receive times are our own: every late read counts
+            sample.rx_clock = "kernel" if m.kernel_rx else "client"
+            sample.client_lag_ms = lag / 1e6
+            sample.lagged = lag > LAG_FLAG_NS
         if sample.connect_ms is not None and m.connect_start_ns is not None and m.connect_end_ns is not None:
             sample.connect_ms = (m.connect_end_ns - m.connect_start_ns) / 1e6
         sample.ok = sample.error is None
         return sample
+
+    def _note_first_content(self) -> None:
+        self.lag_at_content_ns = MARKS.lag_ns
 
     def _read(self, resp: httpcore.Response, sample: RequestSample, content_ns: list[int], rec: _Trace) -> int:
         """Read the answer to its end; returns the body-complete timestamp."""
@@ -210,11 +227,13 @@ class Session:
             sample.error = _http_error(resp.status, chunks)
         elif ep.stream:
             sample.error, event_parts, sample.output_tokens, sample.input_tokens = _read_stream(
-                chunks, ep.target.api, content_ns)
+                chunks, ep.target.api, content_ns, self._note_first_content)
             parts.update(event_parts)
         else:
             sample.error, sample.output_tokens, sample.input_tokens = _read_body(chunks, ep.target.api)
         sample.server_timing = parts
+        if MARKS.last_read_ns is not None:      # when the body's last bytes arrived, not when h11 said so
+            return MARKS.last_read_ns
         return rec.t.get(_BODY_DONE) or perf_counter_ns()
 
 
@@ -279,18 +298,23 @@ def _read_body(chunks: Iterable[bytes], api: str) -> tuple[str | None, int | Non
             int(prompt) if isinstance(prompt, int) else None)
 
 
-def _read_stream(chunks: Iterable[bytes], api: str,
-                 content_ns: list[int]) -> tuple[str | None, dict[str, float], int | None, int | None]:
-    """Read SSE to the end, stamping each content delta with the time its bytes arrived."""
+def _read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int],
+                 on_first_content: Callable[[], None] | None = None,
+                 ) -> tuple[str | None, dict[str, float], int | None, int | None]:
+    """Read SSE to the end, stamping each content delta with the time its bytes arrived: the
+    receive loop (transport.py) stamps every read before h11 or this parser see it."""
     parts: dict[str, float] = {}
     state: dict[str, Any] = {"tokens": None, "input": None, "done": False, "error": None}
     buf = b""
     for chunk in chunks:
-        now = perf_counter_ns()
+        now = MARKS.last_read_ns or perf_counter_ns()
         buf += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+        had_content = bool(content_ns)
         while (i := buf.find(b"\n\n")) >= 0:
             block, buf = buf[:i], buf[i + 2:]
             _handle_event(block, api, now, content_ns, parts, state)
+        if content_ns and not had_content and on_first_content is not None:
+            on_first_content()
     if state["error"]:
         return state["error"], parts, state["tokens"], state["input"]
     if not state["done"]:

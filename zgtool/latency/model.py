@@ -185,6 +185,10 @@ class RequestSample:
     content_events: int = 0
     server_timing: dict[str, float] = field(default_factory=dict)
     request_id: str | None = None
+    first_byte_out_ms: float | None = None   # request start -> its first byte handed to the kernel
+    rx_clock: str = "client"            # "kernel": receive times are the socket's own timestamps
+    client_lag_ms: float | None = None  # how late this client may have seen response bytes (its CPU wait)
+    lagged: bool = False                # client_lag_ms over the tolerance: receive times not vouched for
 
 
 @dataclass

@@ -140,6 +140,18 @@ def errors_text(tr: TargetResult, short: str | None = None) -> Text | None:
                 f"(excluded from the figures): {parts}", style="bold red")
 
 
+def lag_text(tr: TargetResult, short: str) -> Text | None:
+    """Requests whose receive times zgtool's own client cannot vouch for: it waited for a CPU
+    (or found bytes already queued) for longer than the tolerance while they arrived."""
+    ok = [s for s in tr.samples if s.ok]
+    lagged = [s for s in ok if s.lagged]
+    if not lagged:
+        return None
+    worst = max(s.client_lag_ms or 0.0 for s in lagged)
+    return Text(f"  {short}: {len(lagged)} of {len(ok)} requests flagged: zgtool's client lagged up to "
+                f"{worst:.2f} ms (CPU busy), so their ttfb/ttft may be late by that much", style="yellow")
+
+
 def side_by_side(res: SplitResult, short: dict[str, str] | None = None) -> Table:
     base = res.targets[0]
     short = short or short_names([tr.name for tr in res.targets])
@@ -178,6 +190,9 @@ def render(res: SplitResult, console: Console) -> None:
         blocks.append(side_by_side(res, short))
         if (lg := legend([tr.name for tr in res.targets], short)) is not None:
             blocks.append(lg)
+    for tr in res.targets:
+        if (lag := lag_text(tr, short[tr.name])) is not None:
+            blocks.append(lag)
     for name, parts in res.unattributed_parts.items():
         blocks.append(Text(f"  {short[name]}: Server-Timing parts not attributed (overlap unknown): "
                            f"{', '.join(parts)}", style="dim"))

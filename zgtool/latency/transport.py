@@ -1,39 +1,129 @@
 """httpcore network pieces for the instrumented client: a backend that connects to the already
-resolved address, and a stream that marks the request's first byte out and the response's
-first byte in. Plugged in through httpcore's own `network_backend` seam.
+resolved address, and a stream that marks the request's first byte out and, with the kernel's
+receive timestamps, when each response read's bytes arrived. Plugged in through httpcore's own
+`network_backend` seam.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import socket
 import ssl
+import struct
+import termios
 import threading
-from time import perf_counter_ns
+from time import perf_counter_ns, time_ns
 from typing import Any
 
 import httpcore
 import httpcore._backends.sync
+from httpcore._exceptions import map_exceptions
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux; Python does not export it
+_TS_SPACE = socket.CMSG_SPACE(16)                            # one struct timespec
+LAG_FLAG_NS = 200_000   # a read this late may carry merged segments: its receive time is not vouched for
+
+
+class _RunDelay(threading.local):
+    """This thread's run-queue wait so far (/proc/thread-self/schedstat, 2nd field, ns): time it was
+    runnable but another process had the CPU. None where the kernel does not say."""
+
+    fd: int | None = None
+    tried: bool = False
+
+    def ns(self) -> int | None:
+        if not self.tried:
+            self.tried = True
+            try:
+                self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            except OSError:
+                self.fd = None
+        if self.fd is None:
+            return None
+        try:
+            return int(os.pread(self.fd, 64, 0).split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+
+RUN_DELAY = _RunDelay()
 
 
 class _Marks(threading.local):
     """Socket-level marks of the request in flight on this thread (a Session is used by one thread
-    at a time): the instant the request's first byte goes to the kernel and the instant the first
-    response bytes come back, without h11 serialising/parsing time on either side."""
+    at a time): the instant the request's first byte goes to the kernel and the instants response
+    bytes arrived, without h11 serialising/parsing time on either side.
+
+    Receive times are the kernel's own (SO_TIMESTAMPNS: when the segment reached the socket, the
+    clock a packet capture uses), taken in the receive loop before any parsing, so a client that
+    loses the CPU to the engine it measures does not bill its own wake-up to the server. What a
+    late client can still get wrong — segments merged while it waited, which then carry the later
+    segment's time — is measured per read (run-queue wait, bytes already queued) as `lag_ns`.
+    """
 
     connect_start_ns: int | None = None
     connect_end_ns: int | None = None
     first_write_ns: int | None = None
-    first_read_ns: int | None = None
+    first_read_ns: int | None = None       # arrival of the response's first bytes
+    last_read_ns: int | None = None        # arrival of the latest bytes read
+    prev_return_ns: int | None = None      # when the previous read returned (or the request went out)
+    lag_ns: int = 0                        # the worst read so far: how late this client may have seen bytes
+    first_lag_ns: int = 0                  # the same for the response's first read (ttfb)
+    kernel_rx: bool = True                 # every read so far had a kernel receive timestamp
+    reads: int = 0
     armed: bool = False
     hold_headers: bool = False   # the request has a body: send headers and body in one write
     held: bytes | None = None
 
     def reset(self, *, has_body: bool) -> None:
         self.connect_start_ns = self.connect_end_ns = self.first_write_ns = self.first_read_ns = None
+        self.last_read_ns = self.prev_return_ns = None
+        self.lag_ns, self.first_lag_ns, self.kernel_rx, self.reads = 0, 0, True, 0
         self.hold_headers, self.held = has_body, None
+
+    def note_read(self, *, arrival_ns: int, call_ns: int, return_ns: int, queued: int,
+                  run_wait_ns: int | None, kernel: bool) -> None:
+        if self.first_read_ns is None:
+            self.first_read_ns = arrival_ns
+        self.last_read_ns = arrival_ns
+        lag = run_wait_ns or 0
+        if not kernel:
+            self.kernel_rx = False
+            lag = max(lag, return_ns - arrival_ns)
+        if queued and self.prev_return_ns is not None:
+            # Bytes were waiting before we asked. The kernel merges segments queued behind an unread
+            # one and keeps the latest time, so the earliest of them may have arrived any time
+            # since the last read returned: that much is not vouched for.
+            latest = arrival_ns if kernel else call_ns
+            lag = max(lag, latest - self.prev_return_ns)
+        if self.reads == 0:
+            self.first_lag_ns = lag
+        self.lag_ns = max(self.lag_ns, lag)
+        self.prev_return_ns = return_ns
+        self.reads += 1
 
 
 MARKS = _Marks()
+
+
+def _queued(sock: socket.socket) -> int:
+    """Bytes already in the socket's receive queue (FIONREAD)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+def _kernel_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    """The SCM_TIMESTAMPNS receive time (CLOCK_REALTIME) on the perf_counter_ns clock."""
+    for level, kind, raw in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) >= 16:
+            sec, nsec = struct.unpack("qq", raw[:16])
+            offset = time_ns() - perf_counter_ns()
+            return sec * 1_000_000_000 + nsec - offset
+    return None
 
 
 class _TimedStream(httpcore._backends.sync.SyncStream):
@@ -50,13 +140,38 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
             if m.held is not None:
                 buffer, m.held = m.held + buffer, None
             if m.first_write_ns is None:
+                # before the call: the segment is on the wire ~0.05 ms later, while the return can
+                # be milliseconds late (the woken server preempts us inside send on a busy box)
                 m.first_write_ns = perf_counter_ns()
+                super().write(buffer, timeout)
+                m.prev_return_ns = perf_counter_ns()
+                return
         super().write(buffer, timeout)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        data = super().read(max_bytes, timeout)
-        if data and MARKS.armed and MARKS.first_read_ns is None and MARKS.first_write_ns is not None:
-            MARKS.first_read_ns = perf_counter_ns()
+        m = MARKS
+        if not (m.armed and m.first_write_ns is not None):
+            return super().read(max_bytes, timeout)
+        sock = self._sock
+        plain = type(sock) is socket.socket     # TLS reads go through the SSL object: no ancillary data
+        queued = _queued(sock) if plain else 0
+        wait0 = RUN_DELAY.ns()
+        call_ns = perf_counter_ns()
+        if plain:
+            with map_exceptions({socket.timeout: httpcore.ReadTimeout, OSError: httpcore.ReadError}):
+                sock.settimeout(timeout)
+                data, anc, _flags, _addr = sock.recvmsg(max_bytes, _TS_SPACE)
+            return_ns = perf_counter_ns()
+            kernel = _kernel_ns(anc) if data else None
+        else:
+            data = super().read(max_bytes, timeout)
+            return_ns, kernel = perf_counter_ns(), None
+        wait1 = RUN_DELAY.ns()
+        if data:
+            arrival = kernel if kernel is not None and kernel <= return_ns else return_ns
+            m.note_read(arrival_ns=arrival, call_ns=call_ns, return_ns=return_ns, queued=queued,
+                        run_wait_ns=None if wait0 is None or wait1 is None else wait1 - wait0,
+                        kernel=kernel is not None)
         return data
 
     def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
@@ -79,6 +194,8 @@ class _ResolvedBackend(httpcore.SyncBackend):
             raise httpcore.ConnectError(str(exc)) from exc
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):      # receive times from the kernel where it gives them
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             for option in socket_options or ():
                 sock.setsockopt(*option)
             if local_address is not None:
