@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,7 @@ def test_generate_sizes_the_kv_pool_for_one_job() -> None:
 
 MISSING = """
 import sys
+from pathlib import Path
 import zgtool.engine.gguf_convert as g
 g.PACKAGED["smollm2"] = g.PackagedModel("smollm2-135m-instruct", "zgtool_no_such_package", "zgtool-no-such-package",
                                         g.SMOLLM2.filename)
@@ -96,3 +98,22 @@ def test_serve_banner_names_model_dtype_why_and_threads() -> None:
     assert rows["model"].startswith("dummy:tiny (random weights")
     assert rows["dtype"] == "float32 (--dtype float32)"
     assert rows["threads"].startswith("1 torch compute thread(s)") and "--num-threads" in rows["threads"]
+
+
+def test_weights_read_without_mmap_equal_safetensors_and_cast_per_tensor(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    from zgtool.engine.errors import ModelLoadError
+    from zgtool.engine.weights import read_safetensors, save_dummy_checkpoint
+
+    f = save_dummy_checkpoint("tiny", tmp_path / "tiny") / "model.safetensors"
+    ref = load_file(str(f))
+    ours = read_safetensors(f)
+    assert ours.keys() == ref.keys() and all(torch.equal(ours[k], ref[k]) for k in ref)
+    bf = read_safetensors(f, torch.bfloat16)
+    assert all(t.dtype == torch.bfloat16 and torch.equal(t, ref[k].to(torch.bfloat16)) for k, t in bf.items())
+    cut = f.with_name("cut.safetensors")
+    cut.write_bytes(f.read_bytes()[:-100])
+    with pytest.raises(ModelLoadError, match="truncated"):
+        read_safetensors(cut)
