@@ -114,12 +114,13 @@ class ServerApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def drain(self, grace_s: float) -> None:
-        """Let generation requests finish within grace_s; then abort the rest, each of which
-        answers its API's overloaded error (an error event on a stream), and wait for those."""
+    async def drain(self, grace_s: float, forced: Any = lambda: False) -> None:
+        """Let generation requests finish within grace_s (or until ``forced()``, a second
+        Ctrl-C); then abort the rest, each of which answers its API's overloaded error (an
+        error event on a stream), and wait for those."""
         self.draining = True
         deadline = time.monotonic() + grace_s
-        while self.inflight and time.monotonic() < deadline:
+        while self.inflight and time.monotonic() < deadline and not forced():
             await asyncio.sleep(0.02)
         if not self.inflight:
             return

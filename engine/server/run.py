@@ -75,7 +75,7 @@ class ZgServer(uvicorn.Server):
             sock.close()
         for connection in list(self.server_state.connections):
             connection.shutdown()
-        await self.zg_app.drain(self.zg_app.cfg.grace_s)
+        await self.zg_app.drain(self.zg_app.cfg.grace_s, lambda: self.force_exit)
         await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
