@@ -15,7 +15,7 @@ from zgtool.verify.stages import latency_split
 def test_a_real_stack_reports_cpu_ms_per_request_for_every_gateway_process(tmp_path: Path) -> None:
     with LocalStack(StackConfig(model="null", paths=("stack",), run_dir=tmp_path / "run")) as st:
         groups = {c.name: c.pid for c in st.children if c.pid is not None}
-        assert set(groups) == {"engine", "pygw", "nginx"}
+        assert {"engine", "pygw", "nginx"} <= set(groups)
         # nginx's workers live in the master's process group and are counted with it
         assert len(group_members(groups["nginx"])) >= 2
         targets = [Target("direct", st.urls["direct"]), Target("stack", st.urls["stack"])]
