@@ -9,7 +9,8 @@ Behaviour is chosen by the last user message:
     "FAIL500 always"        always 500
     "FAIL413 <tag>"         413 request_too_large (a 4xx: never retried)
     "STREAMERR <tag>"       a stream that sends one delta, then `event: error` (no message_stop)
-    "HANG <tag>"            no answer until the client (pygw) hangs up; recorded in `hung_up`
+    "HANG <tag>"            no answer (streamed: no event after ping) until the client (pygw)
+                            hangs up; recorded in `hung_up`
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class FakeUpstream:
             return await _send(send, 500, _err("api_error", "boom"), hdrs)
         if "FAIL413" in text:
             return await _send(send, 413, _err("request_too_large", "request body too large"), hdrs)
-        if "HANG" in text:
+        if "HANG" in text and not req.get("stream"):
             with contextlib.suppress(TimeoutError):
                 while (await asyncio.wait_for(receive(), 60))["type"] != "http.disconnect":
                     pass
@@ -104,6 +105,12 @@ class FakeUpstream:
                   ("ping", {"type": "ping"})]
         for name, ev in events:
             await _sse(send, name, ev)
+        if "HANG" in text:  # a stream that goes silent after its first events
+            with contextlib.suppress(TimeoutError):
+                while (await asyncio.wait_for(receive(), 60))["type"] != "http.disconnect":
+                    pass
+                self.hung_up.add(text)
+            return None
         if "STREAMERR" in text:
             await _sse(send, "content_block_delta", {"type": "content_block_delta", "index": 0,
                                                      "delta": {"type": "text_delta", "text": "partial "}})

@@ -323,3 +323,11 @@ def test_tier_concurrency_and_tokens_per_minute_are_enforced(start_pygw, upstrea
     assert codes == [200, 200, 429]
     last = httpx.post(gw + "/v1/messages", json=_msg("t", max_tokens=8), headers=hdrs)
     assert "tokens per minute" in last.json()["error"]["message"] and int(last.headers["retry-after"]) >= 1
+
+
+def test_client_hanging_up_on_a_silent_stream_cancels_the_upstream_request(pygw: str, upstream: FakeUpstream) -> None:
+    text = f"HANG stream {uuid.uuid4().hex}"
+    with _send_and_keep_open(pygw, _msg(text, stream=True)) as s:
+        assert _wait_for(lambda: upstream.calls[text] == 1, 10)
+        assert b"message_start" in s.recv(65536)  # the stream is open, the upstream now silent
+    assert _wait_for(lambda: text in upstream.hung_up, 10), "pygw waited for the next chunk to notice"

@@ -412,21 +412,27 @@ class Gateway:
         hdrs = [*hdrs, (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
         await send({"type": "http.response.start", "status": 200, "headers": hdrs})
         kept: list[bytes] | None = [] if cache_key else None
+        task = asyncio.current_task()
+
+        def hung_up(_: asyncio.Future) -> None:  # noticed at once, even while the upstream is silent
+            if task is not None:
+                task.cancel()
+
+        gone.add_done_callback(hung_up)
         try:
             async for chunk in resp.aiter_raw():
-                if gone.done():
-                    return
                 out = chunk if watch is None else watch.feed(chunk)
                 if not out:
                     continue
                 await send({"type": "http.response.body", "body": out, "more_body": True})
                 if kept is not None:
                     kept.append(out)
-        except asyncio.CancelledError:  # shutdown past grace: end this stream in its API's words
-            task = asyncio.current_task()
+        except asyncio.CancelledError:
             if task is not None:
                 task.uncancel()
-            with contextlib.suppress(Exception):
+            if gone.done() and not gone.cancelled():  # the client left: closing resp aborts upstream
+                return
+            with contextlib.suppress(Exception):  # shutdown past grace: end it in its API's words
                 await send({"type": "http.response.body", "body": _error_event(front), "more_body": False})
             return
         except httpx.TransportError as exc:  # the upstream went away mid-stream
@@ -435,6 +441,8 @@ class Gateway:
                 await send({"type": "http.response.body", "more_body": False,
                             "body": _error_event(front, "api_error", "the upstream connection was lost")})
             return
+        finally:
+            gone.remove_done_callback(hung_up)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         if kept is not None and watch is not None and watch.complete:
             await self.cache.put(cache_key, CachedResponse("text/event-stream", b"".join(kept)))
