@@ -220,3 +220,16 @@ def test_zgtool_gateway_with_unknown_kind_exits_2_with_one_line() -> None:
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert "--kind must be one of nginx, pygw, stack" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("path", ["pygw", "stack"])
+def test_a_10_mb_body_gets_413_in_each_api_shape_not_a_retried_502(null_stack: LocalStack, path: str) -> None:
+    big = "x" * (10 * 1024 * 1024)  # over the engine's (and so pygw's) 8 MiB default
+    r = httpx.post(null_stack.urls[path] + "/v1/messages", headers={"x-api-key": "k"}, timeout=60,
+                   json={"model": "null", "max_tokens": 2, "messages": [{"role": "user", "content": big}]})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
+    client = openai.OpenAI(base_url=null_stack.urls[path] + "/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="null", max_tokens=2, messages=[{"role": "user", "content": big}])
+    assert err.value.status_code == 413 and err.value.body["code"] == "request_too_large"
+    assert httpx.get(null_stack.urls["direct"] + "/health").status_code == 200
