@@ -5,7 +5,8 @@ that is not the message's end with MSG_MORE, so the kernel holds small SSE event
 (measured here: the first ~6 of 8 events 30 ms apart arrived together, ~170 ms late).
 Buffered: what an API edge with body inspection runs, `http-request wait-for-body` and
 `http-response wait-for-body`, which hold a response back until it is complete, its buffer
-is full or the wait time has passed."""
+is full or the wait time has passed. `haproxy-default` (buffering="default"): neither, HAProxy
+as shipped, for the probes that must tell its coalesced SSE apart."""
 
 from __future__ import annotations
 
@@ -23,12 +24,18 @@ _BUFFERED = (
 )
 
 
+def _buffering(path: str) -> str:
+    if path == "haproxy-default":
+        return "    # HAProxy's defaults: partial bodies leave with MSG_MORE (small SSE events coalesce)\n"
+    return _BUFFERED if path == "haproxy-buffered" else _STREAMING
+
+
 def launch(req: LaunchRequest) -> Launch:
     binary = find_binary("haproxy", INSTALL)
     up_host, up_port = req.upstream_host_port
     config = req.run_dir / f"{req.path}.cfg"
     config.write_text(render_template(
-        "haproxy.cfg.tmpl", mode="buffered" if req.buffered else "streaming", config=config,
-        host=req.host, port=req.port, upstream=f"{up_host}:{up_port}", buffering=_BUFFERED if req.buffered else _STREAMING,
+        "haproxy.cfg.tmpl", mode=req.path, config=config,
+        host=req.host, port=req.port, upstream=f"{up_host}:{up_port}", buffering=_buffering(req.path),
     ))
     return Launch(argv=(binary, "-db", "-f", str(config)), config=config)

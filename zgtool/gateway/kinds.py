@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 
 # what a user chooses (CLI --gateway / --kind, verify --gateway)
 GATEWAY_KINDS = ("nginx", "pygw", "stack", "haproxy", "caddy", "litellm", "varnish", "squid")
-BUFFERINGS = ("streaming", "buffered")
+BUFFERINGS = ("streaming", "buffered", "default")  # default: the gateway's shipped behaviour (haproxy only)
 # kinds with a configuration that holds responses back (the `-buffered` path)
 BUFFERED_PATH = {"nginx": "nginx-buffered", "haproxy": "haproxy-buffered", "caddy": "caddy-buffered"}
 # the paths started from a Launch (one process group each); module that plans each
 LAUNCHED = {
-    "haproxy": "haproxy", "haproxy-buffered": "haproxy",
+    "haproxy": "haproxy", "haproxy-buffered": "haproxy", "haproxy-default": "haproxy",
     "caddy": "caddy", "caddy-buffered": "caddy",
     "varnish": "varnish", "squid": "squid", "litellm": "litellm",
 }
@@ -45,6 +45,7 @@ PATHS = ("nginx", "nginx-buffered", "pygw", "stack", *LAUNCHED)
 
 LABELS = {
     "haproxy": "HAProxy -> {up}", "haproxy-buffered": "HAProxy (wait-for-body) -> {up}",
+    "haproxy-default": "HAProxy (shipped defaults: SSE coalesced) -> {up}",
     "caddy": "Caddy -> {up}", "caddy-buffered": "Caddy (buffer_responses) -> {up}",
     "varnish": "Varnish -> {up}", "squid": "Squid (accelerator) -> {up}", "litellm": "LiteLLM proxy -> {up}",
 }
@@ -57,7 +58,11 @@ def path_for(kind: str, buffering: str = "streaming") -> str:
     if kind not in GATEWAY_KINDS:
         raise UsageError(f"unknown gateway kind {kind!r}; choose from {', '.join(GATEWAY_KINDS)}")
     if buffering not in BUFFERINGS:
-        raise UsageError(f"buffering must be streaming or buffered, not {buffering!r}")
+        raise UsageError(f"buffering must be one of {', '.join(BUFFERINGS)}, not {buffering!r}")
+    if buffering == "default":
+        if kind != "haproxy":
+            raise UsageError("buffering 'default' is HAProxy's shipped configuration (haproxy only)")
+        return "haproxy-default"
     if buffering == "buffered":
         if kind not in BUFFERED_PATH:
             raise UsageError(f"{kind} has no buffered configuration here; buffered: {', '.join(BUFFERED_PATH)}")
