@@ -161,7 +161,15 @@ def test_example_keys_file_closes_the_gateway_and_sets_per_key_limits() -> None:
     assert ring.lookup("sk-gw-unknown") is None and ring.lookup(None) is None
     ident, pol = ring.lookup("sk-gw-team-a")
     assert ident == "team-a" and pol.rpm == 120 and pol.burst == 10
-    assert ring.lookup("sk-gw-trial")[1].rpm == 600  # from [defaults]
+    assert ring.lookup("sk-gw-trial")[1].max_concurrent == 2
+
+
+def test_legacy_pygw_keys_format_still_loads_with_defaults(tmp_path: Path) -> None:
+    f = tmp_path / "k.toml"
+    f.write_text('[defaults]\nrpm = 600\nburst = 60\n[keys.sk-a]\nname = "a"\nrpm = 120\n[keys.sk-b]\nname = "b"\n')
+    ring = load_keys(f)
+    assert ring.lookup("sk-a")[1].rpm == 120 and ring.lookup("sk-b")[1].rpm == 600
+    assert ring.lookup("sk-b")[1].burst == 60
 
 
 def test_memory_bucket_refuses_after_burst_with_positive_retry_after() -> None:
