@@ -15,6 +15,12 @@ Result data (kind "probe.headers"):
       request_ids     {header: value}        request_id_prefixes {header: prefix}
       load_hint       {...} | None           parsed X-GPU-Load-Hint JSON (load_hint_error if unparsable)
       rate_limits     {header: value}        *ratelimit*, retry-after
+      origin_via_gateway  bool               the origin was seen only in a gateway's prefixed copies (llm_provider-*)
+      verdict         identified | likely | none   (never "direct": no evidence is not proof)
+      verdict_summary str                    e.g. "an intermediary is likely, unidentified"
+      hop_evidence    [str]                  behavioural evidence (error probe, re-cased headers, timing)
+      error_probe     {request, status, headers, body_excerpt, note} | None   who answered a malformed request
+      outside_origin_ms  float | None        TTFB - origin's Server-Timing total - connect time
       caveat          str
 """
 
@@ -26,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from zgtool.probes.hopevidence import ErrorProbe, assess, error_probe, outside_origin, upstream_headers
 from zgtool.probes.http1 import content_decoder
 from zgtool.probes.request import build, connection_for, redacted_headers
 from zgtool.probes.servertiming import Metric, parse_server_timing
@@ -56,6 +63,12 @@ class HeaderAnalysis:
     load_hint: dict[str, Any] | None
     load_hint_error: str | None
     rate_limits: dict[str, str]
+    origin_via_gateway: bool = False
+    verdict: str = "none"
+    verdict_summary: str = "no intermediary evident (not proof there is none: see the caveat)"
+    hop_evidence: list[str] = field(default_factory=list)
+    error_probe: ErrorProbe | None = None
+    outside_origin_ms: float | None = None
     caveat: str = CAVEAT
 
 
@@ -84,6 +97,22 @@ def analyse_headers(headers: list[tuple[str, str]], body: str = "") -> HeaderAna
     detections = match_signatures(headers, via, timing, body)
     origin = [d for d in detections if d.kind == "origin"]
     inter = [d for d in detections if d.kind != "origin"]
+    # a gateway that passes the origin's headers on under a prefix (LiteLLM: llm_provider-server)
+    # shows the origin in them; those outrank guesses from ids the gateway copied to the top level
+    upstream = upstream_headers(headers)
+    via_gateway = False
+    if upstream:
+        up_via = parse_via([v for k, v in upstream if k.lower() == "via"])
+        up_timing = parse_server_timing([v for k, v in upstream if k.lower() == "server-timing"])
+        up_origin = [d for d in match_signatures(upstream, up_via, up_timing) if d.kind == "origin"]
+        for d in up_origin:
+            d.evidence = [Evidence(f"{e.what} (the upstream's header, passed on prefixed)", e.weight)
+                          for e in d.evidence]
+        if up_origin:
+            via_gateway = not any(d.id in {u.id for u in up_origin} for d in origin)
+            up_ids = {d.id for d in up_origin}
+            origin = up_origin + [d for d in origin if d.id not in up_ids and d.confidence >= 0.5
+                                  and not _explained_by(d.id, up_ids)]
     server = next((v for k, v in lower if k == "server"), None)
     if not inter and server is None and any(sends_server_header(o.id) for o in origin):
         # nginx (and others) drop the upstream Server header by default; a missing one
@@ -111,11 +140,18 @@ def analyse_headers(headers: list[tuple[str, str]], body: str = "") -> HeaderAna
             load_err = f"not JSON ({exc.msg}): {raw_hint[:80]!r}"
     rate = {k: v for k, v in lower if _RATE_LIMIT.search(k)}
     return HeaderAnalysis(origin, inter, hop_estimate, via, timing, request_ids, prefixes, load_hint,
-                          load_err, rate)
+                          load_err, rate, origin_via_gateway=via_gateway)
+
+
+def _explained_by(sig_id: str, ids: set[str]) -> bool:
+    from zgtool.probes.signatures import load_database
+
+    return any(s["id"] == sig_id and set(s.get("unless", ())) & ids for s in load_database()["signatures"])
 
 
 def probe_headers(target: Target, *, method: str | None = None, path: str | None = None,
-                  timeout_s: float = 10.0, insecure: bool = False) -> HeadersResult:
+                  timeout_s: float = 10.0, insecure: bool = False, probe_errors: bool = True) -> HeadersResult:
+    """One API request, analysed; with probe_errors also one malformed request (see hopevidence)."""
     req = build(target, stream=False, max_tokens=1, method=method, path=path)
     conn = connection_for(target, timeout_s=timeout_s, insecure=insecure)
     with conn:
@@ -135,8 +171,15 @@ def probe_headers(target: Target, *, method: str | None = None, path: str | None
     if head.status >= 400:
         notes.append(f"the request was answered with HTTP {head.status}; headers of error answers still "
                      "identify the hops, but an intermediary may have answered on its own")
+    analysis = analyse_headers(head.headers, text)
+    err = error_probe(target, req.path, timeout_s=timeout_s, insecure=insecure) if probe_errors else None
+    ttfb = t.ms(t.request_sent_s, t.first_byte_s)
+    analysis.error_probe = err
+    analysis.outside_origin_ms = outside_origin(ttfb, t.ms(t.start_s, t.connected_s), analysis.server_timing)
+    hop = assess(analysis, head.headers, err, analysis.outside_origin_ms)
+    analysis.verdict, analysis.verdict_summary, analysis.hop_evidence = hop.verdict, hop.summary, hop.evidence
     return HeadersResult(
         url=target.url, method=req.method, path=req.path, status=head.status, http_version=head.http_version,
         connect_ms=t.ms(t.start_s, t.connected_s), ttfb_ms=t.ms(t.request_sent_s, t.first_byte_s),
         total_ms=t.ms(t.start_s, end_s), request_headers=redacted_headers(req, target),
-        headers=head.headers, body_excerpt=text[:500], analysis=analyse_headers(head.headers, text), notes=notes)
+        headers=head.headers, body_excerpt=text[:500], analysis=analysis, notes=notes)

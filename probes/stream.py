@@ -5,9 +5,12 @@ and releases it in one burst after a long silence. Verdict rules:
   * with the server's own emission times (an SSE event carrying `token_times_ms` /
     `token_times_s`): buffering when the content's arrival span is under a quarter of its
     emission span (and the emission span is long enough to judge);
-  * otherwise: buffering when >= 80 % of the content arrives in the final burst, that
-    burst also carries the first body bytes (nothing was streamed before it), and the
-    silence before it is long (>= 20 ms and >= half of the time to the last byte);
+  * otherwise: buffering when >= 80 % of the content arrives in the final burst after a long
+    time without any SSE event (>= 20 ms and >= half of the time to the last byte; comments
+    and padding bytes do not count: a hop can pace bytes while holding the events) and that
+    burst is one flush (its events land in <= 2 reads, or < 1/4 as many reads as events);
+    the same burst arriving event by event, read by read, is an origin that started late
+    and then streamed ("streaming");
   * a stream too short or too fast to tell is "inconclusive", never "streaming".
 
 Result data (kind "probe.stream"):
@@ -19,7 +22,7 @@ Result data (kind "probe.stream"):
     emission {source, times_ms, span_ms} | None             the server's own token times
     buffering {verdict: buffering|streaming|inconclusive, buffered: bool, reason,
                burst_fraction, burst_start_ms, silence_before_burst_ms, arrival_span_ms,
-               emission_span_ms, gap_threshold_ms}
+               emission_span_ms, gap_threshold_ms, burst_reads}
     notes [str]
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +45,8 @@ MIN_CONTENT_EVENTS = 3
 MIN_SILENCE_MS = 20.0
 MIN_EMISSION_SPAN_MS = 10.0
 BURST_FRACTION = 0.8
+FLUSH_READS = 2              # a released buffer lands in at most this many reads ...
+FLUSH_READ_FRACTION = 0.25   # ... or in under a quarter as many reads as it has events
 
 
 @dataclass
@@ -75,6 +81,7 @@ class Buffering:
     arrival_span_ms: float | None = None
     emission_span_ms: float | None = None
     gap_threshold_ms: float | None = None
+    burst_reads: int | None = None
 
 
 @dataclass
@@ -194,12 +201,17 @@ def judge(events: list[Event], first_body_ms: float | None, headers_ms: float | 
         start -= 1
     burst = content[start:]
     burst_fraction = sum(e.content_bytes for e in burst) / total_bytes
+    # silence = time without any SSE *event* before the burst; comments and padding bytes do not count
     prior = [e.t_ms for e in events if e.t_ms < burst[0].t_ms - gap]
     prior += [t for t in (headers_ms,) if t is not None and t < burst[0].t_ms - gap]
     silence = burst[0].t_ms - max(prior, default=0.0)
+    # a held buffer is released in one write: its events land in one or two reads; an origin
+    # that is merely fast writes event by event and the reads follow its writes
+    burst_reads = len({e.t_ms for e in burst})
+    flush = burst_reads <= max(FLUSH_READS, math.ceil(FLUSH_READ_FRACTION * len(burst)))
     figures = dict(burst_fraction=round(burst_fraction, 3), burst_start_ms=round(burst[0].t_ms, 3),
                    silence_before_burst_ms=round(silence, 3), arrival_span_ms=round(arrival_span, 3),
-                   gap_threshold_ms=round(gap, 3))
+                   gap_threshold_ms=round(gap, 3), burst_reads=burst_reads)
     if emission is not None and emission.span_ms >= MIN_EMISSION_SPAN_MS:
         figures["emission_span_ms"] = round(emission.span_ms, 3)
         if arrival_span < 0.25 * emission.span_ms:
@@ -208,17 +220,21 @@ def judge(events: list[Event], first_body_ms: float | None, headers_ms: float | 
                 f"{arrival_span:.1f} ms: something between held them back"), **figures)
         return Buffering("streaming", False, (
             f"tokens emitted over {emission.span_ms:.1f} ms arrived over {arrival_span:.1f} ms"), **figures)
-    body_in_burst = first_body_ms is not None and first_body_ms >= burst[0].t_ms - gap
-    if burst_fraction >= BURST_FRACTION and body_in_burst and silence >= max(MIN_SILENCE_MS, 0.5 * last_ms):
+    long_silence = silence >= max(MIN_SILENCE_MS, 0.5 * last_ms)
+    if burst_fraction >= BURST_FRACTION and long_silence and flush:
+        padded = first_body_ms is not None and first_body_ms < burst[0].t_ms - gap
         return Buffering("buffering", True, (
-            f"{burst_fraction:.0%} of the content arrived in one burst at {burst[0].t_ms:.1f} ms after "
-            f"{silence:.1f} ms of silence, with no body bytes before it"), **figures)
+            f"{burst_fraction:.0%} of the content arrived in one flush ({burst_reads} read(s)) at "
+            f"{burst[0].t_ms:.1f} ms after {silence:.1f} ms without an event"
+            + ("; bytes kept arriving before it (SSE comments or padding), but the events were held"
+               if padded else "")), **figures)
+    if burst_fraction >= BURST_FRACTION and long_silence:
+        return Buffering("streaming", False, (
+            f"after {silence:.1f} ms without an event the content arrived event by event ({burst_reads} reads "
+            f"for {len(burst)} events) at the origin's own pace: a slow start, not a held buffer"), **figures)
     if len(burst) < len(content) and arrival_span >= MIN_SILENCE_MS:
         return Buffering("streaming", False, (
             f"content arrived in {_count_bursts(content, gap)} bursts over {arrival_span:.1f} ms"), **figures)
-    if not body_in_burst and silence >= MIN_SILENCE_MS:
-        return Buffering("streaming", False, (
-            "body events arrived before the content burst (the stream was passed through as it came)"), **figures)
     return Buffering("inconclusive", False, (
         f"the whole answer took {last_ms:.1f} ms and arrived in one burst; too fast to tell "
         "streaming from buffering without the server's emission times (ask for more tokens)"), **figures)

@@ -45,6 +45,14 @@ class OriginConfig:
     token_delay_ms: float = 15.0
     emit_times: bool = True          # carry the emission times in a final timing event
     extra_headers: tuple[tuple[str, str], ...] = ()
+    # "paced": one event per token_delay_ms. Two shapes that fooled the buffering verdict:
+    # "padded_hold": an SSE comment every token_delay_ms (bytes keep flowing) while the data
+    #   events are held, then all of them in one write (a hop that pads but buffers);
+    # "late_burst": nothing for late_start_ms, then the events one write each, burst_delay_ms
+    #   apart (an origin with a slow start and a fast run: nothing held them).
+    shape: str = "paced"
+    late_start_ms: float = 300.0
+    burst_delay_ms: float = 3.0
 
 
 class FakeOrigin:
@@ -96,15 +104,26 @@ class FakeOrigin:
             await ev("message_start", {"type": "message_start", "message": {"id": "msg_fake"}})
             await ev("content_block_start", {"type": "content_block_start", "index": 0})
         times = []
-        for i in range(self.cfg.tokens):
+        token = (f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': ORIGIN_TEXT}}]})}\n\n" if openai
+                 else "event: content_block_delta\ndata: " + json.dumps(
+                     {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ORIGIN_TEXT}})
+                 + "\n\n")
+        if self.cfg.shape == "padded_hold":
+            for _ in range(self.cfg.tokens):
+                await asyncio.sleep(self.cfg.token_delay_ms / 1e3)
+                await send({"type": "http.response.body", "body": b": padding\n\n", "more_body": True})
+            await send({"type": "http.response.body", "body": (token * self.cfg.tokens).encode(), "more_body": True})
+        elif self.cfg.shape == "late_burst":
+            await asyncio.sleep(self.cfg.late_start_ms / 1e3)
+            for i in range(self.cfg.tokens):
+                if i:
+                    await asyncio.sleep(self.cfg.burst_delay_ms / 1e3)
+                await send({"type": "http.response.body", "body": token.encode(), "more_body": True})
+        for i in range(self.cfg.tokens if self.cfg.shape == "paced" else 0):
             if i:
                 await asyncio.sleep(self.cfg.token_delay_ms / 1e3)
             times.append(round(time.perf_counter() * 1e3, 3))
-            if openai:
-                await ev(None, {"choices": [{"index": 0, "delta": {"content": ORIGIN_TEXT}}]})
-            else:
-                await ev("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                 "delta": {"type": "text_delta", "text": ORIGIN_TEXT}})
+            await send({"type": "http.response.body", "body": token.encode(), "more_body": True})
         if self.cfg.emit_times:
             await ev(None if openai else "zgtool_timing", {"type": "zgtool_timing", "token_times_ms": times})
         if openai:

@@ -76,10 +76,11 @@ CASES = [
     ("envoy", ENVOY, set(), {"envoy"}, 1),
     ("istio", ISTIO, set(), {"envoy"}, 1),
     ("kong", KONG, set(), {"kong"}, 1),
-    ("litellm", LITELLM, set(), {"litellm"}, 1),
+    # the provider is seen in the headers LiteLLM passes on (llm_provider-openai-processing-ms)
+    ("litellm", LITELLM, {"openai-api"}, {"litellm"}, 1),
     ("portkey", PORTKEY, set(), {"portkey"}, 1),
     ("cloudflare-ai-gateway", CF_AI_GATEWAY, set(), {"cloudflare", "cloudflare-ai-gateway"}, 2),
-    ("azure-openai", AZURE_OPENAI, set(), {"azure-apim"}, 1),
+    ("azure-openai", AZURE_OPENAI, {"azure-openai"}, {"azure-apim"}, 1),
     ("azure-front-door", AZURE_FRONT_DOOR, set(), {"azure-frontdoor"}, 1),
     ("google", GOOGLE, set(), {"google-frontend"}, 1),
     ("akamai", AKAMAI, set(), {"akamai"}, 1),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
-from probe_servers import Nginx, ThreadedUvicorn
+from probe_servers import FakeOrigin, Nginx, OriginConfig, ThreadedUvicorn
 
 from zgtool.probes.stream import Event, SSEParser, judge, probe_stream
 from zgtool.targets import resolve
@@ -72,3 +74,33 @@ def test_sse_parser_handles_events_split_across_reads_and_crlf() -> None:
     assert p.feed("event: a\r\ndata: {\"x\"") == []
     assert p.feed(":1}\r") == []
     assert p.feed("\n: comment\r\n\r\ndata: b\n\n") == [("a", '{"x":1}'), ("message", "b")]
+
+
+@pytest.fixture(scope="module")
+def padded_hold() -> Iterator[ThreadedUvicorn]:
+    with ThreadedUvicorn(FakeOrigin(OriginConfig(tokens=20, emit_times=False, shape="padded_hold"))) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def late_burst() -> Iterator[ThreadedUvicorn]:
+    with ThreadedUvicorn(FakeOrigin(OriginConfig(tokens=20, emit_times=False, shape="late_burst"))) as srv:
+        yield srv
+
+
+def test_paced_padding_does_not_hide_held_events(padded_hold: ThreadedUvicorn) -> None:
+    r = probe_stream(resolve(padded_hold.url))
+    b = r.buffering
+    assert r.emission is None and r.num_content_events == 20
+    assert r.first_body_ms is not None and r.first_body_ms < b.burst_start_ms  # bytes flowed before the events
+    assert b.verdict == "buffering" and b.buffered, b.reason
+    assert "the events were held" in b.reason and b.burst_fraction == 1.0
+
+
+def test_a_late_start_then_a_fast_run_is_streaming_not_buffering(late_burst: ThreadedUvicorn) -> None:
+    r = probe_stream(resolve(late_burst.url))
+    b = r.buffering
+    assert r.emission is None and r.num_content_events == 20
+    assert b.silence_before_burst_ms >= 20 and b.burst_fraction == 1.0  # the shape that looked buffered
+    assert b.verdict == "streaming" and not b.buffered, b.reason
+    assert b.burst_reads is not None and b.burst_reads > 5
