@@ -111,7 +111,15 @@ def ensure_converted(alias: str, package: str | None = None) -> Path:
     out = target_dir(pm, src)
     if _is_complete(out):
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return _convert_locked(pm, src, out)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot write the model cache {out.parent} ({exc.strerror or exc}); "
+                             "set ZGTOOL_MODEL_CACHE to a writable directory") from exc
+
+
+def _convert_locked(pm: PackagedModel, src: Path, out: Path) -> Path:
     with _lock(out.with_name(out.name + ".lock")):
         if _is_complete(out):           # another process converted it while we waited
             return out

@@ -117,3 +117,50 @@ def test_weights_read_without_mmap_equal_safetensors_and_cast_per_tensor(tmp_pat
     cut.write_bytes(f.read_bytes()[:-100])
     with pytest.raises(ModelLoadError, match="truncated"):
         read_safetensors(cut)
+
+
+def test_two_concurrent_first_uses_convert_once_and_publish_atomically(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock and the rename, with a stand-in converter (the real one is covered in test_real_model)."""
+    import threading
+    import time
+
+    import zgtool.engine.gguf_convert as g
+
+    pkg = tmp_path / "site" / "zgtool_fake_model_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / g.SMOLLM2.filename).write_bytes(b"GGUF stand-in")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("ZGTOOL_MODEL_CACHE", str(tmp_path / "cache"))
+    calls: list[Path] = []
+
+    def fake_convert(src: Path, out: Path) -> None:
+        calls.append(out)
+        for name in ("config.json", "model.safetensors"):
+            (out / name).write_text("{}")
+            time.sleep(0.2)          # the other thread must not see a half directory meanwhile
+        (out / g.MARKER).write_text("{}")
+
+    monkeypatch.setattr(g, "convert_gguf", fake_convert)
+    got: list[Path] = []
+    threads = [threading.Thread(target=lambda: got.append(g.ensure_converted("smollm2", package=pkg.name)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(calls) == 1 and len(got) == 2 and got[0] == got[1] and g._is_complete(got[0])
+    assert calls[0] != got[0] and ".tmp-" in calls[0].name                  # written aside, then renamed
+    assert got[0].parent == tmp_path / "cache" and not calls[0].exists()
+
+
+def test_an_unwritable_cache_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from zgtool.engine.errors import ModelLoadError
+    from zgtool.engine.gguf_convert import ensure_converted
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("ZGTOOL_MODEL_CACHE", str(blocker / "models"))
+    with pytest.raises(ModelLoadError, match="ZGTOOL_MODEL_CACHE"):
+        ensure_converted("smollm2")
