@@ -90,6 +90,32 @@ def render_tls(r: Any, console: Console) -> None:
     _notes(console, r.notes)
 
 
+def _detections(a: Any, console: Console) -> None:
+    """Who answered, who is in between, and the verdict with its behavioural evidence."""
+    dt = Table(title="who answered, who is in between", title_justify="left")
+    for col in ("role", "system", "confidence", "evidence"):
+        dt.add_column(col, overflow="fold")
+    for d in a.origin:
+        dt.add_row("origin", d.name, f"{d.level} ({d.confidence:.2f})", "; ".join(e.what for e in d.evidence))
+    for d in a.intermediaries:
+        dt.add_row(d.kind, d.name, f"{d.level} ({d.confidence:.2f})", "; ".join(e.what for e in d.evidence))
+    console.print(dt)
+    summary = getattr(a, "verdict_summary", None) or (
+        "intermediary detected" if a.intermediaries else "no intermediary detected")
+    console.print(f"[bold]{summary}[/bold] (estimated hops: {a.hop_estimate})")
+    for e in getattr(a, "hop_evidence", []):
+        console.print(f"  - {e}")
+
+
+def render_headers_read(r: Any, console: Console) -> None:
+    console.print(f"[bold]probe headers --read {r.source}[/bold] ({r.format}): {len(r.responses)} response(s)")
+    for resp in r.responses:
+        console.print(f"\n[bold]{resp.label}[/bold] -> HTTP {resp.status if resp.status is not None else '?'}"
+                      f"{' ' + resp.http_version if resp.http_version else ''}, {len(resp.headers)} header(s)")
+        _detections(resp.analysis, console)
+    _notes(console, r.notes + [r.responses[0].analysis.caveat] if r.responses else r.notes)
+
+
 def render_headers(r: Any, console: Console) -> None:
     a = r.analysis
     console.print(f"[bold]probe headers[/bold] {r.method} {r.url.rstrip('/')}{r.path} -> HTTP {r.status} "
@@ -100,17 +126,7 @@ def render_headers(r: Any, console: Console) -> None:
     for k, v in r.headers:
         ht.add_row(k, v)
     console.print(ht)
-    dt = Table(title="who answered, who is in between", title_justify="left")
-    for col in ("role", "system", "confidence", "evidence"):
-        dt.add_column(col, overflow="fold")
-    for d in a.origin:
-        dt.add_row("origin", d.name, f"{d.level} ({d.confidence:.2f})", "; ".join(e.what for e in d.evidence))
-    for d in a.intermediaries:
-        dt.add_row(d.kind, d.name, f"{d.level} ({d.confidence:.2f})", "; ".join(e.what for e in d.evidence))
-    console.print(dt)
-    verdict = (f"{len(a.intermediaries)} intermediary(ies) detected, estimated hops: {a.hop_estimate}"
-               if a.intermediaries else "no intermediary detected")
-    console.print(f"[bold]{verdict}[/bold]")
+    _detections(a, console)
     if a.via:
         console.print("Via: " + " -> ".join(f"{h.protocol} {h.received_by}".strip() for h in a.via))
     if a.server_timing:

@@ -209,7 +209,7 @@ def judge(events: list[Event], first_body_ms: float | None, headers_ms: float | 
     # that is merely fast writes event by event and the reads follow its writes
     burst_reads = len({e.t_ms for e in burst})
     flush = burst_reads <= max(FLUSH_READS, math.ceil(FLUSH_READ_FRACTION * len(burst)))
-    figures = dict(burst_fraction=round(burst_fraction, 3), burst_start_ms=round(burst[0].t_ms, 3),
+    figures: dict[str, Any] = dict(burst_fraction=round(burst_fraction, 3), burst_start_ms=round(burst[0].t_ms, 3),
                    silence_before_burst_ms=round(silence, 3), arrival_span_ms=round(arrival_span, 3),
                    gap_threshold_ms=round(gap, 3), burst_reads=burst_reads)
     if emission is not None and emission.span_ms >= MIN_EMISSION_SPAN_MS:

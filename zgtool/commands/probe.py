@@ -129,20 +129,38 @@ def register(app: typer.Typer) -> None:
 
     @probe_app.command("headers")
     def probe_headers_cmd(
-        target: str = typer.Argument(..., help=TARGET_HELP),
+        target: str = typer.Argument(None, help=TARGET_HELP + " Not needed with --read."),
+        read: Path = typer.Option(None, "--read", help="Analyse recorded responses instead: a HAR file, "
+                                                        "`curl -sD-` or `curl -v` output, or raw header text."),
         method: str = typer.Option(None, "--method", help="Send METHOD instead of the API request."),
         path: str = typer.Option(None, "--path", help="Request PATH instead of the API endpoint."),
+        no_error_probe: bool = typer.Option(False, "--no-error-probe",
+                                            help="Do not send the one malformed request that shows who parses "
+                                                 "requests first."),
         config: Path = config_opt, api: str = api_opt, model: str = model_opt,
         as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt,
         insecure: bool = insecure_opt,
     ) -> None:
-        """One minimal request; every response header matched against the signature database."""
+        """One minimal request (and one malformed one); every response header matched against the signature
+        database, plus behavioural evidence of a hop when the headers are silent."""
+        from zgtool.errors import UsageError
         from zgtool.probes import render
-        from zgtool.probes.headers import probe_headers
 
         _check_timeout(timeout)
+        if read is not None:
+            if target is not None:
+                raise UsageError("--read analyses a recorded file; do not also give a TARGET")
+            from zgtool.probes.headerfile import read_headers_file
+
+            _emit("probe.headers", read_headers_file(read), None, render.render_headers_read, as_json, out)
+            return
+        if target is None:
+            raise UsageError("probe headers needs a TARGET (name or URL) or --read FILE")
+        from zgtool.probes.headers import probe_headers
+
         t = _target(target, config, api, model)
-        result = probe_headers(t, method=method, path=path, timeout_s=timeout, insecure=insecure)
+        result = probe_headers(t, method=method, path=path, timeout_s=timeout, insecure=insecure,
+                               probe_errors=not no_error_probe)
         _emit("probe.headers", result, t, render.render_headers, as_json, out)
 
     @probe_app.command("stream")
