@@ -233,3 +233,12 @@ def test_a_10_mb_body_gets_413_in_each_api_shape_not_a_retried_502(null_stack: L
         client.chat.completions.create(model="null", max_tokens=2, messages=[{"role": "user", "content": big}])
     assert err.value.status_code == 413 and err.value.body["code"] == "request_too_large"
     assert httpx.get(null_stack.urls["direct"] + "/health").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["pygw", "stack"])
+def test_models_list_through_pygw_answers_each_sdk_in_its_shape(null_stack: LocalStack, path: str) -> None:
+    url = null_stack.urls[path]
+    page = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0).models.list()
+    assert "null" in [m.id for m in page.data] and all(m.object == "model" and m.owned_by for m in page.data)
+    models = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0).models.list()
+    assert "null" in [m.id for m in models.data] and all(m.type == "model" for m in models.data)

@@ -116,7 +116,7 @@ def _front(path: str, headers: list[tuple[bytes, bytes]]) -> str:
     unless the client sends anthropic-version (as the anthropic SDK always does)."""
     if path.startswith("/v1/chat"):
         return "openai"
-    if path == "/v1/models":
+    if path == "/v1/models" or path.startswith("/v1/models/"):
         return "anthropic" if any(k == b"anthropic-version" for k, _ in headers) else "openai"
     return "anthropic"
 
@@ -189,7 +189,8 @@ class Gateway:
                 await _respond(out, 200, b'{"status":"ok"}', [(b"x-request-id", rid.encode())])
             elif path in ("/v1/messages", "/v1/chat/completions") and method == "POST":
                 await self.handle(scope, receive, out, front, rid)
-            elif (path, method) in (("/v1/models", "GET"), ("/v1/messages/count_tokens", "POST")):
+            elif (path, method) in (("/v1/models", "GET"), ("/v1/messages/count_tokens", "POST")) or (
+                    method == "GET" and path.startswith("/v1/models/")):
                 await self.forward_plain(scope, receive, out, front, rid)
             elif path.startswith("/admin/"):
                 await self.forward_admin(scope, receive, out, rid)
@@ -459,11 +460,15 @@ class Gateway:
         data = resp.content
         if resp.status_code != 200:
             data = _error_for(front, data, resp.status_code, rid)
-        elif scope["path"] == "/v1/models" and front == "openai":
+        elif scope["path"].startswith("/v1/models") and front == "openai":
             try:
-                data = json.dumps(anthropic_models_to_openai(json.loads(data), self.created)).encode()
-            except (ValueError, AttributeError) as exc:
-                raise ApiError(502, "api_error", f"upstream models list is not JSON: {exc}") from exc
+                obj = json.loads(data)
+                if scope["path"] == "/v1/models":
+                    data = json.dumps(anthropic_models_to_openai(obj, self.created)).encode()
+                else:  # one model
+                    data = json.dumps(anthropic_models_to_openai({"data": [obj]}, self.created)["data"][0]).encode()
+            except (ValueError, AttributeError, IndexError) as exc:
+                raise ApiError(502, "api_error", f"upstream models answer is not a model list: {exc}") from exc
         hdrs = [(k, v) for k, v in resp.headers.raw if k.lower() not in _DROP | {b"content-type"}]
         hdrs += [*self._own_headers(rid, resp), (b"content-type", b"application/json")]
         await _respond(send, resp.status_code, data, hdrs, content_type=False)
