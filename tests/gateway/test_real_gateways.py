@@ -154,6 +154,15 @@ def test_buffered_configs_hold_the_stream_until_it_ends(paced: FakeUpstream, kin
         assert _delta_spread_s(gw.url) < 0.2 * direct
 
 
+def test_haproxy_as_shipped_coalesces_sse_events(paced: FakeUpstream, tmp_path: Path) -> None:
+    # without option http-no-delay, partial bodies leave with MSG_MORE: the kernel holds the
+    # small events back (up to ~200 ms) and hands several over at once
+    direct = _delta_spread_s(paced.url)
+    with start_gateway("haproxy", paced.url, tmp_path, buffering="default") as gw:
+        assert gw.path == "haproxy-default"
+        assert _delta_spread_s(gw.url) < 0.5 * direct
+
+
 @pytest.mark.parametrize("kind", PROXIES)
 def test_stop_leaves_no_process(engine: str, kind: str, tmp_path: Path) -> None:
     gw = start_gateway(kind, engine, tmp_path)
@@ -286,3 +295,25 @@ def test_litellm_with_a_keys_file_accepts_only_its_keys_and_applies_their_rpm(
         assert statuses[:2] == [200, 200] and 429 in statuses[2:], statuses
         assert (tmp_path / "run" / "litellm-master-key").stat().st_mode & 0o077 == 0
         assert "sk-team-a" not in (tmp_path / "run" / "zg_litellm_auth.py").read_text()  # digests only
+
+
+@pytest.mark.timeout(LITELLM_TIMEOUT_S)
+def test_litellm_with_redis_caches_answers_in_redis(
+        engine: str, litellm_venv: Path, redis_url: str, tmp_path: Path) -> None:
+    import redis
+
+    body = {"model": "null", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "cache me"}]}
+    with start_gateway("litellm", engine, tmp_path / "run", redis_url=redis_url) as gw:
+        assert "redis" in (tmp_path / "run" / "litellm.yaml").read_text()
+        first = httpx.post(gw.url + "/v1/chat/completions", json=body)
+        assert first.status_code == 200
+        deadline = time.monotonic() + 20
+        while True:  # the answer is written to Redis after it is sent: poll for the hit
+            again = httpx.post(gw.url + "/v1/chat/completions", json=body)
+            assert again.status_code == 200
+            if "x-litellm-cache-key" in again.headers:
+                break
+            assert time.monotonic() < deadline, dict(again.headers)
+            time.sleep(0.2)
+        assert again.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+        assert redis.Redis.from_url(redis_url).dbsize() > 0
