@@ -28,25 +28,43 @@ def open_stream(srv: Any, stack: ExitStack, key: str, max_tokens: int = 900) -> 
     return s
 
 
+def wait_until(pred: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+# The real CLI, its imports done before the streams start: on a loaded machine an interpreter's
+# start-up takes seconds, longer than a stream lives. It runs `zgtool defrag` when told to.
+PRIMED_CLI = ("import sys\nfrom zgtool.app import main\nimport zgtool.commands.dcgm, zgtool.dcgm.defrag, "
+              "zgtool.dcgm.render, httpx\nprint('READY', flush=True)\nsys.stdin.readline()\nmain(sys.argv[1:])\n")
+
+
 def test_defrag_cli_compacts_a_fragmented_live_pool_without_touching_running_streams(
         start_server: Any, keys_file: Any, api_keys: dict[str, str]) -> None:
-    with start_server(model="dummy:tiny", keys=keys_file) as srv, ExitStack() as keep:
+    with start_server(model="dummy:small", keys=keys_file, grace_s=1) as srv, ExitStack() as keep:
+        # dummy:small, not tiny: tiny decodes 900 tokens faster than the CLI can ask, and the kept
+        # streams must still be running when the defrag request arrives
         engine = srv.built.engine
+        cli = subprocess.Popen([sys.executable, "-c", PRIMED_CLI, "defrag", "--engine", srv.url, "--admin-key",
+                                api_keys["admin"], "--json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        keep.callback(lambda: cli.poll() is None and cli.kill())
+        assert cli.stdout is not None and cli.stdout.readline().strip() == "READY", cli.stderr
         gone = ExitStack()
         socks = []
         for i in range(6):
             socks.append(open_stream(srv, gone if i % 2 == 0 else keep, api_keys["pro"]))
-        time.sleep(0.3)  # decodes grow every table block by block: their blocks interleave
+        # decodes grow every table block by block, in turn: once each of the six streams holds two
+        # blocks past its prompt's, their blocks interleave
+        blocks_at_start = engine.stats()["kv_blocks_used"]
+        wait_until(lambda: engine.stats()["kv_blocks_used"] >= blocks_at_start + 6 * 2, 60, "interleaved blocks")
         gone.close()     # disconnect alternate streams: their blocks are freed, leaving holes
-        deadline = time.time() + 5
-        while engine.stats()["running"] != 3 and time.time() < deadline:
-            time.sleep(0.02)
-        assert engine.stats()["running"] == 3
-        proc = subprocess.run(
-            [sys.executable, "-m", "zgtool", "defrag", "--engine", srv.url, "--admin-key", api_keys["admin"],
-             "--json"], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        data = json.loads(proc.stdout)["data"]
+        wait_until(lambda: engine.stats()["running"] == 3, 10, "the three disconnected streams to be freed")
+        out, err = cli.communicate("go\n", timeout=60)
+        assert cli.returncode == 0, err
+        data = json.loads(out)["data"]
         blob = json.dumps(data)
         before, after = _find(data, "before"), _find(data, "after")
         assert before["fragmentation"] > 0, blob
