@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# One command that proves or disproves zgtool's CUDA path on a GPU machine (issue 13):
+# sets zgtool up (as the README does: a venv, the installed torch kept, `pip install -e .`),
+# runs `pytest -m gpu`, then bench/gpu_roofline.py, and writes everything to one JSON file
+# (gpu_check.json) plus a log (gpu_check.log). Under 8 minutes on one GPU, no network needed.
+#
+#   bash scripts/gpu_check.sh --prepare      # on a machine WITH network: wheels for the GPU
+#                                            # machine's Python (ZG_GPU_PY, default 3.12) into .whl/
+#   bash scripts/gpu_check.sh [OUT_DIR]      # on the GPU machine (OUT_DIR default: $OUT, else
+#                                            # reports/gpu-check-<time>)
+#
+# The GPU machine needs python3 with a CUDA build of torch (and transformers for the parity
+# tests); the venv is made with --system-site-packages so that torch is used as it is, the way
+# scripts/setup.sh keeps an installed torch. Without network, the packages zgtool needs besides
+# come from .whl/ (made by --prepare). Exit: 0 all passed, 1 a test failed or the bench broke,
+# 4 no CUDA device.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+WHEELS=$ROOT/.whl
+# what zgtool needs beyond a CUDA image's usual packages (torch, transformers, numpy, httpx...);
+# pip skips whatever is already installed at a satisfying version
+EXTRA_PKGS=("uvicorn>=0.30" "httptools>=0.6" "regex>=2023.0" "cryptography>=42" "scapy>=2.5" "redis>=5"
+            "anthropic>=0.40" "openai>=1.40" "gguf>=0.10" "typer>=0.29,<0.30" "pytest-timeout>=2"
+            "nvidia-ml-py>=12" "prometheus-client>=0.20" "safetensors>=0.4")
+
+if [ "${1:-}" = "--prepare" ]; then
+  pyver=${ZG_GPU_PY:-3.12}
+  mkdir -p "$WHEELS"
+  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+  plats=()
+  for p in manylinux_2_39_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 \
+           manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 any; do
+    plats+=(--platform "$p")
+  done
+  python3 -m pip download -q --only-binary=:all: --python-version "$pyver" --implementation cp \
+    "${plats[@]}" -d "$WHEELS" "${EXTRA_PKGS[@]}" || exit 1
+  echo "gpu_check: $(ls "$WHEELS" | wc -l) wheels ($(du -sh "$WHEELS" | cut -f1)) in .whl/ for Python $pyver;" \
+       "carry .whl to the GPU machine"
+  exit 0
+fi
+
+OUT_DIR=${1:-${OUT:-reports/gpu-check-$(date -u +%Y%m%d-%H%M%S)}}
+mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+LOG=$OUT_DIR/gpu_check.log
+exec > >(tee -a "$LOG") 2>&1
+export PYTHONUNBUFFERED=1
+t_start=$(date +%s)
+PY=${PYTHON:-python3}
+echo "gpu_check: $(date -u +%FT%TZ) in $ROOT -> $OUT_DIR"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.memory --format=csv,noheader 2>&1 || true
+
+write_json() {  # status reason: the summary when no test could run
+  "$PY" - "$OUT_DIR/gpu_check.json" "$1" "$2" <<'EOF'
+import json, sys
+json.dump({"schema": "zgtool.gpu_check/1", "ok": False, "status": sys.argv[2], "reason": sys.argv[3]},
+          open(sys.argv[1], "w"), indent=2)
+EOF
+}
+
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  echo "gpu_check: not run: no CUDA device visible to $PY's torch"
+  write_json no_cuda "no CUDA device visible to torch"
+  exit 4
+fi
+
+# --- setup: the README's way, offline-capable -------------------------------------------
+VENV=$ROOT/.venv-gpu
+[ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV" || { write_json setup_failed "venv"; exit 1; }
+pip_src=()
+if [ -d "$WHEELS" ]; then pip_src=(--no-index --find-links "$WHEELS"); fi
+t0=$(date +%s)
+if ! "$VENV/bin/python" -m pip install -q --no-build-isolation "${pip_src[@]}" -e . "${EXTRA_PKGS[@]}"; then
+  echo "gpu_check: setup failed (without network, run 'bash scripts/gpu_check.sh --prepare' where there is one and carry .whl)"
+  write_json setup_failed "pip install -e . failed; see gpu_check.log"
+  exit 1
+fi
+setup_s=$(( $(date +%s) - t0 ))
+echo "gpu_check: setup ${setup_s}s: $("$VENV/bin/python" -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))')"
+
+# --- the GPU tests ----------------------------------------------------------------------
+t0=$(date +%s)
+timeout 330 "$VENV/bin/python" -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA \
+  --junitxml="$OUT_DIR/pytest_gpu.xml" --timeout=240
+pytest_rc=$?
+pytest_s=$(( $(date +%s) - t0 ))
+
+# --- the roofline benchmark -------------------------------------------------------------
+t0=$(date +%s)
+timeout 240 "$VENV/bin/python" bench/gpu_roofline.py | tee "$OUT_DIR/gpu_roofline.txt"
+bench_rc=${PIPESTATUS[0]}
+bench_s=$(( $(date +%s) - t0 ))
+
+"$VENV/bin/python" - "$OUT_DIR" "$pytest_rc" "$bench_rc" "$setup_s" "$pytest_s" "$bench_s" "$t_start" <<'EOF'
+import json, platform, subprocess, sys, time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+out, pytest_rc, bench_rc = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+setup_s, pytest_s, bench_s, t_start = (int(v) for v in sys.argv[4:8])
+tests, counts = [], {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+xml = out / "pytest_gpu.xml"
+if xml.exists():
+    for case in ET.parse(xml).iter("testcase"):
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            el = case.find(tag)
+            if el is not None:
+                outcome = {"failure": "failed"}.get(tag, tag)
+                message = (el.get("message") or "")[:500]
+        counts[outcome] += 1
+        tests.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
+                      "seconds": float(case.get("time") or 0), **({"message": message} if message else {})})
+bench = None
+txt = out / "gpu_roofline.txt"
+if txt.exists() and txt.read_text().strip():
+    try:
+        bench = json.loads(txt.read_text().strip().splitlines()[-1])
+    except ValueError:
+        bench = None
+import torch
+smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+ok = pytest_rc == 0 and bench_rc == 0 and counts["failed"] == 0 and counts["error"] == 0 and counts["passed"] > 0
+summary = {
+    "schema": "zgtool.gpu_check/1", "ok": ok, "status": "passed" if ok else "failed",
+    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "device": torch.cuda.get_device_name(0), "nvidia_smi": smi, "torch": torch.__version__,
+    "cuda": torch.version.cuda, "python": platform.python_version(),
+    "seconds": {"setup": setup_s, "pytest": pytest_s, "bench": bench_s, "total": int(time.time()) - t_start},
+    "pytest": {"rc": pytest_rc, **counts, "tests": tests},
+    "roofline": {"rc": bench_rc, "result": bench},
+}
+(out / "gpu_check.json").write_text(json.dumps(summary, indent=2))
+print(f"gpu_check: {'OK' if ok else 'FAILED'}: {counts['passed']} passed, {counts['failed']} failed, "
+      f"{counts['error']} errors, {counts['skipped']} skipped; bench rc {bench_rc}; "
+      f"{summary['seconds']['total']} s -> {out / 'gpu_check.json'}")
+sys.exit(0 if ok else 1)
+EOF
