@@ -14,11 +14,13 @@ blocked text ever reaches the client.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
 ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e")
+_ASCII_SLOW = re.compile(r"[\t\n\r\x0b\x0c\x1c-\x1f]|  ")     # ASCII that folds (whitespace other than one space)
 
 
 def normalize(text: str, fold_case: bool) -> str:
@@ -45,17 +47,24 @@ class OutputRules:
 class OutputFilter:
     """Per-request state: incremental normalised text with a map back to raw positions."""
 
-    __slots__ = ("rules", "prefixes", "phrase_back", "text", "src", "raw_len", "checked", "safe_chars")
+    __slots__ = ("rules", "prefixes", "firsts", "phrase_back", "keep", "text", "src", "raw_len", "checked",
+                 "safe_chars", "rx_from")
 
     def __init__(self, rules: OutputRules, prefixes: frozenset[str]) -> None:
         self.rules = rules
         self.prefixes = prefixes
         self.phrase_back = max((len(p) for p in rules.phrases), default=1) - 1
+        # normalised chars kept behind the checked point (older text can start no new match)
+        self.keep = max(self.phrase_back, rules.regex_lookback_chars if rules.regexes else 0) + 64
         self.text = ""                 # normalised output so far
         self.src: list[int] = []       # raw index of the character each normalised one came from
         self.raw_len = 0
         self.checked = 0               # normalised chars already searched for full matches
         self.safe_chars = 0            # raw chars that can never become part of a match
+        self.firsts = frozenset(p[0] for p in rules.phrases)
+        # per regex: no partial match can start before this normalised index (proven at an
+        # earlier call; text only grows), so the partial search is O(new text + held text)
+        self.rx_from = [0] * len(rules.regexes)
 
     def _truncate(self, raw_len: int) -> None:
         """A stop string cut the output: forget what came from the removed raw text."""
@@ -66,11 +75,19 @@ class OutputFilter:
         self.text = self.text[:keep]
         self.raw_len = raw_len
         self.checked = min(self.checked, keep)
+        self.rx_from = [0] * len(self.rx_from)
 
     def _extend(self, text: str, start: int) -> None:
-        norm: list[str] = []
         src, fold = self.src, self.rules.fold_case
         last_space = self.text.endswith(" ")
+        delta = text[start:]
+        if delta.isascii() and not _ASCII_SLOW.search(delta) and not (last_space and delta[0] == " "):
+            # the common token: ASCII, no whitespace to fold, nothing to drop: one char per char
+            self.text += delta.lower() if fold else delta
+            src.extend(range(start, len(text)))
+            self.raw_len = len(text)
+            return
+        norm: list[str] = []
         for i in range(start, len(text)):
             c = text[i]
             if c in ZERO_WIDTH:
@@ -114,23 +131,33 @@ class OutputFilter:
         hold = n
         if hit is None and rules.regexes:
             start = max(0, self.checked - rules.regex_lookback_chars)
-            for rx in rules.regexes:
+            for i, rx in enumerate(rules.regexes):
                 if rx.search(text, start) is not None:
                     hit = f"{rules.message} (output matched a denied pattern)"
                     break
-                m = rx.search(text, start, partial=True)
+                m = rx.search(text, max(start, self.rx_from[i]), partial=True)
                 if m is not None and m.partial:
                     hold = min(hold, m.start())
+                    self.rx_from[i] = m.start()
+                else:
+                    self.rx_from[i] = n
         self.checked = n
         if hit is not None:
             return hit
-        for k in range(min(self.phrase_back, n), 0, -1):     # longest suffix that starts a phrase
-            if text[n - k:] in self.prefixes:
-                hold = min(hold, n - k)
+        firsts, prefixes = self.firsts, self.prefixes
+        for i in range(n - min(self.phrase_back, n), n):      # longest suffix that starts a phrase
+            if text[i] in firsts and text[i:] in prefixes:
+                hold = min(hold, i)
                 break
         safe = self.src[hold] if hold < n else self.raw_len
         if safe > self.safe_chars:
             self.safe_chars = safe
+        if n > 4 * self.keep and hold >= n - self.keep:       # bound the window: O(delta) per call
+            drop = n - self.keep
+            self.text = text[drop:]
+            del self.src[:drop]
+            self.checked -= drop
+            self.rx_from = [max(0, r - drop) for r in self.rx_from]
         return None
 
 
