@@ -101,6 +101,6 @@ def test_a_late_start_then_a_fast_run_is_streaming_not_buffering(late_burst: Thr
     r = probe_stream(resolve(late_burst.url))
     b = r.buffering
     assert r.emission is None and r.num_content_events == 20
-    assert b.silence_before_burst_ms >= 20 and b.burst_fraction == 1.0  # the shape that looked buffered
+    assert r.first_content_ms is not None and r.first_content_ms >= 250  # nothing for 300 ms, then the run
     assert b.verdict == "streaming" and not b.buffered, b.reason
-    assert b.burst_reads is not None and b.burst_reads > 5
+    assert b.burst_reads is not None and b.burst_reads > 1  # event by event, not one released buffer
