@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from scripted_llm_server import free_port
+from skip_clock import SkipClock
 
 from zgtool.client import AutoFallbackPolicy, Client, FallbackConfig, RequestFailed, RetryConfig
 from zgtool.targets import Target
@@ -129,8 +130,9 @@ def test_engine_rate_limit_429_retry_after_is_read_and_a_too_long_wait_is_refuse
 def test_engine_timeouts_move_a_shared_policy_to_the_fallback_model_and_back(engine: str, keys: None) -> None:
     # Timeouts alone trigger here (no threshold): a null engine cannot be driven to 95% honestly;
     # the load-threshold path is covered against the scripted server.
-    policy = AutoFallbackPolicy(FallbackConfig(("default", "null"), util_threshold_pct=None, cooldown_s=0.5,
-                                               recover_successes=2))
+    clock = SkipClock()
+    policy = AutoFallbackPolicy(FallbackConfig(("default", "null"), util_threshold_pct=None, cooldown_s=30,
+                                               recover_successes=2), clock=clock)
     impatient = Client(target(engine), policy=policy, timeout_s=0.005,
                        retry=RetryConfig(max_attempts=3, base_delay_s=0.001))
     patient = Client(target(engine), policy=policy, timeout_s=30)
@@ -141,7 +143,7 @@ def test_engine_timeouts_move_a_shared_policy_to_the_fallback_model_and_back(eng
         on_fallback = patient.ask("hello", max_tokens=4)
         assert on_fallback.served_model == "null" and on_fallback.model == "null"
         patient.ask("hello", max_tokens=4)
-        time.sleep(0.6)
+        clock.skip(31)       # the cool-down passes
         back = patient.ask("hello", max_tokens=4)
     assert back.model == "default" and back.served_model == "default"
     assert [s.direction for s in policy.switches] == ["fallback", "recover"]

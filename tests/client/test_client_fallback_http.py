@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
 
 from scripted_llm_server import ScriptedServer, Step
+from skip_clock import SkipClock
 
 from zgtool.client import AutoFallbackPolicy, Client, FallbackConfig, RetryConfig
 from zgtool.targets import Target
@@ -16,7 +16,8 @@ COOL = {"x-gpu-load-hint": json.dumps({"kv_util": 0.05, "running": 1, "waiting":
 
 def test_high_load_and_timeouts_fall_back_mid_request_and_recover_after_the_cool_down(
         scripted: ScriptedServer) -> None:
-    policy = AutoFallbackPolicy(FallbackConfig(("big", "small"), cooldown_s=0.6, recover_successes=2))
+    clock = SkipClock()
+    policy = AutoFallbackPolicy(FallbackConfig(("big", "small"), cooldown_s=30, recover_successes=2), clock=clock)
     retry = RetryConfig(max_attempts=5, base_delay_s=0.01, max_delay_s=0.02)
     client = Client(Target("s", scripted.url, "anthropic", "big"), policy=policy, retry=retry, timeout_s=0.25)
     scripted.script(Step(200, HOT), *[Step(delay_s=1.5)] * 3, Step(200, COOL), Step(200, COOL))
@@ -31,7 +32,7 @@ def test_high_load_and_timeouts_fall_back_mid_request_and_recover_after_the_cool
         assert sw.direction == "fallback" and "3 consecutive timeouts" in sw.reason
         third = client.ask("hi")  # second healthy answer, but still inside the cool-down
         assert third.model == "small" and third.switches == ()
-        time.sleep(0.7)
+        clock.skip(31)       # the cool-down passes
         fourth = client.ask("hi")
     assert fourth.model == "big" and fourth.switches[0].direction == "recover"
     assert [s.body["model"] for s in scripted.seen] == ["big"] * 4 + ["small"] * 2 + ["big"]
