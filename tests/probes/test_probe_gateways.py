@@ -165,7 +165,8 @@ def test_litellm_is_identified_and_its_origin_is_not_the_anthropic_api(litellm_p
     assert "anthropic-api" not in {d.id for d in a.origin}
     if api == "openai":  # LiteLLM passes the engine's headers on as llm_provider-*
         assert {d.id for d in a.origin} == {"zgtool-engine"} and a.origin_via_gateway
-    assert any("uvicorn" in e for e in a.hop_evidence)  # LiteLLM's own server answers malformed requests
+        # and LiteLLM's own uvicorn, not the engine, answers a malformed request
+        assert any("answered by uvicorn" in e for e in a.hop_evidence)
 
 
 # ---- probe stream through the gateways, in front of a paced origin with emission times -----------
