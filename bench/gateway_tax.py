@@ -204,7 +204,7 @@ def run_model(model: str, kinds: list[str], concurrencies: list[int], seconds: f
     paths = ["direct", *kinds]
     st = _start(model, kinds)
     try:
-        pgid = {c.name: c.pid for c in st.children}
+        pgid = {c.name: c.pid for c in st.children if c.pid is not None}  # each child leads its group
         pgid["direct"] = pgid["engine"]
         import httpx
 
