@@ -3,7 +3,9 @@
 Data (kind "probe.all"): {target_url, tcp, tls, headers, stream, errors, skipped, summary}
 where tcp/tls/headers/stream hold each probe's data (or None), errors {probe: message}
 for probes that failed, skipped {probe: reason} (tls on a plain-http target), and summary
-{intermediaries [names], origin [names], hop_estimate, buffering verdict, handshake/rtt figures}.
+{intermediaries [names], origin [names], hop_estimate, buffering verdict, handshake/rtt figures,
+verdict (identified | likely | none: never "direct"), verdict_summary, evidence [str]}: the headers'
+verdict, raised to "likely" when the stream probe finds the events held back and no header named a hop.
 """
 
 from __future__ import annotations
@@ -78,4 +80,23 @@ def summarise(res: AllResult) -> dict[str, Any]:
     if res.tls is not None:
         s["tls"] = f"{res.tls.version} {res.tls.cipher} alpn={res.tls.alpn}"
         s["ja4s"] = res.tls.ja4s
+    s.update(overall_verdict(res))
     return s
+
+
+def overall_verdict(res: AllResult) -> dict[str, Any]:
+    """Headers' verdict plus what the other probes add (a held-back stream, h2 from an HTTP/1.1-only origin)."""
+    verdict, summary, evidence = "none", "no intermediary evident (not proof there is none)", []
+    if res.headers is not None:
+        a = res.headers.analysis
+        verdict, summary, evidence = a.verdict, a.verdict_summary, list(a.hop_evidence)
+    origin_ids = {d.id for d in res.headers.analysis.origin} if res.headers is not None else set()
+    if res.stream is not None and res.stream.buffering.verdict == "buffering":
+        evidence.append(f"probe stream: {res.stream.buffering.reason}")
+        if verdict == "none":
+            verdict, summary = "likely", "an intermediary is likely, unidentified"
+    if res.tls is not None and res.tls.alpn == "h2" and origin_ids & {"zgtool-engine", "uvicorn"}:
+        evidence.append("TLS chose ALPN h2 although the origin speaks only HTTP/1.1: something else terminated TLS")
+        if verdict == "none":
+            verdict, summary = "likely", "an intermediary is likely, unidentified"
+    return {"verdict": verdict, "verdict_summary": summary, "evidence": evidence}

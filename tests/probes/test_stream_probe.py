@@ -104,3 +104,13 @@ def test_a_late_start_then_a_fast_run_is_streaming_not_buffering(late_burst: Thr
     assert r.first_content_ms is not None and r.first_content_ms >= 250  # nothing for 300 ms, then the run
     assert b.verdict == "streaming" and not b.buffered, b.reason
     assert b.burst_reads is not None and b.burst_reads > 1  # event by event, not one released buffer
+
+
+def test_probe_all_raises_a_silent_path_to_likely_when_the_stream_is_held(padded_hold: ThreadedUvicorn) -> None:
+    from zgtool.probes.combined import probe_all
+
+    r = probe_all(resolve(padded_hold.url), max_tokens=20)
+    assert r.headers.analysis.verdict == "none"  # nothing in the headers names a hop
+    assert r.summary["buffering"] == "buffering"
+    assert r.summary["verdict"] == "likely" and r.summary["verdict_summary"] == "an intermediary is likely, unidentified"
+    assert any(e.startswith("probe stream: ") for e in r.summary["evidence"])
