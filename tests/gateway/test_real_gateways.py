@@ -317,3 +317,15 @@ def test_litellm_with_redis_caches_answers_in_redis(
             time.sleep(0.2)
         assert again.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
         assert redis.Redis.from_url(redis_url).dbsize() > 0
+
+
+def test_litellm_without_pypi_is_one_line_naming_the_network_need_and_exit_4(tmp_path: Path) -> None:
+    # a fresh cache dir and a pip that may reach no index: the venv cannot be created
+    env = {**os.environ, "ZGTOOL_CACHE_DIR": str(tmp_path / "cache"), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(tmp_path), "PIP_CONFIG_FILE": os.devnull}
+    p = subprocess.run([*ZGTOOL, "gateway", "--kind", "litellm", "--upstream", "http://127.0.0.1:9",
+                        "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=240, env=env)
+    assert p.returncode == 4, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("zgtool: ") and "needs network access to PyPI" in last and "Traceback" not in p.stderr
+    assert not (tmp_path / "cache" / "venvs" / "litellm" / ".zgtool-ok").exists()
