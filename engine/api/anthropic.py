@@ -16,6 +16,7 @@ from zgtool.engine.api.common import (
     opt_bool,
     opt_float,
     opt_int,
+    opt_seed,
     reject_unsupported,
     req_str,
     str_list,
@@ -104,6 +105,7 @@ def parse_messages(obj: dict[str, Any], max_tokens_limit: int) -> ChatRequest:
         stop=str_list(obj.get("stop_sequences"), "stop_sequences"),
         stream=opt_bool(obj, "stream"),
         metadata=metadata,
+        seed=opt_seed(obj),  # a zgtool extension (OpenAI's seed; pygw forwards it)
     )
 
 
