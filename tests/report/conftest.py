@@ -33,12 +33,12 @@ def chromium_binary() -> str | None:
     return None
 
 
-def open_in_chromium(page: Path, screenshot: Path | None = None, *, height: int = 2400) -> BrowserRun:
+def open_in_chromium(page: Path, screenshot: Path | None = None, *, height: int = 2400, width: int = 1280) -> BrowserRun:
     """Load the page twice (screenshot, then --dump-dom), offline, with a throwaway profile."""
     binary = chromium_binary()
     assert binary is not None
     base = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--enable-logging=stderr",
-            "--v=0", "--no-first-run", "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size=1280,{height}"]
+            "--v=0", "--no-first-run", "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size={width},{height}"]
     console: list[str] = []
     dom = ""
     with tempfile.TemporaryDirectory(prefix="zg-chromium-") as profile:

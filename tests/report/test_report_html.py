@@ -133,3 +133,70 @@ def test_the_console_check_catches_a_page_that_throws(browser, tmp_path: Path) -
     page.write_text("<!DOCTYPE html><html><body><script>throw new Error('boom-zg')</script></body></html>")
     run = browser(page)
     assert any("boom-zg" in line for line in run.console)
+
+
+def _legend_colours(html: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for key, colour in re.findall(r'<g class="lg" data-key="([^"]+)"><rect[^>]*fill="([^"]+)"', html):
+        out.setdefault(key, set()).add(colour)
+    return out
+
+
+def test_every_path_keeps_one_colour_in_every_section(full_html: str) -> None:
+    colours = _legend_colours(full_html)
+    for path in ("direct", "stack"):
+        assert len(colours[path]) == 1, (path, colours[path])
+    # k6's `gateway` scenario is the stack path; its streaming scenario is a shade of direct's colour
+    assert colours["gateway"] == colours["stack"]
+    assert colours["direct (stream)"] != colours["direct"]
+    path_colours = set().union(*(colours[p] for p in ("direct", "stack")))
+    timeline = set().union(*(colours[k] for k in ("running", "waiting", "KV cache use %")))
+    assert not path_colours & timeline, "a metric series must not wear a path's colour"
+
+
+HUMAN_SECTIONS = ("waterfall", "cdf", "tokens", "k6", "engine", "percentiles", "environment", "network")
+
+
+def _visible_text(fragment: str) -> str:
+    fragment = re.sub(r"<(script|style|code)\b.*?</\1>", " ", fragment, flags=re.S)
+    return " ".join(re.findall(r">([^<]+)<", fragment))
+
+
+def test_sections_show_words_not_field_names_or_python_reprs(full_html: str) -> None:
+    for sid in HUMAN_SECTIONS:
+        text = _visible_text(section(full_html, sid))
+        for raw in ("total_ms", "ttft_ms", "decode_ms", "gw_auth_ms", "http_req_duration", "kv_util", "kv_blocks",
+                    "None", "{'", "{&#x27;"):
+            assert raw not in text, (sid, raw)
+    waterfall = _visible_text(section(full_html, "waterfall"))
+    assert "engine decode" in waterfall and "gateway auth" in waterfall
+
+
+def test_environment_shows_the_engine_model_dtype_and_device(data_dir: Path, tmp_path: Path) -> None:
+    doc = json.loads((data_dir / "verify" / "latency_split-stream-c1.json").read_text())
+    doc["environment"].update({"model": "dummy:small", "dtype": "bfloat16", "device": "cuda:0"})
+    (tmp_path / "split.json").write_text(json.dumps(doc))
+    env = section(render_files([tmp_path / "split.json"]), "environment")
+    for text in ("engine model", "dtype", "device", "dummy:small", "bfloat16", "cuda:0"):
+        assert text in env
+    # results without them do not grow empty columns
+    plain = section(render_files([data_dir / "verify" / "latency_split-stream-c1.json"]), "environment")
+    assert "engine model" not in plain and "None" not in plain
+
+
+MEASURE_CHARTS = """<script>
+  var right = 0;
+  document.querySelectorAll('svg.chart').forEach(function(s){ right = Math.max(right, s.getBoundingClientRect().right); });
+  document.body.setAttribute('data-svg-right', String(Math.ceil(right)));
+</script></body>"""
+# headless Chromium will not open a window narrower than 500 px: the page itself is held to 420
+NARROW = "<style>html,body{width:420px;max-width:420px}</style></head>"
+
+
+def test_every_chart_fits_a_420px_screen(browser, full_html: str, tmp_path: Path) -> None:
+    assert full_html.count('<svg class="chart" viewBox=') == full_html.count("<svg")
+    page = tmp_path / "narrow.html"
+    page.write_text(full_html.replace("</head>", NARROW, 1).replace("</body>", MEASURE_CHARTS, 1))
+    run = browser(page, width=500)
+    right = int(re.search(r'data-svg-right="(\d+)"', run.dom).group(1))
+    assert 0 < right <= 420, right

@@ -47,8 +47,9 @@ padding:2px 10px 2px 0;vertical-align:top}table.kv td{padding:2px 0;word-break:b
 .card{border:1px solid var(--line);border-radius:6px;padding:8px 12px;min-width:190px;background:var(--panel)}
 .card.bad{border-color:#feb2b2}.card.good{border-color:#9ae6b4}.card .k{color:var(--muted);font-size:12px}
 .card .v{font-size:22px;font-weight:600}.card .s{font-size:12px;color:var(--muted)}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:8px 24px}
-svg.chart{width:100%;height:auto;max-width:960px;font-size:10.5px}svg .grid{stroke:#edf2f7}svg .frame{fill:none;stroke:#cbd5e0}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(560px,100%),1fr));gap:8px 24px}.grid>div{min-width:0}
+svg.chart{display:block;width:100%;height:auto;max-width:min(960px,100%);font-size:10.5px}
+.wide{overflow-x:auto;max-width:100%}@media (max-width:600px){main,header,nav{padding-left:10px;padding-right:10px}}svg .grid{stroke:#edf2f7}svg .frame{fill:none;stroke:#cbd5e0}
 svg .tick{fill:#4a5568}svg .axis{fill:#2d3748;font-size:11px}svg .rowlabel{fill:#2d3748;font-size:12px}
 svg .seglabel{fill:#fff;font-size:10px;pointer-events:none}svg .bandlabel{fill:#718096;font-size:9px}
 svg .lg{cursor:pointer}svg .lg.off{opacity:.35}svg .s.off{display:none}ul.recs{padding-left:18px}ul.recs li{margin:6px 0}
@@ -94,7 +95,11 @@ def build_sections(rs: ResultSet, files: list[str]) -> list[Section]:
 
 
 def render(rs: ResultSet, *, title: str = "zgtool report") -> str:
+    from zgtool.report import svg
+    from zgtool.report.model import path_order
+
     files = [p for p, _ in rs.results]
+    svg.assign_path_colors(*path_order(rs))
     sections = build_sections(rs, files)
     nav = "".join(f'<a href="#{s.id}"{" class=off" if s.missing else ""}>{escape(s.title.split(":")[0])}</a>'
                   for s in sections)

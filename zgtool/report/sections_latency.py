@@ -9,7 +9,7 @@ from typing import Any
 
 from zgtool.report import svg
 from zgtool.report.load import ResultSet
-from zgtool.report.model import ok_samples, splits, stage_reasons
+from zgtool.report.model import human, ok_samples, splits, stage_reasons
 from zgtool.report.verdict import NOT_SIGNIFICANT, config_label, describe, verdict
 
 PCT_PHASES = ("total_ms", "ttft_ms", "ttfb_ms", "tpot_ms", "itl_ms")
@@ -75,7 +75,7 @@ def verdict_section(rs: ResultSet) -> Section:
             for i, (phase, d, lo, hi, pct, sig) in enumerate(items):
                 ci = f"{lo:+.2f} .. {hi:+.2f}" if lo is not None and hi is not None else "–"
                 dim = ' class="muted"' if sig == NOT_SIGNIFICANT else ""
-                body.append(f"<tr{dim}><td>{escape(row.label) if i == 0 else ''}</td><td>{escape(phase)}</td>"
+                body.append(f"<tr{dim}><td>{escape(row.label) if i == 0 else ''}</td><td>{escape(human(phase))}</td>"
                             f"<td class=num>{_ms(d, True)}</td><td class=num>{ci}</td>"
                             f"<td class=num>{'–' if pct is None else f'{pct:+.1f}%'}</td><td>{_sig_badge(sig)}</td></tr>")
         parts.append('<details><summary>Tax per phase as a table (candidate − baseline medians, bootstrap 95% CI; '
@@ -92,12 +92,13 @@ def verdict_section(rs: ResultSet) -> Section:
 
 
 def _tax_rows(row: Any) -> list[tuple[str, float, float | None, float | None, str, bool]]:
-    rows = [("total_ms", row.tax_ms, row.tax_lo_ms, row.tax_hi_ms, "#1a202c", row.significance == NOT_SIGNIFICANT)]
+    rows = [(human("total_ms"), row.tax_ms, row.tax_lo_ms, row.tax_hi_ms, "#1a202c",
+             row.significance == NOT_SIGNIFICANT)]
     if row.ttft is not None:
         t = row.ttft
-        rows.append(("ttft_ms", t.diff_ms, t.lo_ms, t.hi_ms, "#4a5568", t.significance == NOT_SIGNIFICANT))
+        rows.append((human("ttft_ms"), t.diff_ms, t.lo_ms, t.hi_ms, "#4a5568", t.significance == NOT_SIGNIFICANT))
     # sub-0.01 ms phases are noise at this scale; the table below keeps them
-    rows += [(p.phase, p.diff_ms, p.lo_ms, p.hi_ms, svg.phase_color(p.phase), p.significance == NOT_SIGNIFICANT)
+    rows += [(human(p.phase), p.diff_ms, p.lo_ms, p.hi_ms, svg.phase_color(p.phase), p.significance == NOT_SIGNIFICANT)
              for p in row.phases if abs(p.diff_ms) >= 0.01]
     return [r for r in rows if r[1] is not None]
 
@@ -147,7 +148,7 @@ def waterfall_section(rs: ResultSet) -> Section:
         phases = d.get("waterfall_phases") or []
         rows = []
         for t in d.get("targets") or []:
-            segs = [(p, (t["phases"].get(p) or {}).get("waterfall_mean_ms") or 0.0, svg.phase_color(p))
+            segs = [(human(p), (t["phases"].get(p) or {}).get("waterfall_mean_ms") or 0.0, svg.phase_color(p))
                     for p in phases if p in t.get("phases", {})]
             rows.append((t["name"], segs))
         parts.append(f'<h3>{escape(config_label(d.get("config") or {}))}</h3>' + svg.stacked_bars(rows))
@@ -175,7 +176,7 @@ def percentile_section(rs: ResultSet) -> Section:
                 s = p.get("summary") or {}
                 ci = (f"{svg.fmt(p['median_lo'])} .. {svg.fmt(p['median_hi'])}"
                       if p.get("median_lo") is not None and p.get("median_hi") is not None else "–")
-                body.append(f"<tr><td>{escape(label)}</td><td>{escape(t['name'])}</td><td>{escape(m)}</td>"
+                body.append(f"<tr><td>{escape(label)}</td><td>{escape(t['name'])}</td><td>{escape(human(m))}</td>"
                             f"<td class=num>{p.get('count', 0)}</td>"
                             + "".join(f"<td class=num>{_ms(s.get(k))}</td>" for k in ("p50", "p90", "p95", "p99", "mean"))
                             + f"<td class=num>{ci}</td></tr>")
@@ -202,9 +203,9 @@ def _grid(charts: list[str]) -> str:
 def _cdf_chart(r: dict[str, Any], metric: str, title: str, x_label: str) -> str:
     """One CDF per target of a latency_split result, on shared axes."""
     series = []
-    for i, (name, vals) in enumerate(_per_target_values(r, metric)):
+    for name, vals in _per_target_values(r, metric):
         xs, ys = svg.cdf_points(vals)
-        series.append(svg.Series(name, xs, ys, svg.path_color(i), "step"))
+        series.append(svg.Series(name, xs, ys, svg.path_color_of(name), "step"))
     return f"<h3>{escape(title)}</h3>" + svg.line_chart(series, x_label=x_label, y_label="% of requests ≤ x",
                                                          y_min=0, y_max=100, y_fmt="%")
 
@@ -218,7 +219,7 @@ def cdf_section(rs: ResultSet) -> Section:
     charts = []
     for r in found:
         label = config_label((r.get("data") or {}).get("config") or {})
-        charts.append(_cdf_chart(r, "total_ms", f"{label}: total_ms", "total latency, ms"))
+        charts.append(_cdf_chart(r, "total_ms", f"{label}: total latency CDF", "total latency, ms"))
     sec.body = _grid(charts)
     return sec
 
@@ -238,9 +239,9 @@ def tokens_section(rs: ResultSet) -> Section:
         if pooled:
             edges = svg.bin_edges(pooled)
             hist = []
-            for i, (name, vals) in enumerate(per):
+            for name, vals in per:
                 xs, ys = svg.histogram_series(vals, edges)
-                hist.append(svg.Series(f"{name} (n={len(vals)})", xs, ys, svg.path_color(i), "step", key=name))
+                hist.append(svg.Series(f"{name} (n={len(vals)})", xs, ys, svg.path_color_of(name), "step", key=name))
             charts.append(f"<h3>{escape(label)}: inter-token gap distribution</h3>"
                           + svg.line_chart(hist, x_label="gap between content events, ms", y_label="% of gaps",
                                            y_min=0, y_fmt="%"))

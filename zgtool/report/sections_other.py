@@ -8,29 +8,25 @@ from typing import Any
 
 from zgtool.report import svg
 from zgtool.report.load import ResultSet
-from zgtool.report.model import probes_by_path
+from zgtool.report.model import human, human_value, probes_by_path
 from zgtool.report.recommend import recommendations
 from zgtool.report.sections_latency import Section, _grid, missing_reason
 
 K6_PHASES = ("http_req_blocked", "http_req_connecting", "http_req_sending", "http_req_waiting",
              "http_req_receiving")
 ENGINE_SERIES = ("running", "waiting", "batch_size", "kv_util_pct")
+ENV_COLUMNS = {"host": "host", "platform": "platform", "python": "python", "zgtool": "zgtool", "torch": "torch",
+               "model": "engine model", "dtype": "dtype", "device": "device", "cpus": "CPUs"}
 GPU_SERIES = ("gpu_util_pct", "mem_copy_util_pct", "fb_used_pct", "power_w", "sm_clock_mhz")
 
 
 def _kv_table(rows: list[tuple[str, Any]]) -> str:
-    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(_val(v))}</td></tr>" for k, v in rows if v is not None)
+    body = "".join(f"<tr><th>{escape(human(k))}</th><td>{escape(_val(v))}</td></tr>" for k, v in rows if v is not None)
     return f'<table class="kv">{body}</table>'
 
 
 def _val(v: Any) -> str:
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return svg.fmt(v)
-    if isinstance(v, list):
-        return ", ".join(_val(x) for x in v)
-    return str(v)
+    return human_value(v)
 
 
 def recommendations_section(rs: ResultSet) -> Section:
@@ -56,8 +52,8 @@ def stream_section(rs: ResultSet) -> Section:
         sec.missing = missing_reason(rs, "probe.stream / probe.all", "probe")
         return sec
     series, rows = [], []
-    for i, (path, s) in enumerate(probes.items()):
-        color = svg.path_color(i)
+    for path, s in probes.items():
+        color = svg.path_color_of(path)
         content = [e for e in s.get("events") or [] if e.get("content_bytes")]
         total = sum(e["content_bytes"] for e in content) or 1
         xs, ys, acc = [0.0], [0.0], 0
@@ -112,16 +108,16 @@ def k6_section(rs: ResultSet) -> Section:
         d = r.get("data") or {}
         sc = d.get("scenarios") or {}
         names = list(sc)
-        groups = [(n, [(sc[n].get(ph) or {}).get("p50") for ph in K6_PHASES], svg.path_color(i))
-                  for i, n in enumerate(names)]
+        groups = [(human(n), [(sc[n].get(ph) or {}).get("p50") for ph in K6_PHASES], svg.path_color_of(n))
+                  for n in names]
         cats = [ph.replace("http_req_", "") for ph in K6_PHASES]
-        pct = [(n, [(sc[n].get("http_req_duration") or {}).get(k) for k in ("p50", "p90", "p95", "p99")],
-                svg.path_color(i)) for i, n in enumerate(names)]
-        tput = [(n, [sc[n].get("rate_rps"), sc[n].get("achieved_rps")], svg.path_color(i))
-                for i, n in enumerate(names)]
+        pct = [(human(n), [(sc[n].get("http_req_duration") or {}).get(k) for k in ("p50", "p90", "p95", "p99")],
+                svg.path_color_of(n)) for n in names]
+        tput = [(human(n), [sc[n].get("rate_rps"), sc[n].get("achieved_rps")], svg.path_color_of(n))
+                for n in names]
         parts.append(_grid([
             "<h3>request phases, p50</h3>" + svg.grouped_bars(cats, groups, unit="ms"),
-            "<h3>http_req_duration percentiles</h3>" + svg.grouped_bars(["p50", "p90", "p95", "p99"], pct, unit="ms"),
+            "<h3>request duration percentiles</h3>" + svg.grouped_bars(["p50", "p90", "p95", "p99"], pct, unit="ms"),
             "<h3>throughput: asked vs achieved</h3>" + svg.grouped_bars(["asked", "achieved"], tput, unit="req/s"),
         ]))
         rows = "".join(f"<tr><td>{escape(n)}</td><td class=num>{s.get('requests')}</td><td class=num>{s.get('failures')}</td>"
@@ -220,7 +216,8 @@ def engine_section(rs: ResultSet) -> Section:
                 present = [n for n in names if any(v is not None for v in (g.get("series") or {}).get(n, []))]
                 if not present:
                     continue
-                series = [svg.Series(n, g["t_s"], g["series"][n], svg.path_color(i)) for i, n in enumerate(present)]
+                series = [svg.Series(human(n), g["t_s"], g["series"][n], svg.metric_color(i))
+                          for i, n in enumerate(present)]
                 charts.append(svg.line_chart(series, x_label="seconds since the run started", y_label="value",
                                              width=940, height=280, bands=bands))
             title = f"{g.get('model') or 'GPU'} {g.get('gpu') or ''} @ {g.get('host')}"
@@ -235,9 +232,10 @@ def engine_section(rs: ResultSet) -> Section:
         der = d.get("derived") or {}
         hist = d.get("histograms") or {}
         rows = [(k, v) for k, v in der.items() if v is not None]
-        rows += [(f"{k} mean ms (n={h['count']:.0f})", h["mean_ms"]) for k, h in hist.items() if h.get("mean_ms")]
+        rows += [(f"{human(k)}: mean ms (n={h['count']:.0f})", h["mean_ms"]) for k, h in hist.items()
+                 if h.get("mean_ms")]
         kv = d.get("kv") or {}
-        rows += [(f"kv {k}", v) for k, v in kv.items()]
+        rows += [(k if k.startswith("kv") else f"kv_{k}", v) for k, v in kv.items()]
         if d.get("kv_error"):
             rows.append(("kv", d["kv_error"]))
         parts.append(f"<h3>engine metrics snapshot — {escape(str(d.get('url')))}</h3>" + _kv_table(rows))
@@ -245,7 +243,7 @@ def engine_section(rs: ResultSet) -> Section:
         d = f.get("data") or {}
         before, after = d.get("before") or {}, d.get("after") or {}
         keys = [k for k in before if not isinstance(before[k], dict | list)]
-        trs = "".join(f"<tr><td>{escape(k)}</td><td class=num>{escape(_val(before.get(k)))}</td>"
+        trs = "".join(f"<tr><td>{escape(human(k))}</td><td class=num>{escape(_val(before.get(k)))}</td>"
                       f"<td class=num>{escape(_val(after.get(k)))}</td></tr>" for k in keys)
         acts = "".join(f"<li>{escape(_val(a))}</li>" for a in d.get("actions") or [])
         parts.append("<h3>defrag: KV pool before / after</h3><table class=\"t\"><thead><tr><th>figure</th>"
@@ -261,10 +259,11 @@ def environment_section(rs: ResultSet, files: list[str]) -> Section:
     for _, r in rs.results:
         env = r.get("environment") or {}
         envs.setdefault(str(sorted(env.items())), env)
+    # the engine's model, dtype and device where the result recorded them (engine-side commands)
+    cols = [k for k in ENV_COLUMNS if k in ("host", "zgtool") or any(env.get(k) is not None for env in envs.values())]
     rows = []
     for env in envs.values():
-        rows.append("<tr>" + "".join(f"<td>{escape(_val(env.get(k)))}</td>" for k in
-                                     ("host", "platform", "python", "zgtool", "torch", "device", "cpus")) + "</tr>")
+        rows.append("<tr>" + "".join(f"<td>{escape(_val(env.get(k)))}</td>" for k in cols) + "</tr>")
     extra = []
     for r in rs.of("bench.k6"):
         extra.append(("k6", (r.get("data") or {}).get("k6_version")))
@@ -275,8 +274,9 @@ def environment_section(rs: ResultSet, files: list[str]) -> Section:
     cmds = "".join(f"<tr><td>{escape(str(r.get('kind')))}</td><td><code>{escape(str(r.get('command')))}</code></td>"
                    f"<td>{escape(str(r.get('created')))}</td><td>{escape(p.rsplit('/', 1)[-1])}</td></tr>"
                    for p, r in rs.results)
-    sec.body = ('<table class="t"><thead><tr><th>host</th><th>platform</th><th>python</th><th>zgtool</th>'
-                f'<th>torch</th><th>device</th><th>cpus</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    head = "".join(f"<th>{escape(ENV_COLUMNS[k])}</th>" for k in cols)
+    sec.body = (f'<div class="wide"><table class="t"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+                '</table></div>'
                 + _kv_table(extra)
                 + '<details><summary>Result files and the commands that produced them</summary><table class="t">'
                   '<thead><tr><th>kind</th><th>command</th><th>created</th><th>file</th></tr></thead>'

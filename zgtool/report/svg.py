@@ -20,6 +20,7 @@ PHASE_COLORS = {
     "safety_ms": "#805ad5", "engine_other_ms": "#90cdf4", "network_client_ms": "#a0aec0",
 }
 PATH_COLORS = ("#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795")
+METRIC_COLORS = ("#4a5568", "#b83280", "#2c7a7b", "#975a16", "#553c9a", "#718096")
 _EXTRA = ("#f687b3", "#9f7aea", "#4fd1c5", "#f6e05e", "#fc8181", "#68d391")
 
 
@@ -33,6 +34,40 @@ def phase_color(name: str) -> str:
 
 def path_color(i: int) -> str:
     return PATH_COLORS[i % len(PATH_COLORS)]
+
+
+def metric_color(i: int) -> str:
+    """Series that are not paths (the metrics of one timeline) stay out of the paths' colours."""
+    return METRIC_COLORS[i % len(METRIC_COLORS)]
+
+
+_PATHS: dict[str, str] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def assign_path_colors(order: Sequence[str], aliases: dict[str, str] | None = None) -> None:
+    """Fix one colour per path for a whole report, in this order; an alias shares its path's."""
+    _PATHS.clear()
+    _ALIASES.clear()
+    _ALIASES.update(aliases or {})
+    for name in order:
+        path_color_of(name)
+
+
+def path_color_of(name: str) -> str:
+    """The path's colour in every section; `<path>_stream` (k6's streaming scenario of the same
+    path) is a lighter shade of it."""
+    base = name.removesuffix("_stream")
+    base = _ALIASES.get(base, base)
+    if base not in _PATHS:
+        _PATHS[base] = PATH_COLORS[len(_PATHS) % len(PATH_COLORS)]
+    color = _PATHS[base]
+    return _lighter(color) if name.endswith("_stream") else color
+
+
+def _lighter(color: str, share: float = 0.45) -> str:
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * share):02x}" for c in (r, g, b))
 
 
 def fmt(v: float) -> str:
