@@ -429,6 +429,7 @@ class Gateway:
                 if kept is not None:
                     kept.append(out)
         except asyncio.CancelledError:
+            gone.remove_done_callback(hung_up)  # the last send below completes the answer: no cancel after
             if task is not None:
                 task.uncancel()
             if gone.done() and not gone.cancelled():  # the client left: closing resp aborts upstream
@@ -437,6 +438,7 @@ class Gateway:
                 await send({"type": "http.response.body", "body": _error_event(front), "more_body": False})
             return
         except httpx.TransportError as exc:  # the upstream went away mid-stream
+            gone.remove_done_callback(hung_up)
             log.warning("upstream stream broke: %s", exc)
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "more_body": False,
