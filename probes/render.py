@@ -134,7 +134,8 @@ def render_headers(r: Any, console: Console) -> None:
             f"{m.name}={_fmt(m.dur_ms, 'ms')}" for m in a.server_timing))
     for label, val in (("request ids", a.request_ids), ("rate limits", a.rate_limits), ("load hint", a.load_hint)):
         if val:
-            console.print(f"{label}: {val}")
+            text = ", ".join(f"{k}={v}" for k, v in val.items()) if isinstance(val, dict) else str(val)
+            console.print(f"{label}: {text}", highlight=False)     # not a Python repr
     _notes(console, r.notes + [a.caveat])
 
 

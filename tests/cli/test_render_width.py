@@ -151,3 +151,54 @@ def test_serve_banner_fits_80_columns():
         built.sock.close()
     assert_readable(text)
     assert "listening" in text and "/v1/chat/completions" in text.replace("\n", "")
+
+
+class _HintedOrigin:
+    """A local HTTP answer carrying the engine's ids and load hint (a JSON header)."""
+
+    def __enter__(self) -> str:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                self.rfile.read(length)
+                body = json.dumps({"type": "message", "content": [{"type": "text", "text": "hi"}],
+                                   "usage": {"input_tokens": 1, "output_tokens": 1}}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("request-id", "inference-7")
+                self.send_header("x-gpu-load-hint", json.dumps({"kv_util": 0.0, "running": 0, "waiting": 0}))
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_probe_headers_prints_the_load_hint_as_pairs_not_a_python_dict():
+    from zgtool.probes.headers import probe_headers
+    from zgtool.probes.render import render_headers
+    from zgtool.targets import resolve
+
+    with _HintedOrigin() as url:
+        result = probe_headers(resolve(url))
+    console = Console(width=80, record=True, force_terminal=False, color_system=None)
+    with console.capture() as cap:
+        render_headers(result, console)
+    text = cap.get()
+    assert "load hint: kv_util=0.0, running=0, waiting=0" in text
+    assert "{'" not in text
