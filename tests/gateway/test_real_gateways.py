@@ -31,7 +31,7 @@ from zgtool.gateway.supervisor import LocalStack, StackConfig, StartFailed
 
 ZGTOOL = [sys.executable, "-m", "zgtool"]
 PROXIES = ["haproxy", "caddy", "varnish", "squid"]
-BUFFERED = ["haproxy", "caddy"]
+BUFFERED = ["haproxy", "caddy", "varnish"]
 MSGS = [{"role": "user", "content": "hello"}]
 
 

@@ -33,12 +33,13 @@ if TYPE_CHECKING:
 GATEWAY_KINDS = ("nginx", "pygw", "stack", "haproxy", "caddy", "litellm", "varnish", "squid")
 BUFFERINGS = ("streaming", "buffered", "default")  # default: the gateway's shipped behaviour (haproxy only)
 # kinds with a configuration that holds responses back (the `-buffered` path)
-BUFFERED_PATH = {"nginx": "nginx-buffered", "haproxy": "haproxy-buffered", "caddy": "caddy-buffered"}
+BUFFERED_PATH = {"nginx": "nginx-buffered", "haproxy": "haproxy-buffered", "caddy": "caddy-buffered",
+                 "varnish": "varnish-buffered"}
 # the paths started from a Launch (one process group each); module that plans each
 LAUNCHED = {
     "haproxy": "haproxy", "haproxy-buffered": "haproxy", "haproxy-default": "haproxy",
     "caddy": "caddy", "caddy-buffered": "caddy",
-    "varnish": "varnish", "squid": "squid", "litellm": "litellm",
+    "varnish": "varnish", "varnish-buffered": "varnish", "squid": "squid", "litellm": "litellm",
 }
 # every path the supervisor can run
 PATHS = ("nginx", "nginx-buffered", "pygw", "stack", *LAUNCHED)
@@ -47,7 +48,7 @@ LABELS = {
     "haproxy": "HAProxy -> {up}", "haproxy-buffered": "HAProxy (wait-for-body) -> {up}",
     "haproxy-default": "HAProxy (shipped defaults: SSE coalesced) -> {up}",
     "caddy": "Caddy -> {up}", "caddy-buffered": "Caddy (buffer_responses) -> {up}",
-    "varnish": "Varnish -> {up}", "squid": "Squid (accelerator) -> {up}", "litellm": "LiteLLM proxy -> {up}",
+    "varnish": "Varnish -> {up}", "varnish-buffered": "Varnish (do_stream off) -> {up}", "squid": "Squid (accelerator) -> {up}", "litellm": "LiteLLM proxy -> {up}",
 }
 
 
