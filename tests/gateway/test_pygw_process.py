@@ -331,3 +331,32 @@ def test_client_hanging_up_on_a_silent_stream_cancels_the_upstream_request(pygw:
         assert _wait_for(lambda: upstream.calls[text] == 1, 10)
         assert b"message_start" in s.recv(65536)  # the stream is open, the upstream now silent
     assert _wait_for(lambda: text in upstream.hung_up, 10), "pygw waited for the next chunk to notice"
+
+
+def test_sigterm_past_grace_ends_an_openai_stream_with_an_error_chunk(upstream: FakeUpstream, tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from zgtool.gateway.procs import Child, http_ok, wait_ready
+
+    port = free_port()
+    child = Child("pygw", [sys.executable, "-m", "zgtool.gateway.pygw", "--upstream", upstream.url, "--port", str(port),
+                           "--grace-s", "1"], tmp_path / "pygw.log")
+    child.start()
+    try:
+        assert wait_ready(child, http_ok(f"http://127.0.0.1:{port}/health"), timeout_s=30) is None
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        chunks = iter(client.chat.completions.create(model="null", max_tokens=400, stream=True,  # ~12 s of tokens
+                                                     messages=[{"role": "user", "content": "drain"}]))
+        next(chunks)
+        t0 = time.monotonic()
+        os.kill(child.pid, signal.SIGTERM)  # type: ignore[arg-type]
+        with pytest.raises(openai.APIError) as err:
+            for _ in chunks:
+                pass
+        assert "shutting down" in str(err.value) and time.monotonic() - t0 < 15
+        assert child.proc is not None and child.proc.wait(timeout=30) is not None
+        log = (tmp_path / "pygw.log").read_text()
+        assert "Traceback" not in log and "CancelledError" not in log, log
+    finally:
+        child.stop()
