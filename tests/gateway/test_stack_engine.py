@@ -20,8 +20,8 @@ import openai
 import pytest
 
 from zgtool.errors import UsageError
-from zgtool.gateway.procs import free_port
 from zgtool.gateway.supervisor import LocalStack, StackConfig
+from zgtool.http.net import free_port
 
 PATHS = ("direct", "nginx", "nginx-buffered", "pygw", "stack")
 ZGTOOL = [sys.executable, "-m", "zgtool"]
