@@ -245,3 +245,9 @@ def test_tier_usage_counts_in_flight_and_tokens_in_the_window() -> None:
     t.leave("k", 30, count_tokens=True)
     assert t.in_flight("k") == 0 and t.tokens("k") == 150
     assert t.tokens("k", now=10**9) == 0  # the window slid past them
+
+
+def test_openai_stream_keeps_sse_comments_such_as_the_engine_timing() -> None:
+    watch = StreamWatch("m")
+    out = watch.feed(b': zgtool-timing {"total_ms":1.5}\n' + _sse("message_stop", {"type": "message_stop"}))
+    assert out.startswith(b': zgtool-timing {"total_ms":1.5}\n\n') and out.endswith(b"data: [DONE]\n\n")

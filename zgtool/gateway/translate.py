@@ -25,7 +25,7 @@ from typing import Any
 
 from zgtool.http.errors import ApiError, error_payload, parse_error_body
 from zgtool.http.finish import openai_from_anthropic
-from zgtool.http.sse import SSEParser
+from zgtool.http.sse import SSEParser, comment
 
 DEFAULT_MAX_TOKENS = 1024
 ANTHROPIC_MAX_TEMPERATURE = 1.0
@@ -236,6 +236,8 @@ class StreamWatch:
         """The bytes to send the client for this upstream chunk."""
         out = []
         for ev in self.parser.feed(chunk):
+            if self.conv is not None and ev.comments:  # e.g. the engine's timing: kept for OpenAI clients too
+                out.extend(comment(c) for c in ev.comments)
             if not ev.data:
                 continue
             try:
