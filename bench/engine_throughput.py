@@ -6,7 +6,9 @@ Prints a table and, as its last line, one JSON object with the figures and ratio
   1. output tok/s: zgtool (16 concurrent, continuous batching) vs HF generate one request
      at a time vs HF batched generate (left padding);
   2. zgtool decode step time vs a bare forward of the same batch (serving overhead %);
-  3. TTFT of a request sharing a 512-token system prompt with a previous one vs cold.
+  3. TTFT of a request sharing a 512-token system prompt with a previous one vs cold;
+  4. single-stream decode tok/s (batch 1), zgtool vs HF one at a time.
+--threads sets torch's intra-op threads for every system (default: torch's own choice).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import torch
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 from zgtool.engine.weights import save_dummy_checkpoint
 
+DTYPE = "float32"  # what every system here computes in (HF loads the same dtype)
+
 
 def make_prompts(n: int, length: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(1)
@@ -30,7 +34,7 @@ def make_prompts(n: int, length: int) -> list[list[int]]:
 
 
 def ours_throughput(path: Path, prompts: list[list[int]], out_len: int, deterministic: bool = False) -> dict:
-    eng = Engine(EngineConfig(model=str(path), device="cpu", dtype="float32", max_num_seqs=len(prompts),
+    eng = Engine(EngineConfig(model=str(path), device="cpu", dtype=DTYPE, max_num_seqs=len(prompts),
                               max_num_batched_tokens=2048, enable_prefix_caching=False,
                               deterministic=deterministic))
     params = SamplingParams(max_tokens=out_len, temperature=0, ignore_eos=True)
@@ -45,7 +49,7 @@ def ours_throughput(path: Path, prompts: list[list[int]], out_len: int, determin
 def step_overhead(path: Path, prompts: list[list[int]], steps: int = 20) -> dict:
     """engine.step() during steady decode (schedule, tensors, forward, sample, detokenize,
     bookkeeping) vs a bare forward + logits of the very same prepared batch."""
-    eng = Engine(EngineConfig(model=str(path), device="cpu", dtype="float32", max_num_seqs=len(prompts),
+    eng = Engine(EngineConfig(model=str(path), device="cpu", dtype=DTYPE, max_num_seqs=len(prompts),
                               max_num_batched_tokens=4096, enable_prefix_caching=False))
     params = SamplingParams(max_tokens=1000, temperature=0, ignore_eos=True)
     for i, p in enumerate(prompts):
@@ -78,7 +82,7 @@ def step_overhead(path: Path, prompts: list[list[int]], steps: int = 20) -> dict
 
 
 def prefix_ttft(path: Path, sys_len: int = 512) -> dict:
-    eng = Engine(EngineConfig(model=str(path), device="cpu", dtype="float32", max_num_batched_tokens=2048))
+    eng = Engine(EngineConfig(model=str(path), device="cpu", dtype=DTYPE, max_num_batched_tokens=2048))
     g = torch.Generator().manual_seed(2)
     system = [256, *torch.randint(262, 8000, (sys_len - 1,), generator=g).tolist()]
     params = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
@@ -127,9 +131,12 @@ def main() -> None:
     ap.add_argument("--output", type=int, default=128)
     ap.add_argument("--det-output", type=int, default=32,
                     help="output tokens for the deterministic-mode cost comparison (0 skips it)")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--sequential-requests", type=int, default=3,
                     help="HF one-at-a-time is slow: its tok/s is measured on this many requests")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="zg-bench-") as tmp:  # ~180 MB of weights: never left behind
         run(args, save_dummy_checkpoint("small", Path(tmp) / "dummy-small"))
 
@@ -138,6 +145,7 @@ def run(args: argparse.Namespace, path: Path) -> None:
     prompts = make_prompts(args.requests, args.prompt)
 
     ours = ours_throughput(path, prompts, args.output)
+    ours_single = ours_throughput(path, prompts[:1], args.output)
     hf_seq = hf_throughput(path, prompts[: args.sequential_requests], args.output, batched=False)
     hf_bat = hf_throughput(path, prompts, args.output, batched=True)
     ovh = step_overhead(path, prompts)
@@ -153,6 +161,8 @@ def run(args: argparse.Namespace, path: Path) -> None:
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"{'system':<34}{'tok/s':>10}{'ratio':>10}")
     print(f"{'zgtool (continuous batching)':<34}{ours['tok_s']:>10.1f}{1.0:>10.2f}")
+    print(f"{'zgtool, single stream':<34}{ours_single['tok_s']:>10.1f}"
+          f"{ours_single['tok_s'] / hf_seq['tok_s']:>10.2f}x HF one at a time")
     print(f"{'HF generate, one at a time':<34}{hf_seq['tok_s']:>10.1f}{ours['tok_s'] / hf_seq['tok_s']:>10.2f}x")
     print(f"{'HF generate, batched (left pad)':<34}{hf_bat['tok_s']:>10.1f}{ours['tok_s'] / hf_bat['tok_s']:>10.2f}x")
     print(f"decode step (batch {ovh['batch']}): {ovh['step_ms_p50']:.2f} ms vs bare forward "
@@ -164,7 +174,9 @@ def run(args: argparse.Namespace, path: Path) -> None:
               f"{det['normal_tok_s']:.1f} tok/s normal -> costs x{det['cost_ratio']:.2f}")
     print(json.dumps({
         "bench": "engine_throughput", "model": "dummy:small",
-        "ours_tok_s": ours["tok_s"], "hf_sequential_tok_s": hf_seq["tok_s"], "hf_batched_tok_s": hf_bat["tok_s"],
+        "threads": torch.get_num_threads(), "dtype": DTYPE,
+        "ours_tok_s": ours["tok_s"], "ours_single_tok_s": ours_single["tok_s"],
+        "single_ratio_vs_hf_sequential": ours_single["tok_s"] / hf_seq["tok_s"], "hf_sequential_tok_s": hf_seq["tok_s"], "hf_batched_tok_s": hf_bat["tok_s"],
         "ratio_vs_hf_sequential": ours["tok_s"] / hf_seq["tok_s"], "ratio_vs_hf_batched": ours["tok_s"] / hf_bat["tok_s"],
         "step_ms_p50": ovh["step_ms_p50"], "bare_forward_ms_p50": ovh["bare_forward_ms_p50"],
         "step_overhead_pct": ovh["overhead_pct"], "cold_ttft_ms": pfx["cold_ttft_ms"],

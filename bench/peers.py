@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -195,7 +196,7 @@ def vllm_spec(case: ModelCase, port: int, threads: int, dtype: str) -> ServerSpe
         return Skip("vllm", f"skipped: not installed ({SETUP_HINT})")
     argv = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", str(case.hf_dir),
             "--served-model-name", "m", "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "2048", "--max-num-seqs", "32", "--disable-log-requests"]
+            "--max-model-len", "2048", "--max-num-seqs", "32"]
     env = {"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}", "VLLM_CPU_KVCACHE_SPACE": "1",
            "OMP_NUM_THREADS": str(threads), "VLLM_USE_V1": "1"}
     pre = _preload_libs(venv)
@@ -566,6 +567,10 @@ def default_models() -> str:
 
 
 # -- main ------------------------------------------------------------------------------------
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def bench_model(case: ModelCase, peers: list[str], args: argparse.Namespace, tmp: Path,
                 serve_help: str) -> dict[str, Any]:
     specs: dict[str, ServerSpec] = {}
@@ -644,6 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (checkpoints, logs)")
     args = ap.parse_args(argv)
     peers = parse_peers(args.peers)
+    # SIGTERM unwinds like Ctrl-C, so the server in flight is stopped by its context manager
+    signal.signal(signal.SIGTERM, _interrupt)
     models = [m.strip() for m in (args.models or default_models()).split(",") if m.strip()]
     serve_help = subprocess.run([sys.executable, "-m", "zgtool", "serve", "--help"], capture_output=True,
                                 text=True, env={**os.environ, "COLUMNS": "200"}).stdout

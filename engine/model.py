@@ -23,19 +23,21 @@ DET_TILE = 32
 
 @dataclass
 class LayerWeights:
-    """One decoder layer. Projection weights are stored TRANSPOSED, [in, out] contiguous, and
-    applied with mm/addmm: MKL's GEMV/small-M GEMM ran 15-50% faster on that layout than
-    F.linear's [out, in] (measured on this 2-core AVX2 box, 1 thread). q/k/v are one fused
-    [hidden, (H + 2*KVH) * D] matrix, so RoPE rotates q and k in one pass."""
+    """One decoder layer. On CPU in float32 the projection weights are stored TRANSPOSED,
+    [in, out] contiguous, and applied with mm/addmm: MKL's GEMV/small-M GEMM ran 15-50% faster
+    on that layout than F.linear's [out, in] (lm_head GEMV 2x; measured on the 2-core AVX2 box,
+    1 thread). Every other dtype/device keeps [out, in] and F.linear: bf16/fp16 mm on [in, out]
+    falls to a slow path there (15-20x slower). q/k/v are one fused matrix, so RoPE rotates q
+    and k in one pass."""
 
     input_norm: torch.Tensor
-    qkv_t: torch.Tensor
+    qkv: torch.Tensor
     qkv_bias: torch.Tensor | None
-    o_t: torch.Tensor
+    o: torch.Tensor
     post_norm: torch.Tensor
-    gate_t: torch.Tensor
-    up_t: torch.Tensor
-    down_t: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
 
 
 @dataclass
@@ -120,6 +122,8 @@ def rope_inv_freq(spec: ModelSpec) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:  # one fused op, bit-identical to the formula below in fp32
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return w * xf.to(x.dtype)
@@ -149,18 +153,23 @@ class LlamaModel:
         def w(name: str) -> torch.Tensor:
             return weights.pop(name).to(device=device, dtype=dtype).contiguous()
 
-        def wt(*names: str) -> torch.Tensor:  # transposed (and concatenated along out)
+        self.transposed = device.type == "cpu" and dtype == torch.float32
+
+        def wt(*names: str) -> torch.Tensor:  # a projection (concatenated along out), in self.linear's layout
             parts = [weights.pop(n).to(device=device, dtype=dtype) for n in names]
-            return torch.cat(parts).t().contiguous() if len(parts) > 1 else parts[0].t().contiguous()
+            m = torch.cat(parts) if len(parts) > 1 else parts[0]
+            return m.t().contiguous() if self.transposed else m.contiguous()
 
         tied = spec.tie_word_embeddings or "lm_head.weight" not in weights
         self.norm = w("model.norm.weight")
-        if tied:  # one [hidden, V] copy: rows for the lookup are read as its columns
+        if tied and self.transposed:  # one [hidden, V] copy: lookup rows are read as its columns
             self.embed: torch.Tensor | None = None
-            self.lm_head_t = wt("model.embed_tokens.weight")
+            self.lm_head = wt("model.embed_tokens.weight")
+        elif tied:
+            self.embed = self.lm_head = w("model.embed_tokens.weight")
         else:
             self.embed = w("model.embed_tokens.weight")
-            self.lm_head_t = wt("lm_head.weight")
+            self.lm_head = wt("lm_head.weight")
         self.layers: list[LayerWeights] = []
         kv_dim = self.num_kv_heads * self.head_dim
         for i in range(spec.num_layers):
@@ -174,12 +183,12 @@ class LlamaModel:
                 qkv_bias = qkv_bias.to(device=device, dtype=dtype).contiguous()
             self.layers.append(LayerWeights(
                 input_norm=w(p + "input_layernorm.weight"),
-                qkv_t=wt(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                qkv=wt(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
                 qkv_bias=qkv_bias,
-                o_t=wt(a + "o_proj.weight"),
+                o=wt(a + "o_proj.weight"),
                 post_norm=w(p + "post_attention_layernorm.weight"),
-                gate_t=wt(m + "gate_proj.weight"), up_t=wt(m + "up_proj.weight"),
-                down_t=wt(m + "down_proj.weight"),
+                gate=wt(m + "gate_proj.weight"), up=wt(m + "up_proj.weight"),
+                down=wt(m + "down_proj.weight"),
             ))
         self._scratch: dict[str, torch.Tensor] = {}  # grow-only step buffers (decode KV gathers)
         inv = rope_inv_freq(spec)
@@ -221,21 +230,27 @@ class LlamaModel:
             vc[dst] = vc[src].clone()
 
     # -- forward ----------------------------------------------------------
-    def linear(self, x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """x [n, in] @ w_t [in, out] (+ b). Deterministic mode: fixed 32-row tiles."""
+    def _mm(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        if not self.transposed:
+            return F.linear(x, w, b)
+        return torch.mm(x, w) if b is None else torch.addmm(b, x, w)
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        """x [n, in] times a projection (see LayerWeights for its layout) (+ b).
+        Deterministic mode: fixed 32-row tiles."""
         if not self.deterministic:
-            return torch.mm(x, w_t) if b is None else torch.addmm(b, x, w_t)
+            return self._mm(x, w, b)
         n = x.shape[0]
         pad = (-n) % DET_TILE
         if pad:
             x = torch.cat([x, x.new_zeros(pad, x.shape[1])])
-        outs = [torch.mm(t, w_t) if b is None else torch.addmm(b, t, w_t) for t in x.split(DET_TILE)]
+        outs = [self._mm(t, w, b) for t in x.split(DET_TILE)]
         return torch.cat(outs)[:n]
 
     def embed_rows(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
             return self.embed[input_ids]
-        return self.lm_head_t.index_select(1, input_ids).t().contiguous()
+        return self.lm_head.index_select(1, input_ids).t().contiguous()
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
@@ -248,11 +263,11 @@ class LlamaModel:
             h = rms_norm(x, lw.input_norm, eps)
             x.add_(self._attention(li, lw, h, cos, sin, meta))
             h = rms_norm(x, lw.post_norm, eps)
-            x.add_(self.linear(F.silu(self.linear(h, lw.gate_t)).mul_(self.linear(h, lw.up_t)), lw.down_t))
+            x.add_(self.linear(F.silu(self.linear(h, lw.gate)).mul_(self.linear(h, lw.up)), lw.down))
         return rms_norm(x, self.norm, eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.linear(hidden, self.lm_head_t).float()
+        return self.linear(hidden, self.lm_head).float()
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x [T, N, D] -> x * cos + rotate_half(x) * sin (sin carries rotate_half's sign)."""
@@ -264,7 +279,7 @@ class LlamaModel:
                    meta: AttnMeta) -> torch.Tensor:
         t = h.shape[0]
         nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = self.linear(h, lw.qkv_t, lw.qkv_bias)  # [T, (H + 2 KVH) * D]
+        qkv = self.linear(h, lw.qkv, lw.qkv_bias)  # [T, (H + 2 KVH) * D]
         qk = self._rope(qkv[:, :(nh + nkv) * d].view(t, nh + nkv, d), cos, sin)  # q and k rotated at once
         q, k = qk[:, :nh], qk[:, nh:]
         v = qkv[:, (nh + nkv) * d:].view(t, nkv, d)
@@ -274,10 +289,10 @@ class LlamaModel:
         if self.deterministic:
             out = torch.empty_like(q)  # [T, H, D]
             self._attend_rows(q, kc, vc, meta, out)
-            return self.linear(out.reshape(t, -1), lw.o_t)
+            return self.linear(out.reshape(t, -1), lw.o)
         if meta.decode_idx is not None and not meta.prefills and meta.decode_idx.shape[0] == t:
             # steady decode: every token is one sequence's next token, in order -> no scatter
-            return self.linear(self._decode_attention(q, kc, vc, meta).reshape(t, -1), lw.o_t)
+            return self.linear(self._decode_attention(q, kc, vc, meta).reshape(t, -1), lw.o)
         out = torch.empty_like(q)
         if meta.decode_idx is not None:
             out[meta.decode_idx] = self._decode_attention(q[meta.decode_idx], kc, vc, meta)
@@ -292,7 +307,7 @@ class LlamaModel:
                 op = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=p.mask, enable_gqa=True,
                                                     scale=self.scale)
             out[p.start_tok:p.end_tok] = op[0].transpose(0, 1)
-        return self.linear(out.reshape(t, -1), lw.o_t)
+        return self.linear(out.reshape(t, -1), lw.o)
 
     def _decode_attention(self, qd: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         """qd [B, H, D], one query per sequence -> [B, H, D]. The sequences' blocks are gathered

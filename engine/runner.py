@@ -65,7 +65,10 @@ class ModelRunner:
         sampled: list[int | None] = [None] * len(batch.seqs)
         if not logit_rows:
             return sampled
-        logits = self.model.logits(hidden[torch.tensor(logit_rows, device=self.device)])
+        if len(logit_rows) == hidden.shape[0]:  # steady decode: every row samples, no gather
+            logits = self.model.logits(hidden)
+        else:
+            logits = self.model.logits(hidden[torch.tensor(logit_rows, device=self.device)])
         which = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)) if needs_sample(seq, n)]
         params = [batch.seqs[i].params for i in which]
         gens = [batch.seqs[i].generator for i in which]  # type: ignore[misc]

@@ -16,6 +16,8 @@ def make_generator(params: SamplingParams, device: torch.device) -> torch.Genera
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> list[int]:
     """logits [N, V] float32 -> one token id per row."""
     greedy_rows = [i for i, p in enumerate(params) if p.greedy]
+    if len(greedy_rows) == len(params):  # all greedy: one argmax, one host copy
+        return [int(t) for t in logits.argmax(dim=-1).tolist()]
     out = [0] * len(params)
     if greedy_rows:
         idx = torch.tensor(greedy_rows, device=logits.device)
