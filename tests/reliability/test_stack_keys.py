@@ -170,7 +170,7 @@ def test_keys_file_for_the_engine_keeps_tiers_admin_and_adds_one_internal_key(tm
     path, internal = write_engine_keys(src, tmp_path)
     assert path.stat().st_mode & 0o077 == 0
     cfg = load_keys(path)
-    assert {k.name for k in cfg.keys} == {"free", "metered", "pro", "pygw"}
+    assert {k.name for k in cfg.keys} == {"free", "metered", "pro", INTERNAL_TIER}
     assert cfg.tiers["free"].max_concurrent == 1 and cfg.tiers["metered"].tokens_per_min == 60
     key, admin = cfg.match(internal.encode())
     assert key is not None and key.tier == INTERNAL_TIER and not admin

@@ -45,7 +45,7 @@ def engine_keys_toml(keys_file: Path, internal_key: str) -> str:
     out += [f"[tiers.{_q(INTERNAL_TIER)}]", ""]  # every limit 0: unlimited (pygw enforces the tiers)
     for key in cfg.keys:
         out += ["[[keys]]", f"name = {_q(key.name)}", f"tier = {_q(key.tier)}", f"sha256 = {_q(key.digest.hex())}", ""]
-    out += ["[[keys]]", 'name = "pygw"', f"tier = {_q(INTERNAL_TIER)}", f"sha256 = {_q(digest(internal_key).hex())}", ""]
+    out += ["[[keys]]", f"name = {_q(INTERNAL_TIER)}", f"tier = {_q(INTERNAL_TIER)}", f"sha256 = {_q(digest(internal_key).hex())}", ""]
     admin = [k for k in (doc.get("admin") or {}).get("keys", []) if isinstance(k, str) and k]
     if admin:
         out += ["[admin]", "keys = [" + ", ".join(_q(k) for k in admin) + "]", ""]
