@@ -146,7 +146,11 @@ def read_capture(path: str | Path, *, allow_truncated: bool = False) -> Capture:
         vlan += d.vlan_tags > 0
         if d.mpls_labels:
             mpls[d.mpls_labels] = mpls.get(d.mpls_labels, 0) + 1
-        pkt = IP(d.ip) if d.ip[0] >> 4 == 4 else IPv6(d.ip)
+        try:
+            pkt = IP(d.ip) if d.ip[0] >> 4 == 4 else IPv6(d.ip)
+        except Exception:  # scapy raises struct.error, IndexError, ... on mangled headers
+            skipped["malformed IP header"] = skipped.get("malformed IP header", 0) + 1
+            continue
         pkt.time = rec.time_s
         packets.append(pkt)
     notes = []

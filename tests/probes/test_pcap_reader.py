@@ -252,3 +252,15 @@ def test_p0f_signature_forms_on_crafted_syns(tmp_path: Path) -> None:
     if p0f_available():
         theirs = {(m, sig) for m, _, _, sig in p0f_signatures(path)}
         assert theirs == {("syn", s.client_signature), ("syn+ack", s.server_signature)}
+
+
+def test_a_mangled_ip_header_is_skipped_and_counted_not_a_traceback(tmp_path: Path) -> None:
+    from scapy.layers.inet6 import IPv6
+
+    good = [(float(p.time), bytes(p)) for p in handshake()]
+    mangled = bytes(IPv6(nh=43) / b"\x06\x05")  # a routing header that claims far more than it carries
+    path = tmp_path / "mangled.pcap"
+    write_pcap(path, 101, good + [(101.0, mangled), (101.1, b"\x45\x00")])
+    a = analyse_packets(read_capture(path), source=str(path))
+    assert a.packets_total == 5 and a.tcp_packets == 3 and a.streams[0].handshake_seen
+    assert any("frames without IP" in n for n in a.notes)
