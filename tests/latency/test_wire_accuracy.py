@@ -220,12 +220,12 @@ _RID = re.compile(rb"\r\n(?:x-)?request-id: *([^\r\n]+)", re.I)
 
 
 def _wire_requests(packets: list, server_port: int) -> dict[str, WireRequest]:
-    """One keep-alive connection, requests in turn: a client payload starting with POST opens a
-    request, the server payloads until the next one are its answer."""
+    """Per keep-alive connection, requests in turn: a client payload starting with POST opens a
+    request, the server's payloads on that connection until the next one are its answer."""
     from scapy.layers.inet import TCP
 
     out: dict[str, WireRequest] = {}
-    cur: WireRequest | None = None
+    cur: dict[int, WireRequest] = {}      # client port -> the request in flight on that connection
     for p in sorted(packets, key=lambda p: p.time):
         if TCP not in p:
             continue
@@ -236,19 +236,20 @@ def _wire_requests(packets: list, server_port: int) -> dict[str, WireRequest]:
         t = float(p.time)
         if tcp.dport == server_port:
             if payload.startswith(b"POST "):
-                cur = WireRequest(start=t)
+                cur[tcp.sport] = WireRequest(start=t)
             continue
-        if cur is None:
+        req = cur.get(tcp.dport)
+        if req is None:
             continue
-        if cur.resp_first is None:
-            cur.resp_first = t
+        if req.resp_first is None:
+            req.resp_first = t
             m = _RID.search(payload)
             if m:
-                cur.request_id = m.group(1).decode().strip()
-                out[cur.request_id] = cur
-        if cur.first_delta is None and b"content_block_delta" in payload:
-            cur.first_delta = t
-        cur.resp_last = t
+                req.request_id = m.group(1).decode().strip()
+                out[req.request_id] = req
+        if req.first_delta is None and b"content_block_delta" in payload:
+            req.first_delta = t
+        req.resp_last = t
     return out
 
 

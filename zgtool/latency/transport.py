@@ -141,11 +141,9 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
                 buffer, m.held = m.held + buffer, None
             if m.first_write_ns is None:
                 # before the call: the segment is on the wire ~0.05 ms later, while the return can
-                # be milliseconds late (the woken server preempts us inside send on a busy box)
-                m.first_write_ns = perf_counter_ns()
-                super().write(buffer, timeout)
-                m.prev_return_ns = perf_counter_ns()
-                return
+                # be milliseconds late (the woken server preempts us inside send on a busy box), and
+                # what arrives meanwhile waits for our first read from the moment the request left
+                m.first_write_ns = m.prev_return_ns = perf_counter_ns()
         super().write(buffer, timeout)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
