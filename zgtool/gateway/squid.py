@@ -8,6 +8,7 @@ which is the child's log file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import stat
@@ -41,6 +42,15 @@ def _log_dir(run_dir: Path) -> Path | None:
     return folder
 
 
+def _drop_stale_segments(service: str, shm: Path = Path("/dev/shm")) -> None:
+    """Squid 5.7 leaves its shared-memory segments behind when it stops; a later Squid with the
+    same service name (same port) would then die with shm_open ... File exists. The port is
+    free now, so no live Squid owns them."""
+    for seg in shm.glob(f"{service}-*.shm"):
+        with contextlib.suppress(OSError):
+            seg.unlink()
+
+
 def launch(req: LaunchRequest) -> Launch:
     binary = find_binary("squid", INSTALL)
     up_host, up_port = req.upstream_host_port
@@ -59,5 +69,7 @@ def launch(req: LaunchRequest) -> Launch:
         upstream_port=up_port, logs=logs,
     ))
     # its own service name: shared-memory segments (/dev/shm/<name>-*) of two Squids never collide
-    argv = (binary, "-N", "-d", "1", "-n", f"zgsquid{req.port}", "-f", str(config))
+    service = f"zgsquid{req.port}"
+    _drop_stale_segments(service)
+    argv = (binary, "-N", "-d", "1", "-n", service, "-f", str(config))
     return Launch(argv=argv, config=config, logs=files)
