@@ -24,11 +24,12 @@ def test_generate_defaults_to_smollm2_and_says_which_model_dtype_and_device_ran(
     from zgtool.engine.gguf_convert import ensure_converted
 
     ensure_converted("smollm2")
-    proc = _run("generate", "--prompt", "What is the capital of France?", "--max-tokens", "16", "--json")
+    proc = _run("generate", "--prompt", "What is the capital of France?", "--max-tokens", "16", "--json",
+                "--num-threads", "1")      # one thread: fast on a shared box; the model, dtype, device are defaults
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)["data"]
     assert (res["model"], res["device"], res["dtype"]) == ("smollm2", "cpu", resolve_dtype("auto", "cpu"))
-    assert res["num_threads"] >= 1 and res["chat_template"] is True
+    assert res["num_threads"] == 1 and res["chat_template"] is True
     assert "Paris" in res["text"] and res["finish_reason"] == "stop"
     # the pool holds this job (prompt + 16 tokens, in 16-token blocks, plus slack), not 512 MiB
     assert res["kv_blocks"] <= 2 * (-(-(len(res["prompt_token_ids"]) + 16) // 16) + 2)
