@@ -234,7 +234,7 @@ class StreamWatch:
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes to send the client for this upstream chunk."""
-        out = []
+        out: list[bytes] = []
         for ev in self.parser.feed(chunk):
             if self.conv is not None and ev.comments:  # e.g. the engine's timing: kept for OpenAI clients too
                 out.extend(comment(c) for c in ev.comments)
