@@ -231,6 +231,12 @@ def startup_rows(built: Built) -> list[tuple[str, str]]:
 def model_row(e: Any) -> str:
     """The model line of the banner: name, where it came from, and loud notes."""
     text = str(e.model_name)
+    from zgtool.engine.gguf_convert import PACKAGED
+
+    if text in PACKAGED:
+        from zgtool.engine.gguf_convert import ensure_converted
+
+        text += f" ({PACKAGED[text].filename} from {PACKAGED[text].distribution}, as {ensure_converted(text)})"
     if getattr(e, "is_dummy", False):
         text += " (random weights: output text is meaningless)"
     tok = getattr(e, "tokenizer", None)
