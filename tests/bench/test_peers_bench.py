@@ -98,3 +98,14 @@ def test_tiny_run_measures_zgtool_and_skips_peers_that_are_not_installed(tmp_pat
     assert all("not installed (run bench/setup_peers.sh)" in r for r in model["skipped"].values())
     assert model["ratios_zgtool_over_peer"] == {}
     assert sum("skipped: not installed" in ln for ln in lines[:-1]) == 2  # one table line each
+
+
+def test_setup_script_parses_its_options_without_installing_anything(tmp_path: Path) -> None:
+    env = {**os.environ, "ZGTOOL_CACHE_DIR": str(tmp_path)}
+    ok = subprocess.run(["bash", str(ROOT / "bench" / "setup_peers.sh"), "--help"], capture_output=True, text=True,
+                        env=env, timeout=30)
+    assert ok.returncode == 0 and "--only vllm" in ok.stdout
+    bad = subprocess.run(["bash", str(ROOT / "bench" / "setup_peers.sh"), "--bogus"], capture_output=True, text=True,
+                         env=env, timeout=30)
+    assert bad.returncode == 2 and "unknown argument" in bad.stderr
+    assert not (tmp_path / "peers").exists()
