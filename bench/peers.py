@@ -217,7 +217,7 @@ def llama_spec(case: ModelCase, port: int, threads: int) -> ServerSpec | Skip:
             "--model_alias", "m", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
             "--n_threads", str(threads), "--n_threads_batch", str(threads), "--interrupt_requests", "False"]
     return ServerSpec("llama", tuple(argv), {"OMP_NUM_THREADS": str(threads)}, "/v1/models", "m",
-                      {"repeat_penalty": 1.0}, False, case.gguf_note)
+                      {"repeat_penalty": 1.0}, False, case.gguf_note.split(" ", 1)[0])  # "Q4_1", "f32"
 
 
 def transformers_spec(case: ModelCase, port: int, threads: int, dtype: str) -> ServerSpec | Skip:
