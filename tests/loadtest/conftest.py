@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from zgtool.http.net import free_port as free_port  # re-exported: other modules import it from here
+from zgtool.http import net
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,6 +58,9 @@ def asgi_url():
 
 
 @pytest.fixture
+def free_port() -> int:
+    """A port with nothing listening (bound then released)."""
+    return net.free_port()
 
 
 def run_cli(*args: str | Path, env: dict[str, str] | None = None, python: str = sys.executable,
