@@ -14,7 +14,7 @@ from zgtool.errors import UsageError
 from zgtool.report.html import render_files
 from zgtool.report.load import collect
 
-ALL_SECTIONS = ("verdict", "waterfall", "recommendations", "cdf", "tokens", "stream", "k6", "intermediaries",
+ALL_SECTIONS = ("verdict", "waterfall", "recommendations", "cdf", "throughput", "tokens", "stream", "k6", "intermediaries",
                 "network", "engine", "percentiles", "environment")
 URL = re.compile(r"https?://[^\s\"'<>)]+")
 
@@ -200,3 +200,28 @@ def test_every_chart_fits_a_420px_screen(browser, full_html: str, tmp_path: Path
     run = browser(page, width=500)
     right = int(re.search(r'data-svg-right="(\d+)"', run.dom).group(1))
     assert 0 < right <= 420, right
+
+
+def test_throughput_section_shows_rates_goodput_at_the_slo_and_cpu_per_request(data_dir: Path) -> None:
+    rec = data_dir / "split" / "latency_split-slo.json"
+    doc = json.loads(rec.read_text())
+    html = section(render_files([rec], title="slo"), "throughput")
+    for t in doc["data"]["targets"]:
+        tp = t["throughput"]
+        assert f'<td class=num>{tp["request_rps"]:.2f}</td>' in html
+        assert f'<td class=num>{tp["output_tok_s"]:.1f}</td>' in html
+        assert f'{tp["goodput_rps"]:.2f} ({tp["good_requests"]}/{tp["requests_ok"]})' in html
+        assert f'engine {t["cpu_ms_per_request"]["engine"]:.2f}' in html
+    assert "ttft ≤ 5 ms" in html and "e2e ≤ 20 ms" in html
+
+
+def test_a_breached_gate_stage_is_red_not_green_or_grey(data_dir: Path, tmp_path: Path) -> None:
+    shutil.copytree(data_dir / "verify", tmp_path / "v")
+    vf = tmp_path / "v" / "verify.json"
+    doc = json.loads(vf.read_text())
+    gate = next(s for s in doc["data"]["stages"] if s["name"] == "gate")
+    gate.update(status="breached", reason="1 check(s) breached")
+    vf.write_text(json.dumps(doc))
+    html = render_files([tmp_path / "v"], title="breached")
+    row = re.search(r'<tr><td><span class="badge (\w+)">breached</span></td>', html)
+    assert row and row.group(1) == "bad"

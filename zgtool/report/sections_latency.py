@@ -126,7 +126,8 @@ def _stages_table(rs: ResultSet) -> str:
     if v is None:
         return ""
     stages = (v.get("data") or {}).get("stages") or []
-    rows = "".join(f'<tr><td><span class="badge {"good" if s["status"] == "ok" else "bad" if s["status"] == "failed" else "muted"}">'
+    bad = ("failed", "breached", "interrupted")      # a breached gate is a finding, never green or grey
+    rows = "".join(f'<tr><td><span class="badge {"good" if s["status"] == "ok" else "bad" if s["status"] in bad else "muted"}">'
                    f'{escape(s["status"])}</span></td><td>{escape(s["title"])}</td><td class=num>{s["seconds"]:.1f}</td>'
                    f'<td>{escape(s.get("reason") or "")}</td></tr>' for s in stages)
     return (f'<details><summary>What ran ({len(stages)} stages, '
@@ -181,6 +182,47 @@ def percentile_section(rs: ResultSet) -> Section:
                             + "".join(f"<td class=num>{_ms(s.get(k))}</td>" for k in ("p50", "p90", "p95", "p99", "mean"))
                             + f"<td class=num>{ci}</td></tr>")
     sec.body = f'<table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
+    return sec
+
+
+def _num(v: Any, fmt: str = "{:.1f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def throughput_section(rs: ResultSet) -> Section:
+    """The field's load figures per path (vLLM's request/output throughput and goodput at an SLO),
+    and the CPU each local process group spent per request."""
+    sec = Section("throughput", "Throughput, goodput and CPU per request")
+    found = splits(rs)
+    if not found:
+        sec.missing = missing_reason(rs, "latency_split", "latency")
+        return sec
+    head = ("<tr><th>config</th><th>path</th><th>req/s</th><th>output tok/s</th><th>tokens in / out</th>"
+            "<th>goodput req/s</th><th>CPU ms per request</th></tr>")
+    body, slos = [], set()
+    for r in found:
+        d = r.get("data") or {}
+        label = config_label(d.get("config") or {})
+        for t in d.get("targets") or []:
+            tp = t.get("throughput") or {}
+            slo = tp.get("slo")
+            if slo:
+                slos.add(", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in sorted(slo.items()) if isinstance(v, (int, float))))
+            good = ("–" if tp.get("goodput_rps") is None else
+                    f'{tp["goodput_rps"]:.2f} ({tp.get("good_requests")}/{tp.get("requests_ok")})')
+            cpu = "; ".join(f"{escape(str(k))} {v:.2f}" for k, v in (t.get("cpu_ms_per_request") or {}).items()) or "–"
+            body.append(f"<tr><td>{escape(label)}</td><td>{escape(t['name'])}</td>"
+                        f"<td class=num>{_num(tp.get('request_rps'), '{:.2f}')}</td>"
+                        f"<td class=num>{_num(tp.get('output_tok_s'))}</td>"
+                        f"<td class=num>{_num(tp.get('input_tokens'), '{:d}')} / {_num(tp.get('output_tokens'), '{:d}')}</td>"
+                        f"<td class=num>{good}</td><td>{cpu}</td></tr>")
+    note = ('<p class="note">req/s and output tok/s: ok requests and their output tokens over the wall time of each '
+            "path's measured blocks (closed loop, so they reflect the configured concurrency, not a capacity). "
+            "Goodput: requests per second that met every SLO target"
+            + (f" ({escape('; '.join(sorted(slos)))})" if slos else " (none set: pass --slo ttft:MS tpot:MS e2e:MS)")
+            + ". CPU: the CPU time of each local process group while the path was measured, per request "
+            "(on one host a gateway's CPU is taken from the engine).</p>")
+    sec.body = note + f'<table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
     return sec
 
 
