@@ -48,3 +48,37 @@ def test_cpu_watch_accumulates_per_target_and_never_goes_negative() -> None:
     gone.begin()
     gone.end("b", 1)
     assert gone.per_request_ms() == {"b": {"gone": 0.0}}
+
+
+def test_a_pid_that_does_not_lead_its_group_counts_only_itself_and_its_children() -> None:
+    """A server started from a shell job shares the job's group with the client measuring it:
+    `--cpu-pid engine=PID` must read the server and its children, never the client's CPU too."""
+    import contextlib
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from zgtool.commands.latency import _cpu_groups
+    from zgtool.latency.cputime import members
+
+    # a parent (not a group leader: it shares this test's group) with one child that burns CPU
+    code = ("import subprocess,sys; c=subprocess.Popen([sys.executable,'-c','while True: pass']); "
+            "print(c.pid, flush=True); c.wait()")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline()) if parent.stdout else 0
+        assert os.getpgid(parent.pid) == os.getpgid(0) != parent.pid
+        groups = _cpu_groups([f"engine={parent.pid}"])
+        assert groups == {"engine": parent.pid}
+        assert set(members(groups["engine"])) == {parent.pid, child}      # not this process
+        before = group_cpu_ns(parent.pid)
+        deadline = time.monotonic() + 30
+        while group_cpu_ns(parent.pid) - before < 10_000_000:           # the child's CPU is counted
+            assert time.monotonic() < deadline, "the child's CPU never showed up"
+            time.sleep(0.01)
+    finally:
+        for p in members(parent.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, 9)
+        parent.wait(timeout=10)

@@ -66,7 +66,8 @@ def _prompt(preset: str, prompt_file: Path | None) -> tuple[str, str]:
 
 
 def _cpu_groups(specs: list[str]) -> dict[str, int]:
-    """--cpu-pid NAME=PID -> {name: pid}; the pid's process group is read (nginx: master + workers)."""
+    """--cpu-pid NAME=PID -> {name: pid}: the process group PID leads (nginx: master + workers), else
+    PID and its children (never the group of a shell job, which holds this client too)."""
     import os
 
     from zgtool.errors import UsageError
@@ -77,7 +78,8 @@ def _cpu_groups(specs: list[str]) -> dict[str, int]:
         if not sep or not name or not pid.isdigit():
             raise UsageError(f"--cpu-pid: expected NAME=PID like engine=1234, not {spec!r}")
         try:
-            out[name] = os.getpgid(int(pid))
+            os.getpgid(int(pid))      # exists?
+            out[name] = int(pid)
         except OSError:
             raise UsageError(f"--cpu-pid {spec}: no such process") from None
     return out
@@ -169,8 +171,8 @@ def register(app: typer.Typer) -> None:
         rounds: int = typer.Option(0, "--rounds", help="Alternate targets in this many blocks; the interval "
                                    "resamples them (0: automatic, 4-16)."),
         slo: list[str] = typer.Option([], "--slo", help="Goodput SLOs in ms: 'ttft:500 tpot:50 e2e:2000'."),
-        cpu_pid: list[str] = typer.Option([], "--cpu-pid", help="NAME=PID of a local process group (engine, "
-                                          "gateway) whose CPU ms per request to report; repeatable."),
+        cpu_pid: list[str] = typer.Option([], "--cpu-pid", help="NAME=PID of a local process (engine, "
+                                          "gateway): its process group if it leads one, else it and its children; CPU ms per request is reported. Repeatable."),
         config: Path | None = typer.Option(None, "--config", help="zgtool.toml with named targets."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result to stdout."),
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the JSON result to this file."),

@@ -45,6 +45,33 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+def tree_members(pid: int) -> list[int]:
+    """`pid` and every live descendant of it."""
+    children: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            f = _stat_fields(int(entry.name))
+            if f is not None and len(f) > 1 and f[0] != "Z":
+                children.setdefault(int(f[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def members(pid: int) -> list[int]:
+    """The processes a part's CPU is read from: the whole process group when `pid` leads one (zgtool
+    starts every server that way: nginx's master and workers), else `pid` and its children — never
+    the group of a process that merely belongs to one (a shell job's group would hold the client)."""
+    try:
+        leader = os.getpgid(pid) == pid
+    except OSError:
+        return []
+    return group_members(pid) if leader else tree_members(pid)
+
+
 def process_cpu_ns(pid: int) -> int:
     """CPU time a live process has used so far, in ns (0 when it is gone)."""
     total = 0
@@ -68,17 +95,16 @@ def process_cpu_ns(pid: int) -> int:
     return (int(f[11]) + int(f[12])) * tick_ns     # utime, stime
 
 
-def group_cpu_ns(pgid: int) -> int:
-    return sum(process_cpu_ns(p) for p in group_members(pgid))
+def group_cpu_ns(pid: int) -> int:
+    return sum(process_cpu_ns(p) for p in members(pid))
 
 
 @dataclass
 class CpuWatch:
     """CPU time per named process group, accumulated per measured target.
 
-    `groups` maps a part's name ("engine", "pygw", "nginx") to its process-group leader's pid
-    (zgtool's supervisor starts every child in its own session, so the leader's pid is the
-    group id). Call begin() before a block and end(target, requests) after it.
+    `groups` maps a part's name ("engine", "pygw", "nginx") to a pid: its process group when it
+    leads one (zgtool's supervisor starts every child in its own session), else it and its children. Call begin() before a block and end(target, requests) after it.
     """
 
     groups: Mapping[str, int]
