@@ -2,8 +2,9 @@
 
 Serves one Hugging Face directory (the real model `smollm2` when its package is installed, and
 `dummy:small` written as an HF directory) with `zgtool serve` and each installed peer -- vLLM's
-CPU build, llama.cpp (llama-cpp-python's server, on a GGUF of the same weights) and
-`transformers serve --continuous-batching` -- ONE SERVER AT A TIME, in alternating order
+CPU build, llama.cpp (llama-cpp-python's server, one request at a time, and the C++
+`llama-server` with one parallel slot per stream, both on a GGUF of the same weights) and
+`transformers serve --continuous-batching` (its KV cache capped) -- ONE SERVER AT A TIME, in alternating order
 (A B C, C B A, ...), every server restarted per cycle. Each run gets the same streaming workload
 through POST /v1/chat/completions: temperature 0, equal output lengths (`ignore_eos` +
 `min_tokens` where the server takes them; for the others only prompts whose greedy output
@@ -14,7 +15,14 @@ at c=N, TTFT p50 at c=1, peak RSS of its process tree and start-up time (spawn -
 on its health/models route); then zgtool/peer ratios. A peer that is not installed is one
 "skipped" line, never a figure. Peers are installed by bench/setup_peers.sh.
 
-    .venv/bin/python bench/peers.py [--models dummy,smollm2] [--peers vllm,llama,transformers|all|none]
+Every engine runs in up to two dtypes (--dtypes): the run's dtype (--dtype; the row is the
+engine's name; llama.cpp gets a GGUF converted to it) and its own best (row "<engine>:best":
+zgtool int8 where `zgtool serve --dtype` offers it, else bfloat16; vLLM and transformers
+bfloat16; llama.cpp the package's Q4_1 GGUF). A best variant equal to the run's dtype is not
+run twice. Ratios pair like with like: zgtool/peer, and zgtool:best/peer:best.
+
+    .venv/bin/python bench/peers.py [--models dummy,smollm2]
+        [--peers vllm,llama,llama-server,transformers|all|none] [--dtypes same,best]
         [--cycles 3] [--concurrency 16] [--max-tokens 96] [--c1-requests 3] [--threads 2]
 
 Prints a table per model and, as the LAST line, one JSON object with every figure and ratio.
@@ -43,8 +51,30 @@ from typing import Any
 
 from zgtool.stats import percentile
 
-PEER_NAMES = ("vllm", "llama", "transformers")
-SETUP_HINT = "run bench/setup_peers.sh"
+if str(Path(__file__).resolve().parent) not in sys.path:  # the bench/peers_*.py helpers beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers_gguf  # noqa: E402
+from peers_llama_server import llama_server_spec  # noqa: E402
+from peers_types import (  # noqa: E402
+    BEST,
+    SAME,
+    SETUP_HINT,
+    GgufFile,
+    ModelCase,
+    ServerSpec,
+    Skip,
+    engine_of,
+    peers_dir,
+    row_name,
+)
+
+__all__ = ["GgufFile", "ModelCase", "ServerSpec", "Skip", "SETUP_HINT", "peers_dir"]
+
+PEER_NAMES = ("vllm", "llama", "llama-server", "transformers")
+VARIANTS = (SAME, BEST)
+# each peer's best dtype on a CPU (llama.cpp's is its GGUF's: the package's Q4_1)
+PEER_BEST_DTYPE = {"vllm": "bfloat16", "transformers": "bfloat16"}
 # the byte tokenizer's chat layout as a template every server applies the same way
 DUMMY_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"
@@ -79,42 +109,7 @@ CANDIDATE_PROMPTS = (
 )
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("ZGTOOL_CACHE_DIR") or Path.home() / ".cache" / "zgtool")
-
-
-def peers_dir() -> Path:
-    return cache_dir() / "peers"
-
-
-# -- what a server is ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ModelCase:
-    name: str                 # dummy:small | smollm2
-    hf_dir: Path
-    gguf: Path | None         # the llama.cpp file of the same weights, when there is one
-    gguf_note: str            # its dtype, or why there is none
-    eos_ids: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    name: str
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    ready_path: str
-    model_field: str               # the "model" value requests carry
-    extra_body: dict[str, Any]     # ignore_eos/min_tokens/repeat_penalty where taken
-    equal_length_by_flag: bool     # False: screened prompts keep output lengths equal
-    dtype: str
-
-
-@dataclass(frozen=True)
-class Skip:
-    name: str
-    reason: str
-
-
+# -- what a run measured ---------------------------------------------------------------------
 @dataclass
 class StreamResult:
     ttft_ms: float | None
@@ -180,20 +175,28 @@ def _preload_libs(venv: Path) -> str:
     return ":".join(libs)
 
 
-def zgtool_spec(case: ModelCase, port: int, threads: int, dtype: str, serve_help: str) -> ServerSpec:
+def zgtool_best_dtype(serve_help: str, requested: str = "auto") -> str:
+    """zgtool's best CPU dtype: int8 once `zgtool serve --dtype` offers it, else bfloat16."""
+    if requested != "auto":
+        return requested
+    return "int8" if "int8" in serve_help else "bfloat16"
+
+
+def zgtool_spec(case: ModelCase, port: int, threads: int, dtype: str, serve_help: str,
+                row: str = "zgtool") -> ServerSpec:
     argv = [sys.executable, "-m", "zgtool", "serve", "--model", str(case.hf_dir), "--port", str(port),
             "--device", "cpu", "--dtype", dtype, "--max-num-seqs", "32"]
     env = {"OMP_NUM_THREADS": str(threads)}
     if "--num-threads" in serve_help:
         argv += ["--num-threads", str(threads)]
-    return ServerSpec("zgtool", tuple(argv), env, "/health", "default",
-                      {"ignore_eos": True}, True, dtype)
+    return ServerSpec(row, tuple(argv), env, "/health", "default",
+                      {"ignore_eos": True}, True, dtype, usage_in_stream=True)
 
 
-def vllm_spec(case: ModelCase, port: int, threads: int, dtype: str) -> ServerSpec | Skip:
+def vllm_spec(case: ModelCase, port: int, threads: int, dtype: str, row: str = "vllm") -> ServerSpec | Skip:
     venv = peers_dir() / "vllm"
     if not (venv / ".ok").exists():
-        return Skip("vllm", f"skipped: not installed ({SETUP_HINT})")
+        return Skip(row, f"skipped: not installed ({SETUP_HINT})")
     argv = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", str(case.hf_dir),
             "--served-model-name", "m", "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port),
             "--max-model-len", "2048", "--max-num-seqs", "32"]
@@ -203,51 +206,66 @@ def vllm_spec(case: ModelCase, port: int, threads: int, dtype: str) -> ServerSpe
     pre = _preload_libs(venv)
     if pre:
         env["LD_PRELOAD"] = pre
-    return ServerSpec("vllm", tuple(argv), env, "/v1/models", "m",
-                      {"ignore_eos": True, "min_tokens": 0}, True, dtype)  # min_tokens := max_tokens per body
+    return ServerSpec(row, tuple(argv), env, "/v1/models", "m",
+                      {"ignore_eos": True, "min_tokens": 0}, True, dtype,  # min_tokens := max_tokens per body
+                      usage_in_stream=True)
 
 
-def llama_spec(case: ModelCase, port: int, threads: int) -> ServerSpec | Skip:
+def llama_spec(case: ModelCase, port: int, threads: int, gguf: GgufFile | None, row: str = "llama",
+               note: str = "") -> ServerSpec | Skip:
+    """llama-cpp-python's server: one request at a time (no usage in its stream)."""
     venv = peers_dir() / "llama"
     if not (venv / ".ok").exists():
-        return Skip("llama", f"skipped: not installed ({SETUP_HINT})")
-    if case.gguf is None:
-        return Skip("llama", f"skipped: no GGUF of {case.name} ({case.gguf_note})")
-    argv = [str(venv / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(case.gguf),
+        return Skip(row, f"skipped: not installed ({SETUP_HINT})")
+    if gguf is None:
+        return Skip(row, f"skipped: no GGUF of {case.name} ({note or case.gguf_note})")
+    argv = [str(venv / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(gguf.path),
             "--model_alias", "m", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
             "--n_threads", str(threads), "--n_threads_batch", str(threads), "--interrupt_requests", "False"]
-    return ServerSpec("llama", tuple(argv), {"OMP_NUM_THREADS": str(threads)}, "/v1/models", "m",
-                      {"repeat_penalty": 1.0}, False, case.gguf_note.split(" ", 1)[0])  # "Q4_1", "f32"
+    return ServerSpec(row, tuple(argv), {"OMP_NUM_THREADS": str(threads)}, "/v1/models", "m",
+                      {"repeat_penalty": 1.0}, False, gguf.dtype)
 
 
-def transformers_spec(case: ModelCase, port: int, threads: int, dtype: str) -> ServerSpec | Skip:
+def transformers_spec(case: ModelCase, port: int, threads: int, dtype: str, row: str = "transformers",
+                      cb_num_blocks: int = 512) -> ServerSpec | Skip:
+    """`transformers serve --continuous-batching`, its paged cache capped (uncapped it grew to ~13 GiB)."""
     tf = Path(sys.executable).with_name("transformers")
     if not tf.exists():
-        return Skip("transformers", "skipped: not installed (scripts/setup.sh installs it with the test extras)")
+        return Skip(row, "skipped: not installed (scripts/setup.sh installs it with the test extras)")
     argv = [str(tf), "serve", "--continuous-batching", "--host", "127.0.0.1", "--port", str(port),
-            "--device", "cpu", "--dtype", dtype, "--cb-num-blocks", "512", str(case.hf_dir)]
-    return ServerSpec("transformers", tuple(argv), {"OMP_NUM_THREADS": str(threads)}, "/health",
+            "--device", "cpu", "--dtype", dtype, "--cb-num-blocks", str(cb_num_blocks), str(case.hf_dir)]
+    return ServerSpec(row, tuple(argv), {"OMP_NUM_THREADS": str(threads)}, "/health",
                       str(case.hf_dir), {}, False, dtype)
 
 
+def peer_spec(engine: str, variant: str, case: ModelCase, port: int, args: argparse.Namespace,
+              serve_help: str) -> ServerSpec | Skip | None:
+    """The server of one table row; None when that row would repeat the same-dtype one."""
+    row = row_name(engine, variant)
+    best = variant == BEST
+    if engine == "zgtool":
+        dtype = zgtool_best_dtype(serve_help, args.zgtool_best_dtype) if best else args.dtype
+        if best and dtype == args.dtype:
+            return None
+        return zgtool_spec(case, port, args.zgtool_threads or args.threads, dtype, serve_help, row)
+    if engine in ("llama", "llama-server"):
+        gguf = case.gguf_best if best else case.gguf_same
+        if best and gguf is not None and case.gguf_same is not None and gguf.dtype == case.gguf_same.dtype:
+            return None
+        note = case.gguf_note or ("no best-dtype GGUF" if best else "no same-dtype GGUF")
+        if engine == "llama":
+            return llama_spec(case, port, args.threads, gguf, row, note)
+        return llama_server_spec(row, gguf, note, port, args.threads, args.concurrency, args.max_tokens)
+    dtype = PEER_BEST_DTYPE.get(engine, args.dtype) if best else args.dtype
+    if best and dtype == args.dtype:
+        return None
+    if engine == "vllm":
+        return vllm_spec(case, port, args.threads, dtype, row)
+    return transformers_spec(case, port, args.threads, dtype, row)
+
+
 # -- models ----------------------------------------------------------------------------------
-def convert_dummy_gguf(hf_dir: Path, out: Path) -> tuple[Path | None, str]:
-    """convert_hf_to_gguf.py from the llama-cpp-python sdist, with the gguf-py vendored beside it."""
-    src = peers_dir() / "llama-sdist" / "src" / "vendor" / "llama.cpp"
-    py = peers_dir() / "llama" / "bin" / "python"
-    script = src / "convert_hf_to_gguf.py"
-    if not script.exists() or not py.exists():
-        return None, f"convert_hf_to_gguf.py not found ({SETUP_HINT} --only llama)"
-    env = {**os.environ, "PYTHONPATH": str(src / "gguf-py")}
-    proc = subprocess.run([str(py), str(script), str(hf_dir), "--outfile", str(out), "--outtype", "f32"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0 or not out.exists():
-        last = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()][-1:] or ["no output"]
-        return None, f"convert_hf_to_gguf.py failed: {last[0][:160]}"
-    return out, "f32 (converted)"
-
-
-def prepare_model(name: str, tmp: Path, want_gguf: bool) -> ModelCase | Skip:
+def prepare_model(name: str, tmp: Path, want_gguf: bool, dtype: str = "float32") -> ModelCase | Skip:
     if name.startswith("dummy:"):
         from zgtool.engine.weights import save_dummy_checkpoint
 
@@ -256,21 +274,31 @@ def prepare_model(name: str, tmp: Path, want_gguf: bool) -> ModelCase | Skip:
         cfg = json.loads(cfg_path.read_text())
         cfg["chat_template"] = DUMMY_CHAT_TEMPLATE
         cfg_path.write_text(json.dumps(cfg))
-        gguf, note = (convert_dummy_gguf(path, tmp / f"{path.name}.f32.gguf") if want_gguf
-                      else (None, "llama.cpp not requested"))
-        return ModelCase(name, path, gguf, note, _eos_ids(path))
+        if not want_gguf:
+            return ModelCase(name, path, None, None, "llama.cpp not requested", _eos_ids(path))
+        same = peers_gguf.same_dtype_gguf(path, dtype, cache=False, tmp=tmp)
+        if isinstance(same, str):
+            return ModelCase(name, path, None, None, same, _eos_ids(path))
+        # no quantised file of random weights: its best is the same file (one row)
+        return ModelCase(name, path, same, same, "", _eos_ids(path))
     if name == "smollm2":
         try:
             from zgtool.engine import gguf_convert
 
-            hf = gguf_convert.ensure_converted("smollm2")
-            gguf = gguf_convert.find_gguf(gguf_convert.SMOLLM2)
+            hf = Path(gguf_convert.ensure_converted("smollm2"))
+            packaged = Path(gguf_convert.find_gguf(gguf_convert.SMOLLM2))
         except Exception as exc:  # noqa: BLE001 - reported as a skip line
             return Skip(name, f"skipped: {type(exc).__name__}: {exc}")
-        return ModelCase(name, Path(hf), Path(gguf), "Q4_1 (the package's own GGUF)", _eos_ids(Path(hf)))
+        best = GgufFile(peers_gguf.gguf_dtype_of(packaged), packaged, "the package's own GGUF")
+        if not want_gguf:
+            return ModelCase(name, hf, None, best, "llama.cpp not requested", _eos_ids(hf))
+        same = peers_gguf.same_dtype_gguf(hf, dtype, cache=True, tmp=tmp)
+        if isinstance(same, str):
+            return ModelCase(name, hf, None, best, same, _eos_ids(hf))
+        return ModelCase(name, hf, same, best, "", _eos_ids(hf))
     path = Path(name).expanduser()
     if (path / "config.json").exists():
-        return ModelCase(path.name, path, None, "no GGUF for a plain directory", _eos_ids(path))
+        return ModelCase(path.name, path, None, None, "no GGUF for a plain directory", _eos_ids(path))
     return Skip(name, f"skipped: unknown model {name!r} (dummy:<preset>, smollm2 or an HF directory)")
 
 
@@ -389,7 +417,7 @@ def parse_sse_chunk(line: str) -> dict[str, Any] | None:
 def body_for(spec: ServerSpec, prompt: str, max_tokens: int, stream: bool = True) -> dict[str, Any]:
     body: dict[str, Any] = {"model": spec.model_field, "messages": [{"role": "user", "content": prompt}],
                             "max_tokens": max_tokens, "temperature": 0, "stream": stream}
-    if stream and spec.name in ("zgtool", "vllm"):
+    if stream and spec.usage_in_stream:
         body["stream_options"] = {"include_usage": True}
     extra = dict(spec.extra_body)
     if "min_tokens" in extra:
@@ -522,20 +550,21 @@ def ratios(ours: EngineSummary, peer: EngineSummary) -> dict[str, float | None]:
 def render(model: str, concurrency: int, summaries: list[EngineSummary], skips: list[Skip],
            rat: dict[str, dict[str, float | None]]) -> str:
     c = concurrency
-    head = (f"{'engine':<13}{'dtype':<10}{f'tok/s c={c}':>11}{'tok/s c=1':>10}{'TTFT p50':>10}{'TTFT p95':>10}"
+    by = {s.engine: s for s in summaries}
+    head = (f"{'engine':<18}{'dtype':<10}{f'tok/s c={c}':>11}{'tok/s c=1':>10}{'TTFT p50':>10}{'TTFT p95':>10}"
             f"{'ITL p50':>9}{'TTFT c=1':>10}{'RSS MB':>8}{'start s':>8}{'err':>5}")
     lines = [f"== {model} ==", head]
     for s in summaries:
-        lines.append(f"{s.engine:<13}{s.dtype[:9]:<10}{s.c_tok_s:>11.1f}{s.c1_tok_s:>10.1f}{s.c_ttft_p50_ms:>10.0f}"
+        lines.append(f"{s.engine:<18}{s.dtype[:9]:<10}{s.c_tok_s:>11.1f}{s.c1_tok_s:>10.1f}{s.c_ttft_p50_ms:>10.0f}"
                      f"{s.c_ttft_p95_ms:>10.0f}{s.c_itl_p50_ms:>9.1f}{s.c1_ttft_p50_ms:>10.0f}{s.rss_mb:>8.0f}"
                      f"{s.startup_s:>8.1f}{s.errors:>5}")
     for sk in skips:
-        lines.append(f"{sk.name:<13}{sk.reason}")
+        lines.append(f"{sk.name:<18}{sk.reason}")
     for peer, r in rat.items():
         def f(k: str, r: dict[str, float | None] = r) -> str:
             v = r.get(k)
             return "n/a" if v is None else f"x{v:.2f}"
-        lines.append(f"zgtool/{peer}: tok/s c={c} {f('c_tok_s')}, c=1 {f('c1_tok_s')}; TTFT p50 c={c} {f('c_ttft_p50')}, "
+        lines.append(f"{ratio_label(peer, by)}: tok/s c={c} {f('c_tok_s')}, c=1 {f('c1_tok_s')}; TTFT p50 c={c} {f('c_ttft_p50')}, "
                      f"c=1 {f('c1_ttft_p50')}; ITL p50 {f('c_itl_p50')}; RSS {f('rss')}; start-up {f('startup')}")
     return "\n".join(lines)
 
@@ -572,27 +601,52 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def log_name(model: str, row: str) -> str:
+    return f"{model}-{row}.log".replace(":", "-").replace("/", "_")
+
+
+def gguf_summary(case: ModelCase) -> dict[str, str | None]:
+    def one(g: GgufFile | None) -> str | None:
+        return None if g is None else f"{g.dtype}: {g.path}"
+    return {SAME: one(case.gguf_same), BEST: one(case.gguf_best), "note": case.gguf_note or None}
+
+
+def pair_ratios(by: dict[str, EngineSummary]) -> dict[str, dict[str, float | None]]:
+    """zgtool over each peer row, like with like: "llama" against zgtool, "llama:best" against
+    zgtool:best (zgtool where it has no best row of its own)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for name, s in by.items():
+        if engine_of(name) == "zgtool":
+            continue
+        ours = by.get(row_name("zgtool", BEST)) if name.endswith(f":{BEST}") else None
+        ours = ours or by.get("zgtool")
+        if ours is not None:
+            out[name] = ratios(ours, s)
+    return out
+
+
+def ratio_label(peer_row: str, rat_rows: dict[str, EngineSummary]) -> str:
+    ours = "zgtool:best" if peer_row.endswith(f":{BEST}") and "zgtool:best" in rat_rows else "zgtool"
+    return f"{ours}/{peer_row}"
+
+
 def bench_model(case: ModelCase, peers: list[str], args: argparse.Namespace, tmp: Path,
                 serve_help: str) -> dict[str, Any]:
     specs: dict[str, ServerSpec] = {}
     skips: list[Skip] = []
     ports: dict[str, int] = {}
-    for name in ["zgtool", *peers]:
-        port = ports[name] = free_port()
-        spec: ServerSpec | Skip
-        if name == "zgtool":
-            spec = zgtool_spec(case, port, args.zgtool_threads or args.threads, args.dtype, serve_help)
-        elif name == "vllm":
-            spec = vllm_spec(case, port, args.threads, args.dtype)
-        elif name == "llama":
-            spec = llama_spec(case, port, args.threads)
-        else:
-            spec = transformers_spec(case, port, args.threads, args.dtype)
-        if isinstance(spec, Skip):
-            skips.append(spec)
-            print(f"{spec.name}: {spec.reason}", file=sys.stderr)
-        else:
-            specs[name] = spec
+    for engine in ["zgtool", *peers]:
+        for variant in args.dtypes:
+            name = row_name(engine, variant)
+            port = ports[name] = free_port()
+            spec = peer_spec(engine, variant, case, port, args, serve_help)
+            if spec is None:
+                continue
+            if isinstance(spec, Skip):
+                skips.append(spec)
+                print(f"{spec.name}: {spec.reason}", file=sys.stderr)
+            else:
+                specs[name] = spec
     prompts = list(CANDIDATE_PROMPTS[: args.concurrency])
     need_screen = any(not s.equal_length_by_flag for s in specs.values())
     runs: dict[str, list[RunFigures]] = {n: [] for n in specs}
@@ -615,7 +669,7 @@ def bench_model(case: ModelCase, peers: list[str], args: argparse.Namespace, tmp
 
             hook = screen if (cycle == 0 and name == "zgtool" and need_screen) else None
             try:
-                fig = measure_run(spec, ports[name], logs / f"{case.name.replace(':', '-').replace('/', '_')}-{name}.log", cycle,
+                fig = measure_run(spec, ports[name], logs / log_name(case.name, name), cycle,
                                   prompts, args.concurrency, args.max_tokens, args.c1_requests, hook)
             except RuntimeError as exc:
                 failed[name] = f"failed: {exc}"
@@ -628,18 +682,26 @@ def bench_model(case: ModelCase, peers: list[str], args: argparse.Namespace, tmp
     skips += [Skip(n, r) for n, r in failed.items() if not runs[n]]
     summaries = [summarize(n, specs[n].dtype, rs) for n, rs in runs.items() if rs]
     by = {s.engine: s for s in summaries}
-    rat = {n: ratios(by["zgtool"], s) for n, s in by.items() if n != "zgtool"} if "zgtool" in by else {}
+    rat = pair_ratios(by)
     print(render(case.name, args.concurrency, summaries, skips, rat))
-    return {"model": case.name, "hf_dir": str(case.hf_dir), "gguf": case.gguf_note,
+    return {"model": case.name, "hf_dir": str(case.hf_dir), "gguf": gguf_summary(case),
             "engines": [asdict(s) for s in summaries], "skipped": {s.name: s.reason for s in skips},
             "ratios_zgtool_over_peer": rat, "screened_prompts": len(prompts) if need_screen else None}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_dtypes(value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [n for n in names if n not in VARIANTS]
+    if bad or not names:
+        raise SystemExit(f"unknown dtype variant(s) {bad or value!r}: choose from {', '.join(VARIANTS)}")
+    return [v for v in VARIANTS if v in names]
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--models", default=None, help="comma list: dummy:small, smollm2, an HF dir (default: both "
                     "when the smollm2 package is installed)")
-    ap.add_argument("--peers", default="all", help="vllm,llama,transformers | all | none")
+    ap.add_argument("--peers", default="all", help="vllm,llama,llama-server,transformers | all | none")
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=96)
@@ -647,8 +709,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="compute threads, every server")
     ap.add_argument("--zgtool-threads", type=int, default=0, help="override zgtool's thread count only")
     ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 (servers that take a dtype)")
+    ap.add_argument("--dtypes", type=parse_dtypes, default=list(VARIANTS),
+                    help="same (every engine in --dtype), best (each engine's best dtype), or both: same,best")
+    ap.add_argument("--zgtool-best-dtype", default="auto",
+                    help="zgtool's best-dtype row: auto (int8 when `zgtool serve --dtype` offers it, else bfloat16)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (checkpoints, logs)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     peers = parse_peers(args.peers)
     # SIGTERM unwinds like Ctrl-C, so the server in flight is stopped by its context manager
     signal.signal(signal.SIGTERM, _interrupt)
@@ -658,13 +728,16 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="zg-peers-"))
     out: dict[str, Any] = {"bench": "peers", "concurrency": args.concurrency, "max_tokens": args.max_tokens,
                            "cycles": args.cycles, "threads": args.threads, "dtype": args.dtype,
+                           "dtypes": args.dtypes,
                            "cpus": os.cpu_count(), "models": []}
+    variants_note = "and each engine's best" if BEST in args.dtypes else "only"
     try:
         print(f"peers: {', '.join(['zgtool', *peers])}; {args.concurrency} streams x {args.max_tokens} tokens and "
               f"{args.c1_requests} x 1 stream; {args.cycles} alternating cycles; {args.threads} threads; "
-              f"dtype {args.dtype}; {os.cpu_count()} cpus")
+              f"dtype {args.dtype} ({variants_note}); "
+              f"{os.cpu_count()} cpus")
         for m in models:
-            case = prepare_model(m, tmp, "llama" in peers)
+            case = prepare_model(m, tmp, bool({"llama", "llama-server"} & set(peers)), args.dtype)
             if isinstance(case, Skip):
                 print(f"{m}: {case.reason}")
                 out["models"].append({"model": m, "skipped": case.reason})

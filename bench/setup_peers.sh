@@ -6,12 +6,16 @@
 #   llama        llama-cpp-python 0.3.36 [server], built from its sdist (~18+ min on 2 cores);
 #                the sdist is kept for its convert_hf_to_gguf.py and vendored gguf-py
 #   transformers `transformers serve` from the project's .venv (checked, nothing installed)
+#   llama-server the C++ llama-server (parallel slots: the fair batching peer), built from the
+#                llama.cpp vendored in that sdist: only the llama-server target, GGML_NATIVE,
+#                `nice -n 19`, JOBS=2 by default (~15-25 min on 2 cores); opt-in, never in "all"
 # Not part of the README's two commands. Every step is idempotent (a finished step leaves a
 # .ok marker and is skipped next time).
 #
 #   bash bench/setup_peers.sh                  # all
 #   bash bench/setup_peers.sh --only vllm      # one (vllm|llama|transformers), repeatable
 #   bash bench/setup_peers.sh --skip llama
+#   bash bench/setup_peers.sh --llama-server   # also (or with --only llama-server: only) it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,11 +29,13 @@ JOBS=${JOBS:-$(nproc)}
 
 only=()
 skip=()
+llama_server=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only+=("$2"); shift 2 ;;
     --skip) skip+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --llama-server) llama_server=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "setup_peers: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -103,8 +109,43 @@ setup_transformers() {
   fi
 }
 
+fetch_sdist() {  # the llama-cpp-python sdist, unpacked (needs only pip, not the llama venv)
+  local sd=$PEERS/llama-sdist
+  mkdir -p "$sd"
+  if ! ls "$sd"/llama_cpp_python-"$LLAMA_VERSION".tar.gz >/dev/null 2>&1; then
+    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" -d "$sd"
+  fi
+  [ -d "$sd/src" ] || { mkdir -p "$sd/src" && tar -xzf "$sd"/llama_cpp_python-"$LLAMA_VERSION".tar.gz -C "$sd/src" --strip-components=1; }
+}
+
+setup_llama_server() {
+  local out=$PEERS/llama-server build=$PEERS/llama-server/build
+  if [ -x "$out/bin/llama-server" ] && [ -f "$out/.ok" ]; then
+    echo "setup_peers: llama-server already built ($out/bin/llama-server)"; return
+  fi
+  fetch_sdist
+  local src=$PEERS/llama-sdist/src/vendor/llama.cpp
+  local jobs=${LLAMA_SERVER_JOBS:-2}
+  echo "setup_peers: building llama-server from $src with -j$jobs under nice -n 19 (~15-25 min on 2 cores)"
+  mkdir -p "$build" "$out/bin"
+  local t0=$SECONDS
+  nice -n 19 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_SERVER=ON \
+    -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
+  nice -n 19 cmake --build "$build" --target llama-server -j "$jobs" >"$out/build.log" 2>&1 || {
+    echo "setup_peers: llama-server build failed, last lines of $out/build.log:" >&2; tail -n 15 "$out/build.log" >&2; return 1; }
+  cp "$build/bin/llama-server" "$out/bin/llama-server"
+  "$out/bin/llama-server" --version >/dev/null 2>&1 || { echo "setup_peers: llama-server does not run" >&2; return 1; }
+  echo "$((SECONDS - t0))" >"$out/build_seconds"
+  touch "$out/.ok"
+  echo "setup_peers: llama-server ok ($((SECONDS - t0)) s)"
+}
+
 status=0
 wanted vllm && { setup_vllm || { echo "setup_peers: vllm FAILED" >&2; status=1; }; }
 wanted llama && { setup_llama || { echo "setup_peers: llama FAILED" >&2; status=1; }; }
 wanted transformers && { setup_transformers || status=1; }
+if [ "$llama_server" = 1 ] || { [ ${#only[@]} -gt 0 ] && wanted llama-server; }; then
+  setup_llama_server || { echo "setup_peers: llama-server FAILED" >&2; status=1; }
+fi
 exit $status

@@ -18,6 +18,8 @@ assert _spec is not None and _spec.loader is not None
 peers = importlib.util.module_from_spec(_spec)
 sys.modules["bench_peers"] = peers
 _spec.loader.exec_module(peers)
+import peers_gguf  # noqa: E402  (bench/ is on sys.path once peers.py is loaded)
+import peers_llama_server  # noqa: E402
 
 
 def _summary(engine: str, tok: float, tok1: float, ttft: float) -> object:
@@ -53,20 +55,21 @@ def test_cycles_alternate_and_zgtool_opens_the_first() -> None:
 
 def test_peer_lists_parse_and_unknown_names_are_refused() -> None:
     assert peers.parse_peers("none") == []
-    assert peers.parse_peers("all") == ["vllm", "llama", "transformers"]
+    assert peers.parse_peers("all") == ["vllm", "llama", "llama-server", "transformers"]
     assert peers.parse_peers("vllm, llama") == ["vllm", "llama"]
     with pytest.raises(SystemExit):
         peers.parse_peers("sglang")
 
 
 def test_equal_lengths_are_asked_where_the_server_takes_them() -> None:
-    case = peers.ModelCase("dummy:small", Path("/x"), None, "none")
+    case = peers.ModelCase("dummy:small", Path("/x"), None, None, "none")
     z = peers.zgtool_spec(case, 1, 2, "float32", "--num-threads")
     body = peers.body_for(z, "hi", 32)
     assert body["ignore_eos"] is True and body["temperature"] == 0 and body["max_tokens"] == 32
     assert "--num-threads" in z.argv
     v = peers.ServerSpec("vllm", (), {}, "/v1/models", "m", {"ignore_eos": True, "min_tokens": 0}, True, "float32")
     assert peers.body_for(v, "hi", 32)["min_tokens"] == 32
+    assert body["stream_options"] == {"include_usage": True}
 
 
 def test_render_prints_figures_ratios_and_one_skip_line_per_missing_peer() -> None:
@@ -74,7 +77,7 @@ def test_render_prints_figures_ratios_and_one_skip_line_per_missing_peer() -> No
     text = peers.render("dummy:small", 16, [ours, peer], [peers.Skip("llama", "skipped: not installed (x)")],
                         {"vllm": peers.ratios(ours, peer)})
     assert "zgtool/vllm: tok/s c=16 x2.00" in text
-    assert "llama        skipped: not installed (x)" in text
+    assert "llama             skipped: not installed (x)" in text
 
 
 def test_process_tree_rss_counts_this_process() -> None:
@@ -104,8 +107,118 @@ def test_setup_script_parses_its_options_without_installing_anything(tmp_path: P
     env = {**os.environ, "ZGTOOL_CACHE_DIR": str(tmp_path)}
     ok = subprocess.run(["bash", str(ROOT / "bench" / "setup_peers.sh"), "--help"], capture_output=True, text=True,
                         env=env, timeout=30)
-    assert ok.returncode == 0 and "--only vllm" in ok.stdout
+    assert ok.returncode == 0 and "--only vllm" in ok.stdout and "--llama-server" in ok.stdout
     bad = subprocess.run(["bash", str(ROOT / "bench" / "setup_peers.sh"), "--bogus"], capture_output=True, text=True,
                          env=env, timeout=30)
     assert bad.returncode == 2 and "unknown argument" in bad.stderr
     assert not (tmp_path / "peers").exists()
+
+
+# -- dtype variants, llama-server ------------------------------------------------------------
+def _args(*argv: str) -> object:
+    return peers.build_parser().parse_args(["--threads", "2", *argv])
+
+
+def _case(tmp: Path) -> object:
+    same = peers.GgufFile("f32", tmp / "m.f32.gguf", "converted")
+    best = peers.GgufFile("Q4_1", tmp / "m.Q4_1.gguf", "packaged")
+    return peers.ModelCase("smollm2", tmp, same, best, "")
+
+
+def test_dtype_variants_parse_in_a_fixed_order_and_unknown_ones_are_refused() -> None:
+    assert peers.parse_dtypes("best,same") == ["same", "best"]
+    assert peers.parse_dtypes("same") == ["same"]
+    with pytest.raises(SystemExit):
+        peers.parse_dtypes("fastest")
+    assert _args().dtypes == ["same", "best"] and _args("--dtypes", "best").dtypes == ["best"]
+
+
+def test_zgtool_best_row_is_int8_once_serve_offers_it_and_bfloat16_before() -> None:
+    assert peers.zgtool_best_dtype("--dtype auto | float32 | bfloat16 | float16") == "bfloat16"
+    assert peers.zgtool_best_dtype("--dtype auto | float32 | bfloat16 | float16 | int8") == "int8"
+    assert peers.zgtool_best_dtype("int8", "bfloat16") == "bfloat16"
+    case = peers.ModelCase("dummy:small", Path("/x"), None, None, "none")
+    spec = peers.peer_spec("zgtool", "best", case, 1234, _args(), "--num-threads --dtype int8")
+    assert spec.name == "zgtool:best" and spec.dtype == "int8"
+    assert spec.argv[spec.argv.index("--dtype") + 1] == "int8"
+    same = peers.peer_spec("zgtool", "same", case, 1234, _args(), "--num-threads")
+    assert same.name == "zgtool" and same.argv[same.argv.index("--dtype") + 1] == "float32"
+
+
+def test_a_best_row_equal_to_the_same_dtype_row_is_not_run_twice() -> None:
+    case = peers.ModelCase("dummy:small", Path("/x"), None, None, "none")
+    assert peers.peer_spec("zgtool", "best", case, 1, _args("--dtype", "bfloat16"), "") is None
+    assert peers.peer_spec("vllm", "best", case, 1, _args("--dtype", "bfloat16"), "") is None
+    g = peers.GgufFile("f32", Path("/x/m.gguf"), "converted")
+    one = peers.ModelCase("dummy:small", Path("/x"), g, g, "")
+    assert peers.peer_spec("llama-server", "best", one, 1, _args(), "") is None
+
+
+def test_llama_server_gets_one_slot_per_stream_equal_threads_and_equal_lengths(tmp_path: Path) -> None:
+    case = _case(tmp_path)
+    for variant, gguf in (("same", case.gguf_same), ("best", case.gguf_best)):
+        spec = peers.llama_server_spec(peers.row_name("llama-server", variant), gguf, "", 4321, 2, 16, 96,
+                                       exe=Path("/opt/llama-server"))
+        argv = list(spec.argv)
+        assert argv[0] == "/opt/llama-server" and argv[argv.index("-m") + 1] == str(gguf.path)
+        assert argv[argv.index("-np") + 1] == "16"
+        assert int(argv[argv.index("-c") + 1]) == 16 * peers_llama_server.slot_context(96) >= 16 * (96 + 256)
+        assert argv[argv.index("-t") + 1] == "2" and argv[argv.index("-tb") + 1] == "2"
+        assert argv[argv.index("--port") + 1] == "4321" and spec.dtype == gguf.dtype
+        body = peers.body_for(spec, "hi", 96)
+        assert body["ignore_eos"] is True and body["repeat_penalty"] == 1.0 and body["temperature"] == 0
+        assert body["stream_options"] == {"include_usage": True} and spec.equal_length_by_flag
+
+
+def test_llama_server_is_a_skip_line_when_not_built_and_says_why_a_build_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZGTOOL_CACHE_DIR", str(tmp_path))
+    case = _case(tmp_path)
+    skip = peers.peer_spec("llama-server", "same", case, 1, _args(), "")
+    assert isinstance(skip, peers.Skip) and "not built (run bench/setup_peers.sh --llama-server)" in skip.reason
+    d = tmp_path / "peers" / "llama-server"
+    d.mkdir(parents=True)
+    (d / "build.log").write_text("[ 50%] Building x.o\nfoo.cpp:1: error: no such thing\nmake: *** Error 1\n")
+    skip = peers.peer_spec("llama-server", "best", case, 1, _args(), "")
+    assert isinstance(skip, peers.Skip) and skip.name == "llama-server:best"
+    assert "build not finished or failed" in skip.reason and "Error 1" in skip.reason
+
+
+def test_llama_rows_take_the_same_dtype_gguf_and_the_packaged_best(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZGTOOL_CACHE_DIR", str(tmp_path))
+    (tmp_path / "peers" / "llama").mkdir(parents=True)
+    (tmp_path / "peers" / "llama" / ".ok").touch()
+    case = _case(tmp_path)
+    same = peers.peer_spec("llama", "same", case, 1, _args(), "")
+    best = peers.peer_spec("llama", "best", case, 1, _args(), "")
+    assert (same.name, same.dtype) == ("llama", "f32") and str(case.gguf_same.path) in same.argv
+    assert (best.name, best.dtype) == ("llama:best", "Q4_1") and str(case.gguf_best.path) in best.argv
+    none = peers.ModelCase("dummy:small", tmp_path, None, None, "convert_hf_to_gguf.py failed: BPE")
+    skip = peers.peer_spec("llama", "same", none, 1, _args(), "")
+    assert isinstance(skip, peers.Skip) and "convert_hf_to_gguf.py failed: BPE" in skip.reason
+
+
+def test_best_rows_are_compared_with_zgtools_best_and_same_rows_with_zgtool() -> None:
+    z, zb = _summary("zgtool", 100.0, 10.0, 100.0), _summary("zgtool:best", 400.0, 40.0, 50.0)
+    ls, lb = _summary("llama-server", 50.0, 20.0, 100.0), _summary("llama-server:best", 200.0, 40.0, 100.0)
+    by = {s.engine: s for s in (z, zb, ls, lb)}
+    rat = peers.pair_ratios(by)
+    assert rat["llama-server"]["c_tok_s"] == 2.0 and rat["llama-server:best"]["c_tok_s"] == 2.0
+    assert rat["llama-server:best"]["c1_tok_s"] == 1.0 and "zgtool:best" not in rat
+    text = peers.render("smollm2", 16, [z, zb, ls, lb], [], rat)
+    assert "zgtool/llama-server: tok/s c=16 x2.00" in text
+    assert "zgtool:best/llama-server:best: tok/s c=16 x2.00" in text
+    only_same = peers.pair_ratios({"zgtool": z, "llama-server:best": lb})
+    assert only_same["llama-server:best"]["c_tok_s"] == 0.5  # against zgtool when it has no best row
+
+
+def test_gguf_names_state_their_type_and_conversion_without_the_sdist_is_a_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert peers_gguf.gguf_dtype_of(Path("SmolLM2-135M-Instruct.Q4_1.gguf")) == "Q4_1"
+    monkeypatch.setenv("ZGTOOL_CACHE_DIR", str(tmp_path))
+    got = peers_gguf.same_dtype_gguf(tmp_path / "hf", "float32", cache=True, tmp=tmp_path)
+    assert isinstance(got, str) and "convert_hf_to_gguf.py not found" in got
+    assert "no GGUF type" in str(peers_gguf.same_dtype_gguf(tmp_path, "int8", cache=False, tmp=tmp_path))
+    argv, env = peers_gguf.convert_command(tmp_path / "hf", tmp_path / "o.gguf", "f32")
+    assert argv[-2:] == ["--outtype", "f32"] and env["PYTHONPATH"].endswith("gguf-py")
