@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ import peers_gguf  # noqa: E402  (bench/ is on sys.path once peers.py is loaded)
 import peers_llama_server  # noqa: E402
 
 
-def _summary(engine: str, tok: float, tok1: float, ttft: float) -> object:
+def _summary(engine: str, tok: float, tok1: float, ttft: float) -> Any:
     return peers.EngineSummary(engine, "float32", 3, tok, tok1, ttft, ttft * 2, 10.0, ttft / 2, 5.0, 500.0, 2.0, 0)
 
 
@@ -115,11 +116,11 @@ def test_setup_script_parses_its_options_without_installing_anything(tmp_path: P
 
 
 # -- dtype variants, llama-server ------------------------------------------------------------
-def _args(*argv: str) -> object:
+def _args(*argv: str) -> Any:
     return peers.build_parser().parse_args(["--threads", "2", *argv])
 
 
-def _case(tmp: Path) -> object:
+def _case(tmp: Path) -> Any:
     same = peers.GgufFile("f32", tmp / "m.f32.gguf", "converted")
     best = peers.GgufFile("Q4_1", tmp / "m.Q4_1.gguf", "packaged")
     return peers.ModelCase("smollm2", tmp, same, best, "")
