@@ -18,7 +18,7 @@ on its health/models route); then zgtool/peer ratios. A peer that is not install
 Every engine runs in up to two dtypes (--dtypes): the run's dtype (--dtype; the row is the
 engine's name; llama.cpp gets a GGUF converted to it) and its own best (row "<engine>:best":
 zgtool int8 where `zgtool serve --dtype` offers it, else bfloat16; vLLM and transformers
-bfloat16; llama.cpp the package's Q4_1 GGUF). A best variant equal to the run's dtype is not
+bfloat16; llama.cpp the package's Q4_1 GGUF, or q8_0 from its converter for dummy models). A best variant equal to the run's dtype is not
 run twice. Ratios pair like with like: zgtool/peer, and zgtool:best/peer:best.
 
     .venv/bin/python bench/peers.py [--models dummy,smollm2]
@@ -276,11 +276,12 @@ def prepare_model(name: str, tmp: Path, want_gguf: bool, dtype: str = "float32")
         cfg_path.write_text(json.dumps(cfg))
         if not want_gguf:
             return ModelCase(name, path, None, None, "llama.cpp not requested", _eos_ids(path))
-        same = peers_gguf.same_dtype_gguf(path, dtype, cache=False, tmp=tmp)
+        same = peers_gguf.same_dtype_gguf(path, dtype, cache=False, tmp=tmp, byte_vocab=True)
         if isinstance(same, str):
             return ModelCase(name, path, None, None, same, _eos_ids(path))
-        # no quantised file of random weights: its best is the same file (one row)
-        return ModelCase(name, path, same, same, "", _eos_ids(path))
+        # no quantised file of random weights ships; llama.cpp's converter writes q8_0 itself
+        best = peers_gguf.convert(path, tmp / f"{path.name}.q8_0.gguf", "q8_0", byte_vocab=True)
+        return ModelCase(name, path, same, same if isinstance(best, str) else best, "", _eos_ids(path))
     if name == "smollm2":
         try:
             from zgtool.engine import gguf_convert

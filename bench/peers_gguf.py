@@ -22,19 +22,22 @@ def llama_src() -> Path:
     return peers_dir() / "llama-sdist" / "src" / "vendor" / "llama.cpp"
 
 
-def convert_command(hf_dir: Path, out: Path, outtype: str) -> tuple[list[str], dict[str, str]]:
+def convert_command(hf_dir: Path, out: Path, outtype: str, byte_vocab: bool = False) -> tuple[list[str], dict[str, str]]:
+    """The converter's command line; byte_vocab: through bench/peers_convert_bytes.py (dummy tokenizers)."""
     src = llama_src()
     py = peers_dir() / "llama" / "bin" / "python"
-    argv = [str(py), str(src / "convert_hf_to_gguf.py"), str(hf_dir), "--outfile", str(out), "--outtype", outtype]
+    script = ([str(Path(__file__).with_name("peers_convert_bytes.py")), str(src)] if byte_vocab
+              else [str(src / "convert_hf_to_gguf.py")])
+    argv = [str(py), *script, str(hf_dir), "--outfile", str(out), "--outtype", outtype]
     return argv, {"PYTHONPATH": str(src / "gguf-py")}
 
 
-def convert(hf_dir: Path, out: Path, outtype: str, timeout_s: float = 900) -> GgufFile | str:
+def convert(hf_dir: Path, out: Path, outtype: str, timeout_s: float = 900, byte_vocab: bool = False) -> GgufFile | str:
     """The GGUF at `out` (converted once; an existing file is reused); a reason string when it can't be."""
     if out.exists() and out.stat().st_size > 0:
         return GgufFile(outtype, out, f"{outtype} (converted, cached)")
-    argv, env = convert_command(hf_dir, out, outtype)
-    if not Path(argv[1]).exists() or not Path(argv[0]).exists():
+    argv, env = convert_command(hf_dir, out, outtype, byte_vocab)
+    if not (llama_src() / "convert_hf_to_gguf.py").exists() or not Path(argv[0]).exists():
         return f"convert_hf_to_gguf.py not found ({SETUP_HINT} --only llama)"
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.name + ".part")
@@ -48,13 +51,13 @@ def convert(hf_dir: Path, out: Path, outtype: str, timeout_s: float = 900) -> Gg
     return GgufFile(outtype, out, f"{outtype} (converted)")
 
 
-def same_dtype_gguf(hf_dir: Path, dtype: str, cache: bool, tmp: Path) -> GgufFile | str:
+def same_dtype_gguf(hf_dir: Path, dtype: str, cache: bool, tmp: Path, byte_vocab: bool = False) -> GgufFile | str:
     """The HF directory in the run's dtype: llama.cpp's same-dtype row."""
     outtype = LLAMA_OUTTYPE.get(dtype)
     if outtype is None:
         return f"no GGUF type for dtype {dtype!r}"
     where = peers_dir() / "gguf" if cache else tmp
-    return convert(hf_dir, where / f"{hf_dir.name}.{outtype}.gguf", outtype)
+    return convert(hf_dir, where / f"{hf_dir.name}.{outtype}.gguf", outtype, byte_vocab=byte_vocab)
 
 
 def gguf_dtype_of(path: Path) -> str:

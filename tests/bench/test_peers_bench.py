@@ -223,3 +223,5 @@ def test_gguf_names_state_their_type_and_conversion_without_the_sdist_is_a_reaso
     assert "no GGUF type" in str(peers_gguf.same_dtype_gguf(tmp_path, "int8", cache=False, tmp=tmp_path))
     argv, env = peers_gguf.convert_command(tmp_path / "hf", tmp_path / "o.gguf", "f32")
     assert argv[-2:] == ["--outtype", "f32"] and env["PYTHONPATH"].endswith("gguf-py")
+    argv, _ = peers_gguf.convert_command(tmp_path / "hf", tmp_path / "o.gguf", "f32", byte_vocab=True)
+    assert argv[1].endswith("bench/peers_convert_bytes.py") and argv[2].endswith("llama.cpp")
