@@ -90,7 +90,8 @@ def test_tiny_run_measures_zgtool_and_skips_peers_that_are_not_installed(tmp_pat
     env = {**os.environ, "ZGTOOL_CACHE_DIR": str(tmp_path / "cache")}  # no peers installed there
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "peers.py"), "--models", "dummy:tiny", "--peers", "vllm,llama",
-         "--cycles", "1", "--concurrency", "2", "--max-tokens", "4", "--c1-requests", "1", "--threads", "1"],
+         "--cycles", "1", "--concurrency", "2", "--max-tokens", "4", "--c1-requests", "1", "--threads", "1",
+         "--dtypes", "same"],
         capture_output=True, text=True, env=env, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
