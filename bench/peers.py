@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -179,7 +180,18 @@ def zgtool_best_dtype(serve_help: str, requested: str = "auto") -> str:
     """zgtool's best CPU dtype: int8 once `zgtool serve --dtype` offers it, else bfloat16."""
     if requested != "auto":
         return requested
-    return "int8" if "int8" in serve_help else "bfloat16"
+    return "int8" if "int8" in dtype_help(serve_help) else "bfloat16"
+
+
+def dtype_help(serve_help: str) -> str:
+    """The text of `zgtool serve --help` that describes --dtype (its line and continuation lines)."""
+    block: list[str] = []
+    for line in serve_help.splitlines():
+        if block and re.search(r"(^|[\s│|])--[a-z]", line):
+            break
+        if block or re.search(r"(^|[\s│|])--dtype\b", line):
+            block.append(line)
+    return "\n".join(block)
 
 
 def zgtool_spec(case: ModelCase, port: int, threads: int, dtype: str, serve_help: str,

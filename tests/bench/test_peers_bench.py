@@ -139,6 +139,10 @@ def test_zgtool_best_row_is_int8_once_serve_offers_it_and_bfloat16_before() -> N
     assert peers.zgtool_best_dtype("--dtype auto | float32 | bfloat16 | float16") == "bfloat16"
     assert peers.zgtool_best_dtype("--dtype auto | float32 | bfloat16 | float16 | int8") == "int8"
     assert peers.zgtool_best_dtype("int8", "bfloat16") == "bfloat16"
+    boxed = ("│ --dtype        TEXT  auto | float32 | bfloat16 |  │\n│                      float16 | int8    │\n"
+             "│ --kv-cache     TEXT  int8 blocks      │\n")
+    assert peers.zgtool_best_dtype(boxed) == "int8"
+    assert peers.zgtool_best_dtype(boxed.replace(" | int8", "")) == "bfloat16"  # int8 of another option
     case = peers.ModelCase("dummy:small", Path("/x"), None, None, "none")
     spec = peers.peer_spec("zgtool", "best", case, 1234, _args(), "--num-threads --dtype int8")
     assert spec.name == "zgtool:best" and spec.dtype == "int8"
