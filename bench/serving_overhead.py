@@ -9,7 +9,10 @@ at concurrency 1 and 32, both servers measured in interleaved slices in one run.
     .venv/bin/python bench/serving_overhead.py [--seconds 6] [--max-tokens 1,16]
 
 Prints a table and, as the LAST line, one JSON object with every figure and the
-requests/s ratio zgtool/floor (target >= 0.6).
+requests/s ratio zgtool/floor (target >= 0.6). Each server's CPU time per request (from
+/proc, all threads) is reported too: on a shared machine it moves less than req/s, and
+zgtool's extra CPU per request over the floor is its serving overhead.
+ZGTOOL_STEP_DRIVER=thread in the environment runs the null engine on a step thread (A/B).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Cell:
     rate_rps: float
     p50_ms: float
     p99_ms: float
+    cpu_us_per_req: float     # the server process's CPU time (user+system) per answered request
 
 
 # -- the floor server (run as a child: --floor PORT BODY_BYTES) -------------------
@@ -109,6 +113,19 @@ async def _load(port: int, raw: bytes, concurrency: int, seconds: float) -> tupl
     return lat, errors, time.perf_counter() - t0
 
 
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """user + system CPU seconds of a process (all its threads), from /proc: on a shared
+    machine CPU per request is steadier than wall-clock rates."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * _TICK_S
+
+
 def _wait_http(port: int, proc: subprocess.Popen[bytes], raw: bytes) -> int:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -169,46 +186,56 @@ def main() -> None:
             raw_f = _request(fport, tokens)
             _wait_http(fport, floor, raw_f)
             systems = {"zgtool": (zport, raw_z), "floor": (fport, raw_f)}
+            pids = {"zgtool": zg.pid, "floor": floor.pid}
             for port, raw in systems.values():
                 asyncio.run(_load(port, raw, 8, 0.5))      # warm up
             for c in concurrencies:
                 lat = {s: [] for s in systems}
                 errs = dict.fromkeys(systems, 0)
                 wall = dict.fromkeys(systems, 0.0)
+                cpu = dict.fromkeys(systems, 0.0)
                 names = list(systems)
                 for r in range(max(1, round(args.seconds / args.slice))):
                     for name in names[r % 2:] + names[:r % 2]:   # alternate who goes first
+                        c0 = _cpu_s(pids[name])
                         got, e, w = asyncio.run(_load(*systems[name], c, args.slice))
+                        cpu[name] += _cpu_s(pids[name]) - c0
                         lat[name] += got
                         errs[name] += e
                         wall[name] += w
                 for name in names:
                     xs = lat[name]
                     cells.append(Cell(name, tokens, c, len(xs), errs[name], len(xs) / wall[name],
-                                      percentile(xs, 50), percentile(xs, 99)))
+                                      percentile(xs, 50), percentile(xs, 99),
+                                      cpu[name] / max(1, len(xs)) * 1e6))
                     print(f"  {name:<7} tokens={tokens:<3} c={c:<3} {cells[-1].rate_rps:8.0f} req/s "
-                          f"p50={cells[-1].p50_ms:7.3f} ms p99={cells[-1].p99_ms:7.3f} ms", file=sys.stderr)
+                          f"p50={cells[-1].p50_ms:7.3f} ms p99={cells[-1].p99_ms:7.3f} ms "
+                          f"cpu={cells[-1].cpu_us_per_req:6.1f} us/req", file=sys.stderr)
             _stop(floor)
     finally:
         _stop(zg)
         for f in floors:
             _stop(f)
     ratios = {}
-    print(f"\n{'tokens':>6} {'conc':>5} | {'zgtool req/s':>12} {'p50 ms':>8} {'p99 ms':>8} | "
-          f"{'floor req/s':>11} {'p50 ms':>8} {'p99 ms':>8} | {'ratio':>6}")
+    cpu_extra: dict[str, float] = {}
+    print(f"\n{'tokens':>6} {'conc':>5} | {'zgtool req/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'cpu us':>7} | "
+          f"{'floor req/s':>11} {'p50 ms':>8} {'p99 ms':>8} {'cpu us':>7} | {'ratio':>6} {'+cpu us':>7}")
     for tokens in token_counts:
         for c in concurrencies:
             z = next(x for x in cells if x.system == "zgtool" and x.max_tokens == tokens and x.concurrency == c)
             f = next(x for x in cells if x.system == "floor" and x.max_tokens == tokens and x.concurrency == c)
             ratio = z.rate_rps / f.rate_rps if f.rate_rps else float("nan")
             ratios[f"tokens{tokens}_c{c}"] = round(ratio, 3)
-            print(f"{tokens:>6} {c:>5} | {z.rate_rps:>12.0f} {z.p50_ms:>8.3f} {z.p99_ms:>8.3f} | "
-                  f"{f.rate_rps:>11.0f} {f.p50_ms:>8.3f} {f.p99_ms:>8.3f} | {ratio:>6.2f}")
+            extra_cpu = z.cpu_us_per_req - f.cpu_us_per_req
+            cpu_extra[f"tokens{tokens}_c{c}"] = round(extra_cpu, 1)
+            print(f"{tokens:>6} {c:>5} | {z.rate_rps:>12.0f} {z.p50_ms:>8.3f} {z.p99_ms:>8.3f} "
+                  f"{z.cpu_us_per_req:>7.1f} | {f.rate_rps:>11.0f} {f.p50_ms:>8.3f} {f.p99_ms:>8.3f} "
+                  f"{f.cpu_us_per_req:>7.1f} | {ratio:>6.2f} {extra_cpu:>7.1f}")
     meets = all(v >= TARGET_RATIO for v in ratios.values())
     print(f"\nzgtool/floor requests/s, target >= {TARGET_RATIO}: {'met' if meets else 'NOT met'} "
           f"(cpus={os.cpu_count()}, load avg {os.getloadavg()[0]:.1f})")
     print(json.dumps({"bench": "serving_overhead", "model": "null", "target_ratio": TARGET_RATIO,
-                      "ratios_rps": ratios, "meets_target": meets, "cells": [asdict(c) for c in cells],
+                      "ratios_rps": ratios, "extra_cpu_us_per_req": cpu_extra, "meets_target": meets, "cells": [asdict(c) for c in cells],
                       "load_avg_1m": round(os.getloadavg()[0], 2)}))
 
 

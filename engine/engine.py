@@ -8,6 +8,12 @@ still pending the next steps only append to the outbox: a loop that falls behind
 steps' tokens per wake-up. (A shorter GIL switch interval and an idle spin-poll were measured
 with bench/serving_overhead.py and rejected: the first cost 18% requests/s at c=32, the second
 bought nothing at c=1.)
+
+The null backend has no compute to overlap with I/O, so a step thread only adds two thread
+wake-ups and GIL hand-overs per request (on 2 busy cores, the largest part of its serving
+overhead). Its engine steps on the loop instead (``loop`` driver): the same step(), scheduler
+and KV bookkeeping, run from a loop callback that reschedules itself while there is work, so
+I/O still interleaves between steps. ``ZGTOOL_STEP_DRIVER=thread`` forces the thread (A/B).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import os
 import threading
 import time
 import uuid
@@ -98,6 +105,10 @@ class Engine:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+        self._inline = False            # steps run on the loop thread (see the module docstring)
+        self._loop_tid = 0
+        self._tick_scheduled = False
         self._stop = False
         self.accepting = True
         self._ids = itertools.count()
@@ -151,12 +162,18 @@ class Engine:
         self._seqs[seq.request_id] = seq
         self._streams[seq.request_id] = stream
         self._inbox.append(seq)
-        self._wake.set()
+        if self._inline:
+            self._kick()
+        else:
+            self._wake.set()
         return stream
 
     def abort(self, request_id: str) -> None:
         self._aborts.append(request_id)
-        self._wake.set()
+        if self._inline:
+            self._kick()
+        else:
+            self._wake.set()
 
     # -- the step ---------------------------------------------------------
     def _drain(self) -> None:
@@ -241,12 +258,52 @@ class Engine:
         return outputs
 
     # -- thread + handoff --------------------------------------------------
+    @property
+    def step_driver(self) -> str:
+        """"loop" (steps on the event loop thread), "thread" (a step thread) or "" (not started)."""
+        return ("loop" if self._inline else "thread") if self._started else ""
+
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        if self._thread is not None:
+        if self._started:
             return
         self._loop = loop or asyncio.get_running_loop()
+        self._started = True
+        driver = os.environ.get("ZGTOOL_STEP_DRIVER", "auto")
+        if self.model is None and driver != "thread":
+            # call start() on the loop's thread (the app's lifespan does): _kick compares with it
+            self._inline = True
+            self._loop_tid = threading.get_ident()
+            return
         self._thread = threading.Thread(target=self._run, name="zgtool-step", daemon=True)
         self._thread.start()
+
+    # -- loop driver (compute-free backends) ---------------------------------
+    def _kick(self) -> None:
+        """Schedule one step on the loop (once, however many requests arrive before it runs)."""
+        if self._tick_scheduled or self._stop:
+            return
+        self._tick_scheduled = True
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() != self._loop_tid:
+            loop.call_soon_threadsafe(self._tick)
+        elif self.config.batch_window_ms and not self.scheduler.running and self._inbox:
+            loop.call_later(self.config.batch_window_ms / 1e3, self._tick)   # let a burst fill the first step
+        else:
+            loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self._tick_scheduled = False
+        if self._stop:
+            return
+        try:
+            outputs = self.step()
+        except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
+            outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
+        for out in outputs:
+            self._deliver(out)
+        if self._has_work():
+            self._kick()      # call_soon: the loop polls I/O before the next step
 
     def _has_work(self) -> bool:
         return bool(self._inbox or self._aborts or self._admin or self.scheduler.has_work)
@@ -287,21 +344,28 @@ class Engine:
         self._handback_pending = False  # before draining: a later append schedules a new call
         box = self._outbox
         while box:
-            out = box.popleft()
-            stream = self._streams.get(out.request_id)
-            if stream is not None:
-                stream.push(out)
-            if out.finished:
-                self._streams.pop(out.request_id, None)
-                self._seqs.pop(out.request_id, None)
+            self._deliver(box.popleft())
+
+    def _deliver(self, out: RequestOutput) -> None:
+        stream = self._streams.get(out.request_id)
+        if stream is not None:
+            stream.push(out)
+        if out.finished:
+            self._streams.pop(out.request_id, None)
+            self._seqs.pop(out.request_id, None)
 
     def run_in_step_thread(self, fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-        """Run fn between two steps (inline when the thread is not running)."""
-        if self._thread is None or threading.current_thread() is self._thread:
+        """Run fn between two steps (inline when no step thread runs, or on the thread that steps)."""
+        if not self._started or threading.current_thread() is self._thread:
             return fn()
+        if self._inline and threading.get_ident() == self._loop_tid:
+            return fn()     # the loop steps: between two of its callbacks is between two steps
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._admin.append((fn, fut))
-        self._wake.set()
+        if self._inline:
+            self._kick()
+        else:
+            self._wake.set()
         return fut.result(timeout_s)
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
@@ -315,16 +379,19 @@ class Engine:
         await asyncio.sleep(0.05)
         self._stop = True
         self._wake.set()
+        if self._inline:
+            self._drain()   # admin calls queued after the last step must not wait for a timeout
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 5.0)
             self._thread = None
+        self._started = self._inline = False     # nothing steps any more: admin calls run inline
 
     # -- sync helper ------------------------------------------------------
     def generate(self, prompts: str | list[int] | list[str] | list[list[int]],
                  params: SamplingParams | None = None) -> Any:
         """Run prompts to completion in the calling thread (scripts, tests, benchmarks).
         One prompt -> GenerateResult; a list of prompts -> list[GenerateResult] (batched)."""
-        if self._thread is not None:
+        if self._started:
             raise InvalidRequest("generate() is for engines that were not start()ed")
         params = params or SamplingParams()
         single = isinstance(prompts, str) or not prompts or isinstance(prompts[0], int)
@@ -347,7 +414,7 @@ class Engine:
 
     def iter_generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Iterator[RequestOutput]:
         """Stream one request's deltas, stepping the engine in the calling thread."""
-        if self._thread is not None:
+        if self._started:
             raise InvalidRequest("iter_generate() is for engines that were not start()ed")
         seq = self._new_seq(prompt_token_ids, params, f"gen-{next(self._ids)}", None)
         self._seqs[seq.request_id] = seq

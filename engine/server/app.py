@@ -35,6 +35,9 @@ DRAIN_WRITE_S = 5.0    # after aborting at the end of the grace period: time for
 # anthropic-version: absent is accepted (as 2023-06-01, like other compatible servers); a
 # value that is not a version date is a client bug worth a 400.
 ANTHROPIC_VERSION = re.compile(rb"\d{4}-\d{2}-\d{2}")
+# Server-Timing of every answer: these parts in this order, formatted in one step
+SERVER_TIMING_KEYS = ("queue", "prefill", "decode", "detok", "safety", "total")
+SERVER_TIMING_FMT = b", ".join(b"%s;dur=%%.3f" % k.encode() for k in SERVER_TIMING_KEYS)
 
 
 class Ctx:
@@ -227,12 +230,16 @@ class ServerApp:
             # Before (or without) an engine request: the same names, so parsers see one shape.
             timing = {"queue": 0.0, "prefill": 0.0, "decode": 0.0, "detok": 0.0, "safety": ctx.safety_ms,
                       "total": (time.perf_counter() - ctx.t0) * 1e3}
-        st = ", ".join(f"{k};dur={v:.3f}" for k, v in timing.items())
+        if tuple(timing) == SERVER_TIMING_KEYS:
+            st = SERVER_TIMING_FMT % tuple(timing.values())
+        else:
+            st = ", ".join(f"{k};dur={v:.3f}" for k, v in timing.items()).encode()
+        rid = ctx.rid.encode()
         return [
             SERVER_HEADER,
-            (b"request-id", b"req_" + ctx.rid.encode()),
-            (b"x-request-id", b"inference-" + ctx.rid.encode()),
-            (b"server-timing", st.encode()),
+            (b"request-id", b"req_" + rid),
+            (b"x-request-id", b"inference-" + rid),
+            (b"server-timing", st),
             (b"x-gpu-load-hint", self.load_hint()),
         ]
 

@@ -9,7 +9,6 @@ later aborts its engine request (the engine frees its KV blocks within one step)
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
 from zgtool.engine.server.safetytext import Holdback
 from zgtool.engine.server.sse import TokenGrouper
-from zgtool.http.body import ClientGone
+from zgtool.http.body import ClientGone, dumps
 from zgtool.http.errors import error_payload
 from zgtool.http.sse import SSE_HEADERS
 
@@ -237,8 +236,7 @@ async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, sen
         body = oai.completion_body("chatcmpl-" + ctx.rid, req.model, text, reason, _usage(req, stream))
     principal = ctx.principal
     extra = app.admission.ratelimit_headers(principal, time.monotonic()) if principal is not None else None
-    await app.send_json(ctx, send, 200, json.dumps(body, separators=(",", ":")).encode(), extra,
-                        timing=_timing(ctx, stream))
+    await app.send_json(ctx, send, 200, dumps(body), extra, timing=_timing(ctx, stream))
 
 
 async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any, flight: Flight,

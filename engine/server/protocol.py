@@ -56,7 +56,62 @@ def error_response(status: int, message: str, api: str = "anthropic") -> bytes:
     ])
 
 
-class _Http10Cycle(RequestResponseCycle):
+class _Collect:
+    """Stands in for the transport while uvicorn formats a complete answer."""
+
+    __slots__ = ("parts", "closed")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _has_length(message: Any) -> bool:
+    return any(k == b"content-length" or k.lower() == b"content-length" for k, _ in message.get("headers", ()))
+
+
+class _OneWriteCycle(RequestResponseCycle):
+    """A complete answer (a start with content-length, then one final body) goes out in ONE
+    transport write: one syscall and one TCP segment instead of two, so the client wakes once
+    (uvicorn writes the head and the body separately). Streams pass through unchanged."""
+
+    _held: Any = None
+
+    async def send(self, message: Any) -> None:
+        held = self._held
+        if held is None:
+            if (message["type"] == "http.response.start" and not self.response_started
+                    and not self.disconnected and _has_length(message)):
+                self._held = message      # no await between the app's two sends: nothing sees it
+                return
+            await super().send(message)
+            return
+        self._held = None
+        if message["type"] != "http.response.body" or message.get("more_body", False):
+            await super().send(held)
+            await super().send(message)
+            return
+        transport = self.transport
+        out = _Collect()
+        self.transport = out  # type: ignore[assignment]
+        try:
+            await super().send(held)
+            await super().send(message)
+        finally:
+            self.transport = transport
+            if out.parts:
+                transport.write(b"".join(out.parts))
+            if out.closed:
+                transport.close()
+
+
+class _Http10Cycle(_OneWriteCycle):
     """HTTP/1.0 has no chunked encoding: an answer without content-length is close-delimited."""
 
     async def send(self, message: Any) -> None:
@@ -188,8 +243,8 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._arm(self.body_timeout_s, "body")
         super().on_headers_complete()
-        if self.scope.get("http_version") == "1.0" and self.cycle is not None:
-            self.cycle.__class__ = _Http10Cycle
+        if self.cycle is not None and type(self.cycle) is RequestResponseCycle:
+            self.cycle.__class__ = _Http10Cycle if self.scope.get("http_version") == "1.0" else _OneWriteCycle
 
     def on_message_complete(self) -> None:
         self._disarm()

@@ -6,6 +6,11 @@ mid-body. ``load_json_object`` turns every malformed body into ``ApiError`` 400:
 UTF-8, bad JSON, nesting past the recursion limit, integers over Python's 4,300-digit
 limit, and lone surrogate escapes (``"\\ud800"``), which json accepts but no tokenizer
 can encode.
+
+Fast path: orjson decodes a well-formed body (several times faster than json on the
+request path); anything it refuses, and any body with a 19+ digit run (orjson turns integers
+past 64 bits into floats), goes through the json path, so what is accepted and every error
+message are json's. ``dumps`` encodes answers with orjson (compact, UTF-8), json if it refuses.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 from zgtool.http.errors import ApiError
 
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONG_DIGITS = re.compile(rb"\d{19}")
 
 
 class ClientGone(Exception):
@@ -73,10 +81,26 @@ def _find_surrogate(obj: Any, path: str) -> str | None:
     return None
 
 
+def dumps(obj: Any) -> bytes:
+    """Compact JSON bytes of an answer (orjson; json for what orjson refuses, e.g. lone surrogates)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
 def load_json(body: bytes) -> Any:
     """Decode JSON from request bytes; every malformed body is ApiError 400."""
     if not body:
         raise bad_request("request body is empty; send a JSON object")
+    if _LONG_DIGITS.search(body) is None:
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass     # json below accepts it (NaN, 1e400, lone surrogates: checked below) or says why not
+        else:
+            if _SURROGATE_ESCAPE.search(body) is None:
+                return obj
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
