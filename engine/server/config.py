@@ -68,8 +68,8 @@ class ServeConfig:
             raise UsageError("--batch-window-ms must be >= 0")
         if self.num_threads is not None and self.num_threads < 1:
             raise UsageError("--num-threads must be >= 1")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise UsageError(f"--dtype must be auto, float32, bfloat16 or float16, not {self.dtype!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16", "int8"):
+            raise UsageError(f"--dtype must be auto, float32, bfloat16, float16 or int8, not {self.dtype!r}")
 
     @property
     def scheme(self) -> str:

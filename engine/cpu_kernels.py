@@ -1,0 +1,173 @@
+"""Small AVX2 C kernels for the CPU engine, compiled once with the system C compiler into the
+user cache (~/.cache/zgtool/kernels/, keyed by a hash of source and flags; ~1 s with gcc) and
+called through ctypes on tensors' data pointers. No torch headers, so no torch C++ extension
+build (minutes on this box). Unavailable (KernelsUnavailable) without a C compiler or AVX2+FMA.
+
+w8_gemm: y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] (+ bias[n]) with w int8 [N, K] (symmetric
+per-output-channel quantization), x/y fp32: weight-only int8, activations never quantized, so
+rows never influence each other (batch-invariant within fp32 rounding of the row itself). Four
+rows x two output channels per register block; int8 -> fp32 converted in registers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = r"""
+#include <immintrin.h>
+#include <stdint.h>
+
+static inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static inline __m256 load_w8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* K must be a multiple of 8 (checked by the caller). */
+void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale,
+             const float *bias, float *y, int64_t N) {
+    int64_t n = 0;
+    for (; n + 2 <= N; n += 2) {
+        const int8_t *w0 = w + n * K, *w1 = w0 + K;
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4) {
+            const float *x0 = x + m * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00,
+                   a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+            for (int64_t k = 0; k < K; k += 8) {
+                __m256 v0 = load_w8(w0 + k), v1 = load_w8(w1 + k);
+                __m256 b = _mm256_loadu_ps(x0 + k);
+                a00 = _mm256_fmadd_ps(b, v0, a00); a01 = _mm256_fmadd_ps(b, v1, a01);
+                b = _mm256_loadu_ps(x1 + k);
+                a10 = _mm256_fmadd_ps(b, v0, a10); a11 = _mm256_fmadd_ps(b, v1, a11);
+                b = _mm256_loadu_ps(x2 + k);
+                a20 = _mm256_fmadd_ps(b, v0, a20); a21 = _mm256_fmadd_ps(b, v1, a21);
+                b = _mm256_loadu_ps(x3 + k);
+                a30 = _mm256_fmadd_ps(b, v0, a30); a31 = _mm256_fmadd_ps(b, v1, a31);
+            }
+            float s0 = scale[n], s1 = scale[n + 1];
+            float c0 = bias ? bias[n] : 0.f, c1 = bias ? bias[n + 1] : 0.f;
+            y[(m + 0) * N + n] = hsum(a00) * s0 + c0; y[(m + 0) * N + n + 1] = hsum(a01) * s1 + c1;
+            y[(m + 1) * N + n] = hsum(a10) * s0 + c0; y[(m + 1) * N + n + 1] = hsum(a11) * s1 + c1;
+            y[(m + 2) * N + n] = hsum(a20) * s0 + c0; y[(m + 2) * N + n + 1] = hsum(a21) * s1 + c1;
+            y[(m + 3) * N + n] = hsum(a30) * s0 + c0; y[(m + 3) * N + n + 1] = hsum(a31) * s1 + c1;
+        }
+    }
+    /* rows left over from the blocks of four: four output channels at a time, so four
+       independent FMA chains hide the FMA latency (a single row is latency-bound otherwise) */
+    int64_t m0 = M - M % 4;
+    for (int64_t m = m0; m < M; m++) {
+        const float *x0 = x + m * K;
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const int8_t *v0 = w + j * K, *v1 = v0 + K, *v2 = v1 + K, *v3 = v2 + K;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t k = 0; k < K; k += 8) {
+                __m256 b = _mm256_loadu_ps(x0 + k);
+                a0 = _mm256_fmadd_ps(b, load_w8(v0 + k), a0);
+                a1 = _mm256_fmadd_ps(b, load_w8(v1 + k), a1);
+                a2 = _mm256_fmadd_ps(b, load_w8(v2 + k), a2);
+                a3 = _mm256_fmadd_ps(b, load_w8(v3 + k), a3);
+            }
+            y[m * N + j] = hsum(a0) * scale[j] + (bias ? bias[j] : 0.f);
+            y[m * N + j + 1] = hsum(a1) * scale[j + 1] + (bias ? bias[j + 1] : 0.f);
+            y[m * N + j + 2] = hsum(a2) * scale[j + 2] + (bias ? bias[j + 2] : 0.f);
+            y[m * N + j + 3] = hsum(a3) * scale[j + 3] + (bias ? bias[j + 3] : 0.f);
+        }
+        for (; j < n; j++) {
+            const int8_t *v0 = w + j * K;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int64_t k = 0; k < K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), load_w8(v0 + k), a0);
+            y[m * N + j] = hsum(a0) * scale[j] + (bias ? bias[j] : 0.f);
+        }
+    }
+    for (; n < N; n++) {
+        const int8_t *w0 = w + n * K;
+        for (int64_t m = 0; m < M; m++) {
+            const float *x0 = x + m * K;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int64_t k = 0; k < K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), load_w8(w0 + k), a0);
+            y[m * N + n] = hsum(a0) * scale[n] + (bias ? bias[n] : 0.f);
+        }
+    }
+}
+"""
+
+FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC", "-fno-math-errno")
+
+
+class KernelsUnavailable(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "zgtool" / "kernels"
+
+
+def cpu_has_avx2_fma() -> bool:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return {"avx2", "fma"} <= flags
+    except OSError:
+        pass
+    return False
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """The compiled kernels (built on first use; concurrent builders each write a temp file and
+    rename it into place, so a reader never sees half a library)."""
+    if not cpu_has_avx2_fma():
+        raise KernelsUnavailable("this CPU lacks AVX2/FMA (needed by the int8 kernels)")
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise KernelsUnavailable("no C compiler (gcc/cc) found to build the int8 kernels")
+    key = hashlib.sha256((SOURCE + " ".join(FLAGS)).encode()).hexdigest()[:16]
+    out = cache_dir() / f"zg_kernels-{key}.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            src = Path(tmp) / "k.c"
+            src.write_text(SOURCE)
+            so = Path(tmp) / "k.so"
+            res = subprocess.run([cc, *FLAGS, str(src), "-o", str(so)], capture_output=True, text=True, timeout=120)
+            if res.returncode != 0:
+                raise KernelsUnavailable(f"building the int8 kernels with {cc} failed: {res.stderr[-2000:]}")
+            os.replace(so, out)
+    lib = ctypes.CDLL(str(out))
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.w8_gemm.argtypes = [p, i64, i64, p, p, p, p, i64]
+    lib.w8_gemm.restype = None
+    return lib
+
+
+def w8_gemm(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] fp32 times int8 w [N, K] with fp32 scale [N] (+ bias [N]) -> [M, N] fp32."""
+    m, k = x.shape
+    n = w.shape[0]
+    if k % 8 or w.shape[1] != k or w.dtype != torch.int8 or x.dtype != torch.float32:
+        raise ValueError(f"w8_gemm: x {tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype} (K % 8 == 0 needed)")
+    x = x.contiguous()
+    y = torch.empty(m, n, dtype=torch.float32)
+    library().w8_gemm(x.data_ptr(), m, k, w.data_ptr(), scale.data_ptr(),
+                      None if bias is None else bias.data_ptr(), y.data_ptr(), n)
+    return y
