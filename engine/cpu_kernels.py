@@ -5,8 +5,12 @@ build (minutes on this box). Unavailable (KernelsUnavailable) without a C compil
 
 w8_gemm: y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] (+ bias[n]) with w int8 [N, K] (symmetric
 per-output-channel quantization), x/y fp32: weight-only int8, activations never quantized, so
-rows never influence each other (batch-invariant within fp32 rounding of the row itself). Four
-rows x two output channels per register block; int8 -> fp32 converted in registers.
+rows never influence each other (each output is the same FMA sequence whatever the batch).
+Four rows x two output channels per register block; int8 -> fp32 converted in registers.
+
+paged_decode_attention: one query per sequence attends to its KV read in place through its
+block table (no gather into padded buffers, no mask): scores, exact softmax (max-subtracted,
+expf), weighted sum of V; one (sequence, head) at a time, so batch-invariant.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 
 SOURCE = r"""
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 static inline float hsum(__m256 v) {
@@ -106,9 +111,81 @@ void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float 
         }
     }
 }
+
+static inline float dot(const float *a, const float *b, int64_t D) {
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+    int64_t d = 0;
+    for (; d + 16 <= D; d += 16) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), acc2);
+    }
+    for (; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    return hsum(_mm256_add_ps(acc, acc2));
+}
+
+/* One query token per sequence over its paged KV, read in place (no gather, no padding).
+   q/out [B, H, D]; kc/vc [slots, KVH, D]; tables [B, width] block ids; lens [B] context
+   lengths; scratch >= max(lens) floats. D must be a multiple of 8 (checked by the caller).
+   Each (sequence, head) is computed alone: batch-invariant. */
+void paged_decode_attention(const float *q, const float *kc, const float *vc, const int64_t *tables,
+                            int64_t width, const int64_t *lens, int64_t B, int64_t H, int64_t KVH,
+                            int64_t D, int64_t bs, float scale, float *out, float *scratch) {
+    int64_t group = H / KVH;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t *tab = tables + b * width;
+        int64_t len = lens[b];
+        for (int64_t h = 0; h < H; h++) {
+            int64_t kvh = h / group;
+            const float *qv = q + (b * H + h) * D;
+            float m = -INFINITY;
+            for (int64_t p = 0; p < len; p++) {
+                int64_t slot = tab[p / bs] * bs + p % bs;
+                float sc = dot(qv, kc + (slot * KVH + kvh) * D, D) * scale;
+                scratch[p] = sc;
+                if (sc > m) m = sc;
+            }
+            float sum = 0.f;
+            for (int64_t p = 0; p < len; p++) {
+                float e = expf(scratch[p] - m);
+                scratch[p] = e;
+                sum += e;
+            }
+            float *o = out + (b * H + h) * D;
+            if (D == 64) {  /* the common head size: eight accumulators stay in registers */
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+                for (int64_t p = 0; p < len; p++) {
+                    const float *vp = vc + ((tab[p / bs] * bs + p % bs) * KVH + kvh) * D;
+                    __m256 w = _mm256_set1_ps(scratch[p]);
+                    a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp), a0);
+                    a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8), a1);
+                    a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 16), a2);
+                    a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 24), a3);
+                    a4 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 32), a4);
+                    a5 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 40), a5);
+                    a6 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 48), a6);
+                    a7 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 56), a7);
+                }
+                __m256 inv = _mm256_set1_ps(1.f / sum);
+                _mm256_storeu_ps(o, _mm256_mul_ps(a0, inv)); _mm256_storeu_ps(o + 8, _mm256_mul_ps(a1, inv));
+                _mm256_storeu_ps(o + 16, _mm256_mul_ps(a2, inv)); _mm256_storeu_ps(o + 24, _mm256_mul_ps(a3, inv));
+                _mm256_storeu_ps(o + 32, _mm256_mul_ps(a4, inv)); _mm256_storeu_ps(o + 40, _mm256_mul_ps(a5, inv));
+                _mm256_storeu_ps(o + 48, _mm256_mul_ps(a6, inv)); _mm256_storeu_ps(o + 56, _mm256_mul_ps(a7, inv));
+                continue;
+            }
+            for (int64_t d = 0; d < D; d += 8) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int64_t p = 0; p < len; p++) {
+                    int64_t slot = tab[p / bs] * bs + p % bs;
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(scratch[p]), _mm256_loadu_ps(vc + (slot * KVH + kvh) * D + d), acc);
+                }
+                _mm256_storeu_ps(o + d, _mm256_mul_ps(acc, _mm256_set1_ps(1.f / sum)));
+            }
+        }
+    }
+}
 """
 
-FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC", "-fno-math-errno")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC", "-fno-math-errno", "-lm")
 
 
 class KernelsUnavailable(RuntimeError):
@@ -157,6 +234,8 @@ def library() -> ctypes.CDLL:
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.w8_gemm.argtypes = [p, i64, i64, p, p, p, p, i64]
     lib.w8_gemm.restype = None
+    lib.paged_decode_attention.argtypes = [p, p, p, p, i64, p, i64, i64, i64, i64, i64, ctypes.c_float, p, p]
+    lib.paged_decode_attention.restype = None
     return lib
 
 
@@ -171,3 +250,23 @@ def w8_gemm(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, bias: torch.T
     library().w8_gemm(x.data_ptr(), m, k, w.data_ptr(), scale.data_ptr(),
                       None if bias is None else bias.data_ptr(), y.data_ptr(), n)
     return y
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
+                           lens: torch.Tensor, block_size: int, scale: float,
+                           out: torch.Tensor | None = None) -> torch.Tensor:
+    """q [B, H, D] (one query per sequence), caches [slots, KVH, D] fp32, tables [B, width] int64
+    block ids (padding never read past lens), lens [B] int64 -> [B, H, D] fp32."""
+    b, h, d = q.shape
+    kvh = k_cache.shape[1]
+    if d % 8 or h % kvh or q.dtype != torch.float32 or k_cache.dtype != torch.float32:
+        raise ValueError(f"paged_decode_attention: q {tuple(q.shape)} {q.dtype}, cache {tuple(k_cache.shape)}")
+    q = q.contiguous()
+    tables = tables.contiguous()
+    if out is None:
+        out = torch.empty(b, h, d, dtype=torch.float32)
+    scratch = torch.empty(max(1, int(tables.shape[1]) * block_size), dtype=torch.float32)
+    library().paged_decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(),
+                                     tables.shape[1], lens.data_ptr(), b, h, kvh, d, block_size, scale,
+                                     out.data_ptr(), scratch.data_ptr())
+    return out

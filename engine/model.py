@@ -68,12 +68,13 @@ class AttnMeta:
     decode_lens: list[int]              # context length per decode, incl. the new token
     decode_tables: list[list[int]]      # unpadded block tables (deterministic mode)
     prefills: list[PrefillMeta]
+    decode_ctx: torch.Tensor | None = None  # [B] int64 decode_lens (the C attention kernel)
 
 
 def build_attn_meta(positions: list[int], slots: list[int], dec_idx: list[int], dec_tables: list[list[int]],
                     dec_lens: list[int], prefills: list[tuple[int, int, list[int], int]], block_size: int,
                     device: torch.device) -> AttnMeta:
-    dec_blocks = dec_mask = t_dec_idx = None
+    dec_blocks = dec_mask = t_dec_idx = lens = None
     if dec_idx:
         width = max(len(t) for t in dec_tables)
         flat = [b for t in dec_tables for b in (*t, *([0] * (width - len(t))))]
@@ -94,7 +95,7 @@ def build_attn_meta(positions: list[int], slots: list[int], dec_idx: list[int], 
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
         decode_idx=t_dec_idx, decode_blocks=dec_blocks, decode_mask=dec_mask, decode_lens=dec_lens,
-        decode_tables=dec_tables, prefills=pre,
+        decode_tables=dec_tables, prefills=pre, decode_ctx=lens if dec_idx else None,
     )
 
 
@@ -129,6 +130,16 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return w * xf.to(x.dtype)
+
+
+def _kernels_available() -> bool:
+    from zgtool.engine.cpu_kernels import KernelsUnavailable, library
+
+    try:
+        library()
+    except KernelsUnavailable:
+        return False
+    return True
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -204,6 +215,10 @@ class LlamaModel:
                 down=wt(m + "down_proj.weight"),
             ))
         self._scratch: dict[str, torch.Tensor] = {}  # grow-only step buffers (decode KV gathers)
+        # fp32 on CPU: decode attention reads the paged KV in place with a C kernel
+        # (engine/cpu_kernels.py) instead of gathering padded blocks for SDPA; off without gcc/AVX2
+        self.attn_kernel = (device.type == "cpu" and dtype == torch.float32 and self.head_dim % 8 == 0
+                            and _kernels_available())
         inv = rope_inv_freq(spec)
         pos = torch.arange(spec.max_position_embeddings, dtype=torch.float32)
         freqs = torch.outer(pos, inv)
@@ -332,6 +347,11 @@ class LlamaModel:
         context with no mask."""
         assert meta.decode_blocks is not None
         b = qd.shape[0]
+        if self.attn_kernel and meta.decode_ctx is not None:
+            from zgtool.engine.cpu_kernels import paged_decode_attention
+
+            return paged_decode_attention(qd, kc, vc, meta.decode_blocks.view(b, -1), meta.decode_ctx,
+                                          self.block_size, self.scale)
         nkv, d = self.num_kv_heads, self.head_dim
         kk = self._gather(kc, meta.decode_blocks, "k").view(b, -1, nkv, d).transpose(1, 2)  # [B, KVH, L, D]
         vv = self._gather(vc, meta.decode_blocks, "v").view(b, -1, nkv, d).transpose(1, 2)

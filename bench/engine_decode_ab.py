@@ -1,0 +1,72 @@
+"""Steady-decode step time, A/B within one process: fp32 with gather+SDPA attention (the old
+path), fp32 with the C paged-attention kernel, and int8 weights + the kernel; engines take turns
+step by step, so load from other processes hits every variant alike.
+
+    .venv/bin/python bench/engine_decode_ab.py [--model dummy:small] [--batch 16] [--prompt 128] [--steps 30]
+
+Per variant: the median step (engine.step(), i.e. schedule + forward + logits + sample +
+bookkeeping) in ms and tok/s; ratios against the first variant. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from zgtool.engine import Engine, EngineConfig, SamplingParams
+
+VARIANTS = {  # name -> (dtype, attention kernel on)
+    "fp32 gather+SDPA": ("float32", False),
+    "fp32 kernel": ("float32", True),
+    "int8 kernel": ("int8", True),
+}
+
+
+def make_engine(model: str, dtype: str, kernel: bool, prompts: list[list[int]]) -> Engine:
+    eng = Engine(EngineConfig(model=model, device="cpu", dtype=dtype, max_num_seqs=len(prompts),
+                              max_num_batched_tokens=8192, enable_prefix_caching=False, num_threads=1))
+    assert eng.model is not None
+    eng.model.attn_kernel = kernel
+    params = SamplingParams(max_tokens=100_000, temperature=0, ignore_eos=True)
+    for i, p in enumerate(prompts):
+        eng.scheduler.add(eng._new_seq(p, params, f"ab{i}", None))
+    for _ in range(3):  # prefill, then decodes
+        eng.step()
+    return eng
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="dummy:small")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=30)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    # token ids in [262, 8000): valid for dummy:small's and SmolLM2's vocabularies
+    prompts = [torch.randint(262, 8000, (args.prompt,), generator=torch.Generator().manual_seed(i)).tolist()
+               for i in range(args.batch)]
+    engines = {name: make_engine(args.model, dtype, kernel, prompts) for name, (dtype, kernel) in VARIANTS.items()}
+    times: dict[str, list[float]] = {n: [] for n in engines}
+    for _ in range(args.steps):
+        for name, eng in engines.items():
+            t0 = time.perf_counter()
+            eng.step()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    base = statistics.median(times["fp32 gather+SDPA"])
+    print(f"{args.model}, batch {args.batch}, prompt {args.prompt}, {args.steps} interleaved steps, 1 thread")
+    res = {}
+    for name, t in times.items():
+        med = statistics.median(t)
+        res[name] = {"step_ms_p50": med, "tok_s": args.batch / med * 1e3, "speedup": base / med}
+        print(f"{name:<20} step {med:7.2f} ms  {args.batch / med * 1e3:7.1f} tok/s  x{base / med:.2f}")
+    print(json.dumps({"bench": "engine_decode_ab", "model": args.model, "batch": args.batch,
+                      "prompt": args.prompt, "steps": args.steps, "variants": res}))
+
+
+if __name__ == "__main__":
+    main()
