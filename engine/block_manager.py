@@ -66,18 +66,22 @@ class BlockManager:
         """
         assert not seq.block_table and seq.num_computed_tokens == 0
         bs = self.block_size
-        max_full = (seq.num_tokens - 1) // bs
-        seq.block_hashes = []
+        ids = seq.token_ids
+        num_tokens = len(ids)
+        max_full = (num_tokens - 1) // bs
+        hashes: list[int] = []
         parent: int | None = None
-        for i in range(seq.num_tokens // bs):
-            parent = chain_hash(parent, seq.token_ids[i * bs:(i + 1) * bs])
-            seq.block_hashes.append(parent)
+        for i in range(0, num_tokens - bs + 1, bs):
+            parent = hash((parent, tuple(ids[i:i + bs])))    # chain_hash, inlined: the per-request hot path
+            hashes.append(parent)
+        seq.block_hashes = hashes
         if not self.enable_prefix_caching:
             return 0
-        self.prefix_queries += seq.num_tokens
+        self.prefix_queries += num_tokens
         hits: list[int] = []
-        for h in seq.block_hashes[:max_full]:
-            b = self.hash_to_block.get(h)
+        lookup = self.hash_to_block.get
+        for h in hashes[:max_full]:
+            b = lookup(h)
             if b is None:
                 break
             hits.append(b)

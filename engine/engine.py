@@ -142,7 +142,7 @@ class Engine:
                  output_filter: Callable[[str], str | None] | None) -> Sequence:
         if not isinstance(params, SamplingParams):
             raise InvalidRequest("params must be a SamplingParams")
-        self.validate(list(prompt_token_ids), params)
+        self.validate(prompt_token_ids, params)     # reads only; Sequence copies the list
         rid = request_id or uuid.uuid4().hex[:24]
         if rid in self._seqs:
             raise InvalidRequest(f"request id {rid!r} is already in use")
@@ -215,29 +215,36 @@ class Engine:
         self.last_step_ms = step_ms
         self.num_steps += 1
         tok = self.tokenizer
+        eos = self.eos_token_ids
+        cache_full_blocks = self.block_manager.cache_full_blocks
+        perf = time.perf_counter
         for seq, n, new_tok in zip(batch.seqs, batch.num_new_tokens, sampled, strict=True):
-            if seq.is_prefilling or seq.num_output_tokens == 0:
-                seq.timings.prefill_ms += step_ms
+            tm = seq.timings
+            ids = seq.token_ids
+            num_tokens = len(ids)
+            # prefilling (more than the one new token to compute) or no output yet: a prefill step
+            if num_tokens - seq.num_computed_tokens > 1 or num_tokens == len(seq.prompt_token_ids):
+                tm.prefill_ms += step_ms
             else:
-                seq.timings.decode_ms += step_ms
+                tm.decode_ms += step_ms
             seq.num_computed_tokens += n
-            self.block_manager.cache_full_blocks(seq)
+            cache_full_blocks(seq)
             if new_tok is None:
                 continue
-            seq.token_ids.append(new_tok)
-            now = time.perf_counter()
-            if seq.timings.first_token_s is None:
-                seq.timings.first_token_s = now
-            seq.timings.token_times_s.append(now)
+            ids.append(new_tok)
+            now = perf()
+            if tm.first_token_s is None:
+                tm.first_token_s = now
+            tm.token_times_s.append(now)
             reason: str | None = None
             stop_str: str | None = None
             error: str | None = None
-            if new_tok in self.eos_token_ids and not seq.params.ignore_eos:
+            if new_tok in eos and not seq.params.ignore_eos:
                 reason = "stop"
-                seq.token_ids.pop()  # EOS is not part of the output
+                ids.pop()  # EOS is not part of the output
             delta_len = len(detokenize_step(tok, seq)) if reason is None else 0
-            td = time.perf_counter()
-            seq.timings.detok_ms += (td - now) * 1e3
+            td = perf()
+            tm.detok_ms += (td - now) * 1e3
             if reason is None and (stop_str := find_stop(seq, delta_len)) is not None:
                 reason = "stop"
             if seq.output_filter is not None and delta_len:

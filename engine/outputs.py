@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 FINISH_REASONS = ("stop", "length", "abort", "content_filter")
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestTimings:
     """Monotonic timestamps (time.perf_counter seconds) and phase sums in ms."""
 
@@ -48,14 +48,14 @@ class RequestTimings:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0       # prompt tokens served from the prefix cache
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     """One delta for one request: the new tokens and text since the last delta."""
 

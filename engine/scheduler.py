@@ -10,7 +10,7 @@ from zgtool.engine.block_manager import BlockManager
 from zgtool.engine.sequence import Sequence, Status
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledBatch:
     """One step's work: each sequence with the number of tokens it computes now."""
 

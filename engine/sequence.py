@@ -16,7 +16,7 @@ class Status(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Sequence:
     request_id: str
     prompt_token_ids: list[int]

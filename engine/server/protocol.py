@@ -73,7 +73,11 @@ class _Collect:
 
 
 def _has_length(message: Any) -> bool:
-    return any(k == b"content-length" or k.lower() == b"content-length" for k, _ in message.get("headers", ()))
+    # ASGI header names are lowercase (ours are); a mixed-case one just takes uvicorn's two writes
+    for k, _ in message.get("headers", ()):
+        if k == b"content-length":
+            return True
+    return False
 
 
 class _OneWriteCycle(RequestResponseCycle):
