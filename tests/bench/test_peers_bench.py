@@ -170,6 +170,7 @@ def test_llama_server_gets_one_slot_per_stream_equal_threads_and_equal_lengths(t
         assert argv[argv.index("-np") + 1] == "16"
         assert int(argv[argv.index("-c") + 1]) == 16 * peers_llama_server.slot_context(96) >= 16 * (96 + 256)
         assert argv[argv.index("-t") + 1] == "2" and argv[argv.index("-tb") + 1] == "2"
+        assert argv[argv.index("--poll") + 1] == "0"
         assert argv[argv.index("--port") + 1] == "4321" and spec.dtype == gguf.dtype
         body = peers.body_for(spec, "hi", 96)
         assert body["ignore_eos"] is True and body["repeat_penalty"] == 1.0 and body["temperature"] == 0
