@@ -1,6 +1,7 @@
-"""Steady-decode step time, A/B within one process: fp32 with gather+SDPA attention (the old
-path), fp32 with the C paged-attention kernel, and int8 weights + the kernel; engines take turns
-step by step, so load from other processes hits every variant alike.
+"""Steady-decode step time, A/B within one process: fp32 with torch ops only (gather + SDPA
+attention, F.rms_norm: the previous engine), + the C paged-attention kernel, + the fused C
+add+RMSNorm, and int8 weights with both; engines take turns step by step, so load from other
+processes hits every variant alike.
 
     .venv/bin/python bench/engine_decode_ab.py [--model dummy:small] [--batch 16] [--prompt 128] [--steps 30]
 
@@ -19,19 +20,21 @@ import torch
 
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 
-VARIANTS = {  # name -> (dtype, attention kernel on)
-    "fp32 gather+SDPA": ("float32", False),
-    "fp32 kernel": ("float32", True),
-    "int8 kernel": ("int8", True),
+VARIANTS = {  # name -> (dtype, C attention kernel on, C add+RMSNorm on)
+    "fp32 torch only": ("float32", False, False),
+    "fp32 +attn kernel": ("float32", True, False),
+    "fp32 +attn +norm": ("float32", True, True),
+    "int8 +attn +norm": ("int8", True, True),
 }
 
 
-def make_engine(model: str, dtype: str, kernel: bool, prompts: list[list[int]]) -> Engine:
+def make_engine(model: str, dtype: str, kernel: bool, prompts: list[list[int]], norm: bool = True) -> Engine:
     eng = Engine(EngineConfig(model=model, device="cpu", dtype=dtype, max_num_seqs=len(prompts),
                               max_num_batched_tokens=8192, enable_prefix_caching=False, num_threads=1))
     assert eng.model is not None
     eng.model.attn_kernel = kernel
-    params = SamplingParams(max_tokens=100_000, temperature=0, ignore_eos=True)
+    eng.model.fast_norm = norm
+    params = SamplingParams(max_tokens=1024, temperature=0, ignore_eos=True)
     for i, p in enumerate(prompts):
         eng.scheduler.add(eng._new_seq(p, params, f"ab{i}", None))
     for _ in range(3):  # prefill, then decodes
@@ -50,14 +53,15 @@ def main() -> None:
     # token ids in [262, 8000): valid for dummy:small's and SmolLM2's vocabularies
     prompts = [torch.randint(262, 8000, (args.prompt,), generator=torch.Generator().manual_seed(i)).tolist()
                for i in range(args.batch)]
-    engines = {name: make_engine(args.model, dtype, kernel, prompts) for name, (dtype, kernel) in VARIANTS.items()}
+    engines = {name: make_engine(args.model, dtype, kernel, prompts, norm)
+               for name, (dtype, kernel, norm) in VARIANTS.items()}
     times: dict[str, list[float]] = {n: [] for n in engines}
     for _ in range(args.steps):
         for name, eng in engines.items():
             t0 = time.perf_counter()
             eng.step()
             times[name].append((time.perf_counter() - t0) * 1e3)
-    base = statistics.median(times["fp32 gather+SDPA"])
+    base = statistics.median(times["fp32 torch only"])
     print(f"{args.model}, batch {args.batch}, prompt {args.prompt}, {args.steps} interleaved steps, 1 thread")
     res = {}
     for name, t in times.items():

@@ -219,6 +219,9 @@ class LlamaModel:
         # (engine/cpu_kernels.py) instead of gathering padded blocks for SDPA; off without gcc/AVX2
         self.attn_kernel = (device.type == "cpu" and dtype == torch.float32 and self.head_dim % 8 == 0
                             and _kernels_available())
+        # and each residual add + RMSNorm is one C pass (engine/cpu_kernels.py: add_rms_norm)
+        self.fast_norm = (device.type == "cpu" and dtype == torch.float32 and spec.hidden_size % 8 == 0
+                          and _kernels_available())
         inv = rope_inv_freq(spec)
         pos = torch.arange(spec.max_position_embeddings, dtype=torch.float32)
         freqs = torch.outer(pos, inv)
@@ -284,12 +287,28 @@ class LlamaModel:
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D]
         sin = self.sin_signed[meta.positions].unsqueeze(1)
         eps = self.spec.rms_norm_eps
+        if self.fast_norm:
+            return self._forward_fused_norms(x, cos, sin, meta)
         for li, lw in enumerate(self.layers):
             h = rms_norm(x, lw.input_norm, eps)
             x.add_(self._attention(li, lw, h, cos, sin, meta))
             h = rms_norm(x, lw.post_norm, eps)
             x.add_(self.linear(F.silu(self.linear(h, lw.gate)).mul_(self.linear(h, lw.up)), lw.down))
         return rms_norm(x, self.norm, eps)
+
+    def _forward_fused_norms(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                             meta: AttnMeta) -> torch.Tensor:
+        """forward with each residual add fused into the next RMSNorm (one C pass per row)."""
+        from zgtool.engine.cpu_kernels import add_rms_norm
+
+        eps = self.spec.rms_norm_eps
+        x = x.contiguous()
+        delta: torch.Tensor | None = None
+        for li, lw in enumerate(self.layers):
+            h = add_rms_norm(x, delta, lw.input_norm, eps)
+            h = add_rms_norm(x, self._attention(li, lw, h, cos, sin, meta), lw.post_norm, eps)
+            delta = self.linear(F.silu(self.linear(h, lw.gate)).mul_(self.linear(h, lw.up)), lw.down)
+        return add_rms_norm(x, delta, self.norm, eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head_q is not None:  # rows never mix in the int8 kernel: batch-invariant as is

@@ -62,3 +62,17 @@ def test_engine_with_the_kernel_decodes_like_the_gather_and_sdpa_path() -> None:
         e.model.attn_kernel = kernel
         outs.append([r.output_token_ids for r in e.generate(prompts, greedy)])
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+def test_fused_residual_add_and_rms_norm_equals_torch(rows: int) -> None:
+    from zgtool.engine.cpu_kernels import add_rms_norm
+
+    g = torch.Generator().manual_seed(rows)
+    x, delta, w = torch.randn(rows, 576, generator=g) * 4, torch.randn(rows, 576, generator=g), torch.rand(576)
+    ref_x = x + delta
+    ref = F.rms_norm(ref_x, (576,), w, 1e-5)
+    got = add_rms_norm(x, delta, w, 1e-5)
+    assert torch.equal(x, ref_x)  # the residual stream is updated in place
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(add_rms_norm(x, None, w, 1e-5), ref, rtol=1e-5, atol=1e-5)
