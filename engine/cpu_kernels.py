@@ -50,14 +50,16 @@ static inline __m256 load_w8(const int8_t *p) {
 void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale,
              const float *bias, float *y, int64_t N) {
     int64_t n = 0;
-    for (; n + 2 <= N; n += 2) {
+    for (; n + 2 <= N && M >= 4; n += 2) {
         const int8_t *w0 = w + n * K, *w1 = w0 + K;
+        const int8_t *pf = w0 + 4 * K;  /* the pair after next, fetched while this one computes */
         int64_t m = 0;
         for (; m + 4 <= M; m += 4) {
             const float *x0 = x + m * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00,
                    a20 = a00, a21 = a00, a30 = a00, a31 = a00;
             for (int64_t k = 0; k < K; k += 8) {
+                if (m == 0) _mm_prefetch((const char *)(pf + 2 * k), _MM_HINT_T0);
                 __m256 v0 = load_w8(w0 + k), v1 = load_w8(w1 + k);
                 __m256 b = _mm256_loadu_ps(x0 + k);
                 a00 = _mm256_fmadd_ps(b, v0, a00); a01 = _mm256_fmadd_ps(b, v1, a01);
@@ -79,13 +81,16 @@ void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float 
     /* rows left over from the blocks of four: four output channels at a time, so four
        independent FMA chains hide the FMA latency (a single row is latency-bound otherwise) */
     int64_t m0 = M - M % 4;
+    if (M < 4) n = N;  /* no 4-row block ran: the single-row path covers every output */
     for (int64_t m = m0; m < M; m++) {
         const float *x0 = x + m * K;
         int64_t j = 0;
         for (; j + 4 <= n; j += 4) {
             const int8_t *v0 = w + j * K, *v1 = v0 + K, *v2 = v1 + K, *v3 = v2 + K;
+            const int8_t *pf = v0 + 8 * K;  /* two blocks ahead: DRAM latency, not bandwidth, bound this loop */
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int64_t k = 0; k < K; k += 8) {
+                _mm_prefetch((const char *)(pf + 4 * k), _MM_HINT_T0);
                 __m256 b = _mm256_loadu_ps(x0 + k);
                 a0 = _mm256_fmadd_ps(b, load_w8(v0 + k), a0);
                 a1 = _mm256_fmadd_ps(b, load_w8(v1 + k), a1);
