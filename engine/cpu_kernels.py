@@ -233,6 +233,15 @@ void add_rms_norm(float *x, const float *delta, const float *w, float eps, int64
             _mm256_storeu_ps(orow + d, _mm256_mul_ps(_mm256_loadu_ps(w + d), _mm256_mul_ps(_mm256_loadu_ps(xr + d), iv)));
     }
 }
+
+/* out [N, K] = w [N, K] * scale[n] (K a multiple of 8): int8 weights back to fp32 for MKL */
+void w8_dequant(const int8_t *w, const float *scale, int64_t N, int64_t K, float *out) {
+    for (int64_t n = 0; n < N; n++) {
+        __m256 sc = _mm256_set1_ps(scale[n]);
+        for (int64_t k = 0; k < K; k += 8)
+            _mm256_storeu_ps(out + n * K + k, _mm256_mul_ps(load_w8(w + n * K + k), sc));
+    }
+}
 """
 
 FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC", "-fno-math-errno", "-lm")
@@ -288,6 +297,8 @@ def library() -> ctypes.CDLL:
     lib.paged_decode_attention.restype = None
     lib.add_rms_norm.argtypes = [p, p, p, ctypes.c_float, i64, i64, p]
     lib.add_rms_norm.restype = None
+    lib.w8_dequant.argtypes = [p, p, i64, i64, p]
+    lib.w8_dequant.restype = None
     return lib
 
 
@@ -335,4 +346,13 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, e
     out = torch.empty_like(x)
     library().add_rms_norm(x.data_ptr(), None if delta is None else delta.data_ptr(), w.data_ptr(), eps, rows, n,
                            out.data_ptr())
+    return out
+
+
+def w8_dequant(w: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """out [N, K] fp32 contiguous <- w int8 [N, K] * scale[:, None]."""
+    n, k = w.shape
+    if k % 8 or out.shape != w.shape or not out.is_contiguous() or out.dtype != torch.float32:
+        raise ValueError(f"w8_dequant: w {tuple(w.shape)}, out {tuple(out.shape)} {out.dtype}")
+    library().w8_dequant(w.data_ptr(), scale.data_ptr(), n, k, out.data_ptr())
     return out

@@ -124,3 +124,15 @@ def test_int8_smollm2_still_answers_paris() -> None:
                             num_threads=1))
     ids = e.tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
     assert "Paris" in e.generate(ids, SamplingParams(max_tokens=8, temperature=0)).text
+
+
+def test_long_prefills_take_the_dequantized_mkl_path_with_the_same_result(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import zgtool.engine.model as model_mod
+
+    path = str(_qwen2_checkpoint(tmp_path / "qwen2"))
+    e = Engine(EngineConfig(model=path, dtype="int8", device="cpu"))
+    ids = [256, *range(300, 300 + model_mod.INT8_DEQUANT_ROWS + 9)]
+    via_mkl = _prefill_logits(e, ids)
+    monkeypatch.setattr(model_mod, "INT8_DEQUANT_ROWS", 10**9)  # every row through the int8 kernel
+    torch.testing.assert_close(_prefill_logits(e, ids), via_mkl, rtol=1e-4, atol=1e-4)
