@@ -25,7 +25,7 @@ import torch
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 from zgtool.engine.weights import save_dummy_checkpoint
 
-DTYPE = "float32"  # what every system here computes in (HF loads the same dtype)
+DTYPE = "float32"  # zgtool's dtype (--dtype int8: int8 weights, fp32 activations); HF always runs fp32
 
 
 def make_prompts(n: int, length: int) -> list[list[int]]:
@@ -132,11 +132,15 @@ def main() -> None:
     ap.add_argument("--det-output", type=int, default=32,
                     help="output tokens for the deterministic-mode cost comparison (0 skips it)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "int8"),
+                    help="zgtool's dtype (int8: lossy, compare with HF fp32 knowing that)")
     ap.add_argument("--sequential-requests", type=int, default=3,
                     help="HF one-at-a-time is slow: its tok/s is measured on this many requests")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    global DTYPE
+    DTYPE = args.dtype
     with tempfile.TemporaryDirectory(prefix="zg-bench-") as tmp:  # ~180 MB of weights: never left behind
         run(args, save_dummy_checkpoint("small", Path(tmp) / "dummy-small"))
 

@@ -1,7 +1,9 @@
 """Small AVX2 C kernels for the CPU engine, compiled once with the system C compiler into the
 user cache (~/.cache/zgtool/kernels/, keyed by a hash of source and flags; ~1 s with gcc) and
 called through ctypes on tensors' data pointers. No torch headers, so no torch C++ extension
-build (minutes on this box). Unavailable (KernelsUnavailable) without a C compiler or AVX2+FMA.
+build (minutes on this box). Unavailable (KernelsUnavailable) without a C compiler, AVX2+FMA or
+a writable cache, or with ZGTOOL_NO_KERNELS set: fp32 then runs on torch ops alone (the
+previous engine) and --dtype int8 fails at load with the reason.
 
 w8_gemm: y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] (+ bias[n]) with w int8 [N, K] (symmetric
 per-output-channel quantization), x/y fp32: weight-only int8, activations never quantized, so
@@ -272,6 +274,8 @@ def cpu_has_avx2_fma() -> bool:
 def library() -> ctypes.CDLL:
     """The compiled kernels (built on first use; concurrent builders each write a temp file and
     rename it into place, so a reader never sees half a library)."""
+    if os.environ.get("ZGTOOL_NO_KERNELS"):
+        raise KernelsUnavailable("disabled by ZGTOOL_NO_KERNELS")
     if not cpu_has_avx2_fma():
         raise KernelsUnavailable("this CPU lacks AVX2/FMA (needed by the int8 kernels)")
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
@@ -279,17 +283,21 @@ def library() -> ctypes.CDLL:
         raise KernelsUnavailable("no C compiler (gcc/cc) found to build the int8 kernels")
     key = hashlib.sha256((SOURCE + " ".join(FLAGS)).encode()).hexdigest()[:16]
     out = cache_dir() / f"zg_kernels-{key}.so"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            src = Path(tmp) / "k.c"
-            src.write_text(SOURCE)
-            so = Path(tmp) / "k.so"
-            res = subprocess.run([cc, *FLAGS, str(src), "-o", str(so)], capture_output=True, text=True, timeout=120)
-            if res.returncode != 0:
-                raise KernelsUnavailable(f"building the int8 kernels with {cc} failed: {res.stderr[-2000:]}")
-            os.replace(so, out)
-    lib = ctypes.CDLL(str(out))
+    try:
+        if not out.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+                src = Path(tmp) / "k.c"
+                src.write_text(SOURCE)
+                so = Path(tmp) / "k.so"
+                res = subprocess.run([cc, *FLAGS, str(src), "-o", str(so)], capture_output=True, text=True,
+                                     timeout=120)
+                if res.returncode != 0:
+                    raise KernelsUnavailable(f"building the CPU kernels with {cc} failed: {res.stderr[-2000:]}")
+                os.replace(so, out)
+        lib = ctypes.CDLL(str(out))
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise KernelsUnavailable(f"cannot build or load the CPU kernels in {out.parent}: {exc}") from exc
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.w8_gemm.argtypes = [p, i64, i64, p, p, p, p, i64]
     lib.w8_gemm.restype = None

@@ -76,3 +76,20 @@ def test_fused_residual_add_and_rms_norm_equals_torch(rows: int) -> None:
     assert torch.equal(x, ref_x)  # the residual stream is updated in place
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(add_rms_norm(x, None, w, 1e-5), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_kernels_fp32_falls_back_to_torch_and_int8_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zgtool.engine.cpu_kernels import library
+    from zgtool.engine.errors import ModelLoadError
+
+    monkeypatch.setenv("ZGTOOL_NO_KERNELS", "1")
+    library.cache_clear()
+    try:
+        e = Engine(EngineConfig(model="dummy:tiny", dtype="float32", device="cpu"))
+        assert e.model is not None and not e.model.attn_kernel and not e.model.fast_norm
+        assert len(e.generate([256, 5, 6], SamplingParams(max_tokens=4, temperature=0)).output_token_ids) >= 1
+        with pytest.raises(ModelLoadError, match="ZGTOOL_NO_KERNELS"):
+            Engine(EngineConfig(model="dummy:tiny", dtype="int8", device="cpu"))
+    finally:
+        monkeypatch.delenv("ZGTOOL_NO_KERNELS")
+        library.cache_clear()
