@@ -1,9 +1,9 @@
 """What the fused engine's serving path costs over the floor of its own HTTP stack.
 
-zgtool serve --model null (real parsing, admission, scheduler, KV bookkeeping, step-thread
-handoff, Server-Timing, zero model compute) vs a bare uvicorn+httptools+uvloop ASGI app
-that answers every request with an equally sized fixed JSON body (the floor: nothing can
-be faster on this stack). Non-streaming POST /v1/messages, closed-loop keep-alive load
+zgtool serve --model null (real parsing, admission, scheduler, KV bookkeeping, Server-Timing,
+zero model compute; with no compute to overlap, its engine steps on the event loop) vs a
+bare uvicorn+httptools+uvloop ASGI app that answers every request with an equally sized
+fixed JSON body (the floor: nothing can be faster on this stack). Non-streaming POST /v1/messages, closed-loop keep-alive load
 at concurrency 1 and 32, both servers measured in interleaved slices in one run.
 
     .venv/bin/python bench/serving_overhead.py [--seconds 6] [--max-tokens 1,16]
