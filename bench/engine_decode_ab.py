@@ -1,6 +1,6 @@
 """Steady-decode step time, A/B within one process: fp32 with torch ops only (gather + SDPA
-attention, F.rms_norm: the previous engine), + the C paged-attention kernel, + the fused C
-add+RMSNorm, and int8 weights with both; engines take turns step by step, so load from other
+attention, F.rms_norm, MKL lm_head: the previous engine), + the C paged-attention kernel, + the
+fused C add+RMSNorm, + the C fp32 lm_head GEMM, and int8 weights (int8 lm_head) with all; engines take turns step by step, so load from other
 processes hits every variant alike.
 
     .venv/bin/python bench/engine_decode_ab.py [--model dummy:small] [--batch 16] [--prompt 128] [--steps 30]
@@ -20,20 +20,23 @@ import torch
 
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 
-VARIANTS = {  # name -> (dtype, C attention kernel on, C add+RMSNorm on)
-    "fp32 torch only": ("float32", False, False),
-    "fp32 +attn kernel": ("float32", True, False),
-    "fp32 +attn +norm": ("float32", True, True),
-    "int8 +attn +norm": ("int8", True, True),
+VARIANTS = {  # name -> (dtype, C attention kernel, C add+RMSNorm, C fp32 lm_head GEMM)
+    "fp32 torch only": ("float32", False, False, False),
+    "fp32 +attn kernel": ("float32", True, False, False),
+    "fp32 +attn +norm": ("float32", True, True, False),
+    "fp32 +attn +norm +lm": ("float32", True, True, True),
+    "int8 +attn +norm": ("int8", True, True, False),
 }
 
 
-def make_engine(model: str, dtype: str, kernel: bool, prompts: list[list[int]], norm: bool = True) -> Engine:
+def make_engine(model: str, dtype: str, kernel: bool, prompts: list[list[int]], norm: bool = True,
+                lm: bool = True) -> Engine:
     eng = Engine(EngineConfig(model=model, device="cpu", dtype=dtype, max_num_seqs=len(prompts),
                               max_num_batched_tokens=8192, enable_prefix_caching=False, num_threads=1))
     assert eng.model is not None
     eng.model.attn_kernel = kernel
     eng.model.fast_norm = norm
+    eng.model.fast_lm_head = lm and eng.model.fast_lm_head
     params = SamplingParams(max_tokens=1024, temperature=0, ignore_eos=True)
     for i, p in enumerate(prompts):
         eng.scheduler.add(eng._new_seq(p, params, f"ab{i}", None))
@@ -53,8 +56,8 @@ def main() -> None:
     # token ids in [262, 8000): valid for dummy:small's and SmolLM2's vocabularies
     prompts = [torch.randint(262, 8000, (args.prompt,), generator=torch.Generator().manual_seed(i)).tolist()
                for i in range(args.batch)]
-    engines = {name: make_engine(args.model, dtype, kernel, prompts, norm)
-               for name, (dtype, kernel, norm) in VARIANTS.items()}
+    engines = {name: make_engine(args.model, dtype, kernel, prompts, norm, lm)
+               for name, (dtype, kernel, norm, lm) in VARIANTS.items()}
     times: dict[str, list[float]] = {n: [] for n in engines}
     for _ in range(args.steps):
         for name, eng in engines.items():

@@ -93,3 +93,15 @@ def test_without_the_kernels_fp32_falls_back_to_torch_and_int8_says_why(monkeypa
     finally:
         monkeypatch.delenv("ZGTOOL_NO_KERNELS")
         library.cache_clear()
+
+
+def test_fp32_gemm_equals_torch_and_keeps_rows_independent() -> None:
+    from zgtool.engine.cpu_kernels import f32_gemm
+
+    g = torch.Generator().manual_seed(5)
+    w, x = torch.randn(203, 96, generator=g) * 0.1, torch.randn(11, 96, generator=g)
+    ones = torch.ones(203)
+    got = f32_gemm(x, w, ones)
+    torch.testing.assert_close(got, (x.double() @ w.double().t()).float(), rtol=1e-5, atol=1e-5)
+    for i in range(11):
+        assert torch.equal(f32_gemm(x[i:i + 1], w, ones)[0], got[i])
