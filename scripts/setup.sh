@@ -9,6 +9,7 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)  # engine/cpu_kernels.py: the CPU engine's C kernels
 # the references `probe tcp --read` is compared with in tests/probes (tshark's dissection, p0f 3.09b's raw_sig)
 command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
 command -v p0f >/dev/null 2>&1 || [ -x /usr/sbin/p0f ] || need_apt+=(p0f)
