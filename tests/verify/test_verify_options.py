@@ -39,10 +39,18 @@ def test_prompt_is_a_preset_name_or_the_text_itself() -> None:
 
 
 @pytest.mark.parametrize("kw", [{"requests": 2}, {"max_tokens": 0}, {"concurrency": ()}, {"concurrency": (0,)},
-                                {"prompt": "  "}, {"slo": ("ttft=5",)}, {"slo": ("e2e:-1",)}])
+                                {"prompt": "  "}, {"slo": ("ttft=5",)}, {"slo": ("e2e:-1",)}, {"dtype": "int4"}])
 def test_bad_options_are_usage_errors(kw: dict) -> None:
     with pytest.raises(UsageError):
         VerifyConfig(**kw)
+
+
+def test_every_dtype_serve_accepts_verify_accepts_too() -> None:
+    from engine.server.config import ServeConfig
+
+    for dtype in ("auto", "float32", "bfloat16", "float16", "int8"):
+        assert VerifyConfig(dtype=dtype).dtype == dtype
+        ServeConfig(dtype=dtype)
 
 
 def _data(stages: list[Stage], gate: dict | None = None, verdict: dict | None = None) -> VerifyData:

@@ -52,8 +52,8 @@ class VerifyConfig:
             raise UsageError(f"--gateway must be one of {', '.join(GATEWAYS)}, not {self.gateway!r}")
         if not self.model.strip():
             raise UsageError("--model is empty; use smollm2, dummy:<preset>, null or a local model directory")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise UsageError(f"--dtype must be auto, float32, bfloat16 or float16, not {self.dtype!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16", "int8"):
+            raise UsageError(f"--dtype must be auto, float32, bfloat16, float16 or int8, not {self.dtype!r}")
         if self.num_threads is not None and self.num_threads < 1:
             raise UsageError("--num-threads must be >= 1")
         if self.policy is not None and not self.policy.is_file():
