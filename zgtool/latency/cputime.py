@@ -68,7 +68,8 @@ def members(pid: int) -> list[int]:
     try:
         leader = os.getpgid(pid) == pid
     except OSError:
-        return []
+        # no such process: it may still name a group whose leader has exited (a shell's job)
+        return group_members(pid)
     return group_members(pid) if leader else tree_members(pid)
 
 
