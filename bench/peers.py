@@ -52,8 +52,9 @@ from typing import Any
 
 from zgtool.stats import percentile
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # the bench/peers_*.py helpers beside it
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+_LIB = Path(__file__).resolve().parent / "peerlib"      # this benchmark's helper modules (not benchmarks)
+if str(_LIB) not in sys.path:
+    sys.path.insert(0, str(_LIB))
 
 import peers_gguf  # noqa: E402
 from peers_llama_server import llama_server_spec  # noqa: E402

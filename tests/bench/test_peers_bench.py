@@ -19,7 +19,7 @@ assert _spec is not None and _spec.loader is not None
 peers = importlib.util.module_from_spec(_spec)
 sys.modules["bench_peers"] = peers
 _spec.loader.exec_module(peers)
-import peers_gguf  # noqa: E402  (bench/ is on sys.path once peers.py is loaded)
+import peers_gguf  # noqa: E402  (bench/peerlib/ is on sys.path once peers.py is loaded)
 import peers_llama_server  # noqa: E402
 
 
@@ -230,4 +230,4 @@ def test_gguf_names_state_their_type_and_conversion_without_the_sdist_is_a_reaso
     argv, env = peers_gguf.convert_command(tmp_path / "hf", tmp_path / "o.gguf", "f32")
     assert argv[-2:] == ["--outtype", "f32"] and env["PYTHONPATH"].endswith("gguf-py")
     argv, _ = peers_gguf.convert_command(tmp_path / "hf", tmp_path / "o.gguf", "f32", byte_vocab=True)
-    assert argv[1].endswith("bench/peers_convert_bytes.py") and argv[2].endswith("llama.cpp")
+    assert argv[1].endswith("bench/peerlib/peers_convert_bytes.py") and argv[2].endswith("llama.cpp")

@@ -23,7 +23,7 @@ def llama_src() -> Path:
 
 
 def convert_command(hf_dir: Path, out: Path, outtype: str, byte_vocab: bool = False) -> tuple[list[str], dict[str, str]]:
-    """The converter's command line; byte_vocab: through bench/peers_convert_bytes.py (dummy tokenizers)."""
+    """The converter's command line; byte_vocab: through bench/peerlib/peers_convert_bytes.py (dummy tokenizers)."""
     src = llama_src()
     py = peers_dir() / "llama" / "bin" / "python"
     script = ([str(Path(__file__).with_name("peers_convert_bytes.py")), str(src)] if byte_vocab

@@ -1,6 +1,6 @@
 """convert_hf_to_gguf.py for a byte-level tokenizer it does not know (the dummy models').
 
-Run by the llama venv's Python: `python bench/peers_convert_bytes.py LLAMA_CPP_SRC HF_DIR --outfile F
+Run by the llama venv's Python: `python bench/peerlib/peers_convert_bytes.py LLAMA_CPP_SRC HF_DIR --outfile F
 --outtype f32`. The dummy tokenizer is a WordLevel vocabulary over GPT-2's byte alphabet (id = byte),
 no merges: the converter refuses its unknown pre-tokenizer hash, and llama.cpp refuses a BPE
 vocabulary without merges. So this names the pre-tokenizer gpt-2 and writes one merge of two

@@ -1,5 +1,5 @@
 """What bench/peers.py talks about: a model case, a server to start, a peer left out, and where
-the peers live. Shared by bench/peers.py and its bench/peers_*.py helpers."""
+the peers live. Shared by bench/peers.py and its helpers in bench/peerlib/."""
 
 from __future__ import annotations
 
