@@ -35,6 +35,8 @@ SOURCE = r"""
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <stddef.h>
+#include <omp.h>
 
 static inline float hsum(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -48,9 +50,10 @@ static inline __m256 load_w8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-/* K must be a multiple of 8 (checked by the caller). */
-void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale,
-             const float *bias, float *y, int64_t N) {
+/* K must be a multiple of 8 (checked by the caller). Output channels [0, N) of w/scale/bias
+   (already offset to the chunk), y rows ldy apart. */
+static void w8_gemm_part(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale,
+                         const float *bias, float *y, int64_t ldy, int64_t N) {
     int64_t n = 0;
     for (; n + 2 <= N && M >= 4; n += 2) {
         const int8_t *w0 = w + n * K, *w1 = w0 + K;
@@ -74,10 +77,10 @@ void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float 
             }
             float s0 = scale[n], s1 = scale[n + 1];
             float c0 = bias ? bias[n] : 0.f, c1 = bias ? bias[n + 1] : 0.f;
-            y[(m + 0) * N + n] = hsum(a00) * s0 + c0; y[(m + 0) * N + n + 1] = hsum(a01) * s1 + c1;
-            y[(m + 1) * N + n] = hsum(a10) * s0 + c0; y[(m + 1) * N + n + 1] = hsum(a11) * s1 + c1;
-            y[(m + 2) * N + n] = hsum(a20) * s0 + c0; y[(m + 2) * N + n + 1] = hsum(a21) * s1 + c1;
-            y[(m + 3) * N + n] = hsum(a30) * s0 + c0; y[(m + 3) * N + n + 1] = hsum(a31) * s1 + c1;
+            y[(m + 0) * ldy + n] = hsum(a00) * s0 + c0; y[(m + 0) * ldy + n + 1] = hsum(a01) * s1 + c1;
+            y[(m + 1) * ldy + n] = hsum(a10) * s0 + c0; y[(m + 1) * ldy + n + 1] = hsum(a11) * s1 + c1;
+            y[(m + 2) * ldy + n] = hsum(a20) * s0 + c0; y[(m + 2) * ldy + n + 1] = hsum(a21) * s1 + c1;
+            y[(m + 3) * ldy + n] = hsum(a30) * s0 + c0; y[(m + 3) * ldy + n + 1] = hsum(a31) * s1 + c1;
         }
     }
     /* rows left over from the blocks of four: four output channels at a time, so four
@@ -99,16 +102,16 @@ void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float 
                 a2 = _mm256_fmadd_ps(b, load_w8(v2 + k), a2);
                 a3 = _mm256_fmadd_ps(b, load_w8(v3 + k), a3);
             }
-            y[m * N + j] = hsum(a0) * scale[j] + (bias ? bias[j] : 0.f);
-            y[m * N + j + 1] = hsum(a1) * scale[j + 1] + (bias ? bias[j + 1] : 0.f);
-            y[m * N + j + 2] = hsum(a2) * scale[j + 2] + (bias ? bias[j + 2] : 0.f);
-            y[m * N + j + 3] = hsum(a3) * scale[j + 3] + (bias ? bias[j + 3] : 0.f);
+            y[m * ldy + j] = hsum(a0) * scale[j] + (bias ? bias[j] : 0.f);
+            y[m * ldy + j + 1] = hsum(a1) * scale[j + 1] + (bias ? bias[j + 1] : 0.f);
+            y[m * ldy + j + 2] = hsum(a2) * scale[j + 2] + (bias ? bias[j + 2] : 0.f);
+            y[m * ldy + j + 3] = hsum(a3) * scale[j + 3] + (bias ? bias[j + 3] : 0.f);
         }
         for (; j < n; j++) {
             const int8_t *v0 = w + j * K;
             __m256 a0 = _mm256_setzero_ps();
             for (int64_t k = 0; k < K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), load_w8(v0 + k), a0);
-            y[m * N + j] = hsum(a0) * scale[j] + (bias ? bias[j] : 0.f);
+            y[m * ldy + j] = hsum(a0) * scale[j] + (bias ? bias[j] : 0.f);
         }
     }
     for (; n < N; n++) {
@@ -117,8 +120,23 @@ void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float 
             const float *x0 = x + m * K;
             __m256 a0 = _mm256_setzero_ps();
             for (int64_t k = 0; k < K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), load_w8(w0 + k), a0);
-            y[m * N + n] = hsum(a0) * scale[n] + (bias ? bias[n] : 0.f);
+            y[m * ldy + n] = hsum(a0) * scale[n] + (bias ? bias[n] : 0.f);
         }
+    }
+}
+
+/* The output channels split into one contiguous chunk per thread (multiples of 4): every output
+   is computed by one thread with exactly the FMA sequence one thread would use, so results do
+   not depend on the thread count (nor on the batch). */
+void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale,
+             const float *bias, float *y, int64_t N, int64_t nt) {
+    if (nt <= 1 || N < 64) { w8_gemm_part(x, M, K, w, scale, bias, y, N, N); return; }
+    int64_t chunk = ((N + nt - 1) / nt + 3) & ~(int64_t)3;
+    #pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t n0 = t * chunk, n1 = n0 + chunk < N ? n0 + chunk : N;
+        if (n0 < n1)
+            w8_gemm_part(x, M, K, w + n0 * K, scale + n0, bias ? bias + n0 : NULL, y + n0, N, n1 - n0);
     }
 }
 
@@ -133,77 +151,141 @@ static inline float dot(const float *a, const float *b, int64_t D) {
     return hsum(_mm256_add_ps(acc, acc2));
 }
 
-/* One query token per sequence over its paged KV, read in place (no gather, no padding).
-   q/out [B, H, D]; kc/vc [slots, KVH, D]; tables [B, width] block ids; lens [B] context
-   lengths; scratch >= H / KVH * width * bs floats. D must be a multiple of 8 (checked by the
-   caller). Positions are walked block by block (no division per position); the query heads
-   sharing a KV head score each K row while it is in cache. Each (sequence, head) sees only its
-   own context: batch-invariant. */
-void paged_decode_attention(const float *q, const float *kc, const float *vc, const int64_t *tables,
-                            int64_t width, const int64_t *lens, int64_t B, int64_t H, int64_t KVH,
-                            int64_t D, int64_t bs, float scale, float *out, float *scratch) {
-    int64_t group = H / KVH;
-    for (int64_t b = 0; b < B; b++) {
-        const int64_t *tab = tables + b * width;
-        int64_t len = lens[b];
-        int64_t nblk = (len + bs - 1) / bs;
-        for (int64_t kvh = 0; kvh < KVH; kvh++) {
-            const float *q0 = q + (b * H + kvh * group) * D;
-            /* scores: scratch[g * len + p] */
+/* [sum(a0), ..., sum(a7)] in one register */
+static inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+                           __m256 a7) {
+    __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* e^x for x <= 0 (Cephes' expf: range reduction by ln 2, degree-5 polynomial; ~1 ulp) */
+static inline __m256 exp_neg(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* One (sequence, KV head) pair: the `group` query heads sharing that KV head. Scores of 8
+   consecutive positions of a block come out of one register (hsum8); the softmax is exact
+   (max-subtracted) with a vectorised exp. */
+static void attend_pair(const float *q0, const float *kc, const float *vc, const int64_t *tab, int64_t len,
+                        int64_t KVH, int64_t kvh, int64_t group, int64_t D, int64_t bs, float scale,
+                        float *out0, float *scratch) {
+    int64_t nblk = (len + bs - 1) / bs, rs = KVH * D;
+    __m256 vscale = _mm256_set1_ps(scale);
+    for (int64_t j = 0; j < nblk; j++) {
+        int64_t n = len - j * bs < bs ? len - j * bs : bs;
+        const float *kb = kc + (tab[j] * bs * KVH + kvh) * D;
+        for (int64_t g = 0; g < group; g++) {
+            const float *qg = q0 + g * D;
+            float *sc = scratch + g * len + j * bs;
+            int64_t o = 0;
+            for (; o + 8 <= n; o += 8) {
+                const float *k0 = kb + o * rs;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+                for (int64_t d = 0; d < D; d += 8) {
+                    __m256 qv = _mm256_loadu_ps(qg + d);
+                    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+                    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + rs + d), a1);
+                    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 2 * rs + d), a2);
+                    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 3 * rs + d), a3);
+                    a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 4 * rs + d), a4);
+                    a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 5 * rs + d), a5);
+                    a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 6 * rs + d), a6);
+                    a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 7 * rs + d), a7);
+                }
+                _mm256_storeu_ps(sc + o, _mm256_mul_ps(hsum8(a0, a1, a2, a3, a4, a5, a6, a7), vscale));
+            }
+            for (; o < n; o++) sc[o] = dot(qg, kb + o * rs, D) * scale;
+        }
+    }
+    for (int64_t g = 0; g < group; g++) {
+        float *sc = scratch + g * len;
+        __m256 vm = _mm256_set1_ps(-INFINITY);
+        int64_t p = 0;
+        for (; p + 8 <= len; p += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(sc + p));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float m = _mm_cvtss_f32(m4);
+        for (; p < len; p++) m = sc[p] > m ? sc[p] : m;
+        __m256 mm = _mm256_set1_ps(m), vs = _mm256_setzero_ps();
+        for (p = 0; p + 8 <= len; p += 8) {
+            __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(sc + p), mm));
+            _mm256_storeu_ps(sc + p, e);
+            vs = _mm256_add_ps(vs, e);
+        }
+        float sum = hsum(vs);
+        for (; p < len; p++) { float e = expf(sc[p] - m); sc[p] = e; sum += e; }
+        float *o = out0 + g * D;
+        float inv = 1.f / sum;
+        if (D == 64) {  /* the common head size: eight accumulators stay in registers */
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
             for (int64_t j = 0; j < nblk; j++) {
                 int64_t n = len - j * bs < bs ? len - j * bs : bs;
-                const float *kb = kc + (tab[j] * bs * KVH + kvh) * D;
-                for (int64_t o = 0; o < n; o++) {
-                    const float *kp = kb + o * KVH * D;
-                    for (int64_t g = 0; g < group; g++)
-                        scratch[g * len + j * bs + o] = dot(q0 + g * D, kp, D) * scale;
+                const float *vb = vc + (tab[j] * bs * KVH + kvh) * D;
+                const float *w = sc + j * bs;
+                for (int64_t t = 0; t < n; t++) {
+                    const float *vp = vb + t * rs;
+                    __m256 x = _mm256_set1_ps(w[t]);
+                    a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp), a0);
+                    a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 8), a1);
+                    a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 16), a2);
+                    a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 24), a3);
+                    a4 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 32), a4);
+                    a5 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 40), a5);
+                    a6 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 48), a6);
+                    a7 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 56), a7);
                 }
             }
-            for (int64_t g = 0; g < group; g++) {
-                float *sc = scratch + g * len;
-                float m = -INFINITY, sum = 0.f;
-                for (int64_t p = 0; p < len; p++) m = sc[p] > m ? sc[p] : m;
-                for (int64_t p = 0; p < len; p++) { float e = expf(sc[p] - m); sc[p] = e; sum += e; }
-                float *o = out + (b * H + kvh * group + g) * D;
-                float inv = 1.f / sum;
-                if (D == 64) {  /* the common head size: eight accumulators stay in registers */
-                    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-                    for (int64_t j = 0; j < nblk; j++) {
-                        int64_t n = len - j * bs < bs ? len - j * bs : bs;
-                        const float *vb = vc + (tab[j] * bs * KVH + kvh) * D;
-                        const float *w = sc + j * bs;
-                        for (int64_t t = 0; t < n; t++) {
-                            const float *vp = vb + t * KVH * D;
-                            __m256 x = _mm256_set1_ps(w[t]);
-                            a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp), a0);
-                            a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 8), a1);
-                            a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 16), a2);
-                            a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 24), a3);
-                            a4 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 32), a4);
-                            a5 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 40), a5);
-                            a6 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 48), a6);
-                            a7 = _mm256_fmadd_ps(x, _mm256_loadu_ps(vp + 56), a7);
-                        }
-                    }
-                    __m256 iv = _mm256_set1_ps(inv);
-                    _mm256_storeu_ps(o, _mm256_mul_ps(a0, iv)); _mm256_storeu_ps(o + 8, _mm256_mul_ps(a1, iv));
-                    _mm256_storeu_ps(o + 16, _mm256_mul_ps(a2, iv)); _mm256_storeu_ps(o + 24, _mm256_mul_ps(a3, iv));
-                    _mm256_storeu_ps(o + 32, _mm256_mul_ps(a4, iv)); _mm256_storeu_ps(o + 40, _mm256_mul_ps(a5, iv));
-                    _mm256_storeu_ps(o + 48, _mm256_mul_ps(a6, iv)); _mm256_storeu_ps(o + 56, _mm256_mul_ps(a7, iv));
-                    continue;
-                }
-                for (int64_t d = 0; d < D; d += 8) {
-                    __m256 acc = _mm256_setzero_ps();
-                    for (int64_t j = 0; j < nblk; j++) {
-                        int64_t n = len - j * bs < bs ? len - j * bs : bs;
-                        const float *vb = vc + (tab[j] * bs * KVH + kvh) * D + d;
-                        for (int64_t t = 0; t < n; t++)
-                            acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[j * bs + t]), _mm256_loadu_ps(vb + t * KVH * D), acc);
-                    }
-                    _mm256_storeu_ps(o + d, _mm256_mul_ps(acc, _mm256_set1_ps(inv)));
-                }
-            }
+            __m256 iv = _mm256_set1_ps(inv);
+            _mm256_storeu_ps(o, _mm256_mul_ps(a0, iv)); _mm256_storeu_ps(o + 8, _mm256_mul_ps(a1, iv));
+            _mm256_storeu_ps(o + 16, _mm256_mul_ps(a2, iv)); _mm256_storeu_ps(o + 24, _mm256_mul_ps(a3, iv));
+            _mm256_storeu_ps(o + 32, _mm256_mul_ps(a4, iv)); _mm256_storeu_ps(o + 40, _mm256_mul_ps(a5, iv));
+            _mm256_storeu_ps(o + 48, _mm256_mul_ps(a6, iv)); _mm256_storeu_ps(o + 56, _mm256_mul_ps(a7, iv));
+            continue;
         }
+        for (int64_t d = 0; d < D; d += 8) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t j = 0; j < nblk; j++) {
+                int64_t n = len - j * bs < bs ? len - j * bs : bs;
+                const float *vb = vc + (tab[j] * bs * KVH + kvh) * D + d;
+                for (int64_t t = 0; t < n; t++)
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[j * bs + t]), _mm256_loadu_ps(vb + t * rs), acc);
+            }
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(acc, _mm256_set1_ps(inv)));
+        }
+    }
+}
+
+/* One query token per sequence over its paged KV, read in place (no gather, no padding).
+   q/out [B, H, D]; kc/vc [slots, KVH, D]; tables [B, width] block ids; lens [B] context
+   lengths; scratch >= nt * H / KVH * width * bs floats (one slice per thread). D must be a
+   multiple of 8 (checked by the caller). The (sequence, KV head) pairs are shared out among nt
+   threads; each pair's result is the same whichever thread computes it and whatever else is in
+   the batch: batch-invariant. */
+void paged_decode_attention(const float *q, const float *kc, const float *vc, const int64_t *tables,
+                            int64_t width, const int64_t *lens, int64_t B, int64_t H, int64_t KVH,
+                            int64_t D, int64_t bs, float scale, float *out, float *scratch, int64_t nt) {
+    int64_t group = H / KVH, per = group * width * bs, pairs = B * KVH;
+    if (nt > pairs) nt = pairs;
+    #pragma omp parallel for num_threads(nt > 1 ? nt : 1) schedule(dynamic, 1) if (nt > 1)
+    for (int64_t i = 0; i < pairs; i++) {
+        int64_t b = i / KVH, kvh = i % KVH;
+        int tid = omp_get_thread_num();
+        attend_pair(q + (b * H + kvh * group) * D, kc, vc, tables + b * width, lens[b], KVH, kvh, group, D, bs,
+                    scale, out + (b * H + kvh * group) * D, scratch + tid * per);
     }
 }
 
@@ -252,8 +334,10 @@ def _f32_variant(source: str) -> str:
     """f32_gemm: w8_gemm's blocking and prefetching over fp32 weights [N, K] (the fp32 lm_head:
     MKL's GEMM ran SmolLM2's 49152 x 576 at 16 rows in 34-52 ms, about a third of its peak)."""
     start = source.index("/* K must be a multiple of 8")
-    body = source[start:source.index("\n}\n", start) + 3]
-    body = body.replace("void w8_gemm(", "void f32_gemm(").replace("const int8_t", "const float")
+    wrapper = source.index("void w8_gemm(", start)  # the part, then its threaded wrapper
+    body = source[start:source.index("\n}\n", wrapper) + 3]
+    body = body.replace("w8_gemm_part(", "f32_gemm_part(").replace("void w8_gemm(", "void f32_gemm(")
+    body = body.replace("const int8_t", "const float")
     body = body.replace("load_w8(", "_mm256_loadu_ps(")
     body = body.replace("_mm_prefetch((const char *)(pf + 4 * k), _MM_HINT_T0);",
                         "_mm_prefetch((const char *)(pf + 4 * k), _MM_HINT_T0); "
@@ -263,7 +347,7 @@ def _f32_variant(source: str) -> str:
 
 SOURCE = _f32_variant(SOURCE)
 
-FLAGS = ("-O3", "-mavx2", "-mfma", "-shared", "-fPIC", "-fno-math-errno", "-lm")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-lm")
 
 
 class KernelsUnavailable(RuntimeError):
@@ -316,15 +400,15 @@ def library() -> ctypes.CDLL:
     except (OSError, subprocess.SubprocessError) as exc:
         raise KernelsUnavailable(f"cannot build or load the CPU kernels in {out.parent}: {exc}") from exc
     p, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.w8_gemm.argtypes = [p, i64, i64, p, p, p, p, i64]
+    lib.w8_gemm.argtypes = [p, i64, i64, p, p, p, p, i64, i64]
     lib.w8_gemm.restype = None
-    lib.paged_decode_attention.argtypes = [p, p, p, p, i64, p, i64, i64, i64, i64, i64, ctypes.c_float, p, p]
+    lib.paged_decode_attention.argtypes = [p, p, p, p, i64, p, i64, i64, i64, i64, i64, ctypes.c_float, p, p, i64]
     lib.paged_decode_attention.restype = None
     lib.add_rms_norm.argtypes = [p, p, p, ctypes.c_float, i64, i64, p]
     lib.add_rms_norm.restype = None
     lib.w8_dequant.argtypes = [p, p, i64, i64, p]
     lib.w8_dequant.restype = None
-    lib.f32_gemm.argtypes = [p, i64, i64, p, p, p, p, i64]
+    lib.f32_gemm.argtypes = [p, i64, i64, p, p, p, p, i64, i64]
     lib.f32_gemm.restype = None
     return lib
 
@@ -338,7 +422,7 @@ def w8_gemm(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, bias: torch.T
     x = x.contiguous()
     y = torch.empty(m, n, dtype=torch.float32)
     library().w8_gemm(x.data_ptr(), m, k, w.data_ptr(), scale.data_ptr(),
-                      None if bias is None else bias.data_ptr(), y.data_ptr(), n)
+                      None if bias is None else bias.data_ptr(), y.data_ptr(), n, torch.get_num_threads())
     return y
 
 
@@ -355,10 +439,11 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     tables = tables.contiguous()
     if out is None:
         out = torch.empty(b, h, d, dtype=torch.float32)
-    scratch = torch.empty(max(1, h // kvh * int(tables.shape[1]) * block_size), dtype=torch.float32)
+    nt = torch.get_num_threads()
+    scratch = torch.empty(max(1, nt * h // kvh * int(tables.shape[1]) * block_size), dtype=torch.float32)
     library().paged_decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(),
                                      tables.shape[1], lens.data_ptr(), b, h, kvh, d, block_size, scale,
-                                     out.data_ptr(), scratch.data_ptr())
+                                     out.data_ptr(), scratch.data_ptr(), nt)
     return out
 
 
@@ -385,13 +470,17 @@ def w8_dequant(w: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> torch
     return out
 
 
-def f32_gemm(x: torch.Tensor, w: torch.Tensor, ones: torch.Tensor) -> torch.Tensor:
-    """x [M, K] times fp32 w [N, K] (rows never mix) -> [M, N]; `ones` is an [N] tensor of 1.0."""
+def f32_gemm(x: torch.Tensor, w: torch.Tensor, ones: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] times fp32 w [N, K] (+ bias [N]; rows never mix) -> [M, N]; `ones` is a tensor of
+    at least N 1.0s (the kernel's per-channel scale)."""
     m, k = x.shape
     n = w.shape[0]
     if k % 8 or w.shape[1] != k or w.dtype != torch.float32 or x.dtype != torch.float32 or not w.is_contiguous():
         raise ValueError(f"f32_gemm: x {tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype}")
     x = x.contiguous()
     y = torch.empty(m, n, dtype=torch.float32)
-    library().f32_gemm(x.data_ptr(), m, k, w.data_ptr(), ones.data_ptr(), None, y.data_ptr(), n)
+    if ones.numel() < n or (bias is not None and (bias.numel() != n or bias.dtype != torch.float32)):
+        raise ValueError(f"f32_gemm: {ones.numel()} scales / bias {None if bias is None else tuple(bias.shape)} for N={n}")
+    library().f32_gemm(x.data_ptr(), m, k, w.data_ptr(), ones.data_ptr(), None if bias is None else bias.data_ptr(),
+                       y.data_ptr(), n, torch.get_num_threads())
     return y

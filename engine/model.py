@@ -24,6 +24,11 @@ DET_TILE = 32
 # buffer and run by MKL: SmolLM2 1536x576, 1 thread: 512 rows 15.7 ms vs 25.3 in the int8 kernel,
 # break-even near 128 (deterministic mode's 32-row tiles always take the kernel)
 INT8_DEQUANT_ROWS = 128
+# fp32 with the C kernels: up to this many rows a projection runs on f32_gemm ([out, in], output
+# channels split over the compute threads), above it on MKL. SmolLM2's four projection shapes x 8
+# layers, 2 threads, ms: 4 rows 3.0 vs MKL 10.1; 16 rows 8.4 vs 11.6; 32 rows 16.2 vs 17.3; 64
+# rows 30.0 vs 27.6 (/tmp gemm A/B, interleaved)
+F32_KERNEL_ROWS = 32
 
 
 @dataclass
@@ -178,7 +183,12 @@ class LlamaModel:
         def w(name: str) -> torch.Tensor:
             return weights.pop(name).to(device=device, dtype=dtype).contiguous()
 
-        self.transposed = device.type == "cpu" and dtype == torch.float32 and not self.quantized
+        # fp32 on CPU: [in, out] for MKL (see LayerWeights), unless the C kernels take decode-sized
+        # batches (F32_KERNEL_ROWS), which read [out, in]; prefill chunks then go to MKL's F.linear
+        cpu_f32 = device.type == "cpu" and dtype == torch.float32 and not self.quantized
+        self.f32_kernel = cpu_f32 and _kernels_available() and all(
+            n % 8 == 0 for n in (spec.hidden_size, spec.intermediate_size))
+        self.transposed = cpu_f32 and not self.f32_kernel
 
         def wt(*names: str) -> torch.Tensor:  # a projection (concatenated along out), in self.linear's layout
             parts = [weights.pop(n).to(device=device, dtype=dtype) for n in names]
@@ -229,7 +239,9 @@ class LlamaModel:
         # and the fp32 lm_head runs on the C GEMM (SmolLM2, 16 rows: ~30 ms vs MKL's ~50; rows never
         # mix, so deterministic mode needs no padded tiles for it)
         self.fast_lm_head = self.fast_norm and not self.quantized
-        self._lm_ones = torch.ones(spec.vocab_size) if self.fast_lm_head else None
+        # f32_gemm's per-channel scale: ones, as long as the widest output (the vocabulary or a projection)
+        widest = max(spec.vocab_size, (self.num_heads + 2 * self.num_kv_heads) * self.head_dim, spec.intermediate_size)
+        self._lm_ones = torch.ones(widest) if (self.fast_lm_head or self.f32_kernel) else None
         inv = rope_inv_freq(spec)
         pos = torch.arange(spec.max_position_embeddings, dtype=torch.float32)
         freqs = torch.outer(pos, inv)
@@ -274,6 +286,10 @@ class LlamaModel:
             if x.shape[0] >= INT8_DEQUANT_ROWS and not self.deterministic:
                 return F.linear(x, self._dequantized(w), b)  # type: ignore[arg-type]
             return int8_linear(x, w, b)  # type: ignore[arg-type]
+        if self.f32_kernel and x.shape[0] <= F32_KERNEL_ROWS and self._lm_ones is not None:
+            from zgtool.engine.cpu_kernels import f32_gemm
+
+            return f32_gemm(x, w, self._lm_ones, b)
         if not self.transposed:
             return F.linear(x, w, b)
         return torch.mm(x, w) if b is None else torch.addmm(b, x, w)
