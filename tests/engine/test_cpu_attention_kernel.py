@@ -105,3 +105,45 @@ def test_fp32_gemm_equals_torch_and_keeps_rows_independent() -> None:
     torch.testing.assert_close(got, (x.double() @ w.double().t()).float(), rtol=1e-5, atol=1e-5)
     for i in range(11):
         assert torch.equal(f32_gemm(x[i:i + 1], w, ones)[0], got[i])
+
+
+@pytest.fixture
+def restore_threads() -> object:
+    before = torch.get_num_threads()
+    yield before
+    torch.set_num_threads(before)
+
+
+def test_fp32_gemm_with_a_bias_adds_it_per_output_channel() -> None:
+    from zgtool.engine.cpu_kernels import f32_gemm
+
+    g = torch.Generator().manual_seed(6)
+    w, x, b = torch.randn(130, 64, generator=g), torch.randn(5, 64, generator=g), torch.randn(130, generator=g)
+    torch.testing.assert_close(f32_gemm(x, w, torch.ones(400), b), torch.addmm(b, x, w.t()), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="scales"):
+        f32_gemm(x, w, torch.ones(100))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 16, 33])
+def test_kernels_give_bit_identical_results_whatever_the_thread_count(rows: int, restore_threads: object) -> None:
+    """Work is split over threads by output channel and (sequence, KV head): no output's
+    arithmetic changes with the split, so 1, 2 and 3 threads agree to the bit."""
+    from zgtool.engine.cpu_kernels import f32_gemm, w8_gemm
+    from zgtool.engine.quant import quantize_linear
+
+    g = torch.Generator().manual_seed(rows)
+    w, x = torch.randn(1000, 96, generator=g), torch.randn(rows, 96, generator=g)
+    q = quantize_linear(w)
+    bs, kvh, heads = 16, 3, 9
+    kc, vc = torch.randn(64 * bs, kvh, 64, generator=g), torch.randn(64 * bs, kvh, 64, generator=g)
+    lens = torch.randint(1, 200, (rows,), generator=g)
+    tables = torch.randint(0, 64, (rows, 13), generator=g)
+    qa = torch.randn(rows, heads, 64, generator=g)
+    results = []
+    for threads in (1, 2, 3):
+        torch.set_num_threads(threads)
+        results.append((f32_gemm(x, w, torch.ones(1000)), w8_gemm(x, q.q, q.scale),
+                        paged_decode_attention(qa, kc, vc, tables, lens, bs, 0.125)))
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert torch.equal(a, b)
