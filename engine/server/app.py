@@ -23,6 +23,7 @@ from zgtool.engine.server.config import ServeConfig
 from zgtool.engine.server.errors import HttpError, not_found, to_http_error
 from zgtool.engine.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from zgtool.engine.server.metrics import ServerMetrics
+from zgtool.engine.server.protocol import RESPOND
 from zgtool.engine.server.safety import SafetyPolicy
 from zgtool.http.body import ClientGone, load_json_object, read_body
 from zgtool.http.errors import error_body
@@ -35,17 +36,19 @@ DRAIN_WRITE_S = 5.0    # after aborting at the end of the grace period: time for
 # anthropic-version: absent is accepted (as 2023-06-01, like other compatible servers); a
 # value that is not a version date is a client bug worth a 400.
 ANTHROPIC_VERSION = re.compile(rb"\d{4}-\d{2}-\d{2}")
-# Server-Timing of every answer: these parts in this order, formatted in one step
-SERVER_TIMING_KEYS = ("queue", "prefill", "decode", "detok", "safety", "total")
+# Server-Timing of every answer: these parts in this order, formatted in one step from a
+# tuple of their values (handlers build the tuple; no dict per request)
+SERVER_TIMING_KEYS = handlers.SERVER_TIMING_KEYS
 SERVER_TIMING_FMT = b", ".join(b"%s;dur=%%.3f" % k.encode() for k in SERVER_TIMING_KEYS)
 
 
 class Ctx:
     """Per-request state shared by the handlers."""
 
-    __slots__ = ("rid", "api", "t0", "headers", "principal", "started", "safety_ms", "status", "log", "error_type")
+    __slots__ = ("rid", "api", "t0", "headers", "principal", "started", "safety_ms", "status", "log", "error_type",
+                 "respond")
 
-    def __init__(self, rid: str, api: str, t0: float, headers: dict[bytes, bytes]) -> None:
+    def __init__(self, rid: str, api: str, t0: float, headers: dict[bytes, bytes], respond: Any = None) -> None:
         self.rid = rid
         self.api = api
         self.t0 = t0
@@ -56,6 +59,7 @@ class Ctx:
         self.status = 0
         self.log: dict[str, Any] | None = None     # access-log record being built (generation routes)
         self.error_type: str | None = None
+        self.respond = respond        # our protocol's one-write answer (protocol.RESPOND), or None
 
 
 class ServerApp:
@@ -139,7 +143,7 @@ class ServerApp:
         t0 = time.perf_counter()
         path = scope["path"]
         api = "openai" if path.startswith("/v1/chat") else "anthropic"
-        ctx = Ctx(f"{self._prefix}{next(self._ids):x}", api, t0, dict(scope["headers"]))
+        ctx = Ctx(f"{self._prefix}{next(self._ids):x}", api, t0, dict(scope["headers"]), scope.get(RESPOND))
         try:
             route = self.routes.get(path)
             if route is None and path.startswith("/v1/models/"):
@@ -204,8 +208,9 @@ class ServerApp:
                              timing=None)
 
     # -- helpers shared with handlers --------------------------------------
-    def stats(self) -> dict[str, Any]:
-        now = time.monotonic()
+    def stats(self, now: float | None = None) -> dict[str, Any]:
+        if now is None:
+            now = time.monotonic()
         if now - self._stats_t > STATS_TTL_S:
             self._stats = self.engine.stats()
             self._stats_t = now
@@ -225,34 +230,35 @@ class ServerApp:
             self._hint = json.dumps(hint, separators=(",", ":")).encode()
         return self._hint
 
-    def base_headers(self, ctx: Ctx, timing: dict[str, float] | None) -> list[tuple[bytes, bytes]]:
+    def base_headers(self, ctx: Ctx, timing: tuple[float, ...] | None) -> list[tuple[bytes, bytes]]:
+        """Server, request ids, Server-Timing (``timing``: the SERVER_TIMING_KEYS values in
+        that order, ms) and the load hint."""
         if timing is None:
             # Before (or without) an engine request: the same names, so parsers see one shape.
-            timing = {"queue": 0.0, "prefill": 0.0, "decode": 0.0, "detok": 0.0, "safety": ctx.safety_ms,
-                      "total": (time.perf_counter() - ctx.t0) * 1e3}
-        if tuple(timing) == SERVER_TIMING_KEYS:
-            st = SERVER_TIMING_FMT % tuple(timing.values())
-        else:
-            st = ", ".join(f"{k};dur={v:.3f}" for k, v in timing.items()).encode()
+            timing = (0.0, 0.0, 0.0, 0.0, ctx.safety_ms, (time.perf_counter() - ctx.t0) * 1e3)
         rid = ctx.rid.encode()
         return [
             SERVER_HEADER,
             (b"request-id", b"req_" + rid),
             (b"x-request-id", b"inference-" + rid),
-            (b"server-timing", st),
+            (b"server-timing", SERVER_TIMING_FMT % timing),
             (b"x-gpu-load-hint", self.load_hint()),
         ]
 
     async def send_json(self, ctx: Ctx, send: Any, status: int, body: bytes,
                         extra: list[tuple[bytes, bytes]] | None = None, *,
-                        timing: dict[str, float] | None = None, content_type: tuple[bytes, bytes] = JSON_CT) -> None:
+                        timing: tuple[float, ...] | None = None,
+                        content_type: tuple[bytes, bytes] = JSON_CT) -> None:
         headers = self.base_headers(ctx, timing)
         headers.append(content_type)
-        headers.append((b"content-length", str(len(body)).encode()))
         if extra:
             headers += extra
         ctx.started = True
         ctx.status = status
+        respond = ctx.respond
+        if respond is not None and respond(status, headers, body):
+            return        # written at once, content-length included
+        headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

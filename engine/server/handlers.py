@@ -28,6 +28,9 @@ from zgtool.http.sse import SSE_HEADERS
 if TYPE_CHECKING:
     from zgtool.engine.server.app import Ctx, ServerApp
 
+# Server-Timing of every answer: these parts in this order (app.SERVER_TIMING_FMT formats them)
+SERVER_TIMING_KEYS = ("queue", "prefill", "decode", "detok", "safety", "total")
+
 LONG_PROMPT_CHARS = 32_768   # tokenize longer prompts off the loop so other streams keep flowing
 
 
@@ -83,29 +86,60 @@ def _check_model(app: ServerApp, model: str) -> None:
         raise ModelNotFound(f"model {model!r} is not served here; served models: {', '.join(dict.fromkeys(names))}")
 
 
+def _is_long(req: ChatRequest) -> bool:
+    n = len(req.system or "")
+    for m in req.messages:
+        n += len(m["content"])
+    return n > LONG_PROMPT_CHARS
+
+
 async def _tokenize(app: ServerApp, req: ChatRequest) -> list[int]:
     tok = app.engine.tokenizer
-    if sum(len(m["content"]) for m in req.messages) + len(req.system or "") > LONG_PROMPT_CHARS:
+    if _is_long(req):
         return await asyncio.to_thread(tok.apply_chat_template, messages=req.messages, system=req.system)
     return tok.apply_chat_template(messages=req.messages, system=req.system)  # type: ignore[no-any-return]
 
 
-def _timing(ctx: Ctx, stream: Any) -> dict[str, float]:
-    """Server-Timing parts: the engine's phases plus input safety; total is the server's own
-    wall time for this request, so the parts always sum to no more than it."""
+# SamplingParams is frozen: requests with equal settings share one (its validation runs once)
+_PARAMS: dict[tuple[Any, ...], SamplingParams] = {}
+_PARAMS_MAX = 512
+
+
+def _sampling_params(req: ChatRequest, max_tokens: int) -> SamplingParams:
+    key = (max_tokens, req.temperature, req.top_p, req.top_k, req.seed, req.stop, req.ignore_eos)
+    params = _PARAMS.get(key)
+    if params is None:
+        params = SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
+                                top_k=req.top_k, seed=req.seed, stop=req.stop, ignore_eos=req.ignore_eos)
+        if len(_PARAMS) >= _PARAMS_MAX:
+            _PARAMS.clear()
+        _PARAMS[key] = params
+    return params
+
+
+def _timing(ctx: Ctx, stream: Any) -> tuple[float, ...]:
+    """Server-Timing parts (app.SERVER_TIMING_KEYS order, ms): the engine's phases plus input
+    safety; total is the server's own wall time for this request, so the parts always sum to
+    no more than it."""
     t = stream.timings
-    return {
-        "queue": t.queue_ms,
-        "prefill": t.prefill_ms,
-        "decode": t.decode_ms,
-        "detok": t.detok_ms,
-        "safety": t.safety_ms + ctx.safety_ms,
-        "total": (time.perf_counter() - ctx.t0) * 1e3,
-    }
+    scheduled = t.first_scheduled_s
+    return (
+        0.0 if scheduled is None else (scheduled - t.arrival_s) * 1e3,     # RequestTimings.queue_ms
+        t.prefill_ms,
+        t.decode_ms,
+        t.detok_ms,
+        t.safety_ms + ctx.safety_ms,
+        (time.perf_counter() - ctx.t0) * 1e3,
+    )
 
 
-def _timing_event(ctx: Ctx, stream: Any, timing: dict[str, float]) -> dict[str, Any]:
-    ev: dict[str, Any] = {f"{k}_ms": round(v, 3) for k, v in timing.items()}
+def _timing_fields(timing: tuple[float, ...]) -> dict[str, float]:
+    """The Server-Timing parts as ``<part>_ms`` fields (access log, the stream's timing event)."""
+    return {f"{k}_ms": round(v, 3) for k, v in zip(SERVER_TIMING_KEYS, timing, strict=True)}
+
+
+def _timing_event(ctx: Ctx, stream: Any, timing: tuple[float, ...]) -> dict[str, Any]:
+    ev: dict[str, Any] = _timing_fields(timing)
     ttft = stream.timings.ttft_ms
     ev["ttft_ms"] = None if ttft is None else round(ttft, 3)
     # Emission times relative to arrival: a stream probe compares them with arrival times
@@ -154,21 +188,25 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
 
 
 async def _admit_and_run(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, send: Any) -> None:
-    prompt = await _tokenize(app, req)
-    if flight.gone:
-        raise ClientGone()
-    max_len = app.engine.max_model_len
+    engine = app.engine
+    if _is_long(req):
+        prompt = await asyncio.to_thread(engine.tokenizer.apply_chat_template, messages=req.messages,
+                                         system=req.system)
+        if flight.gone:
+            raise ClientGone()
+    else:
+        prompt = engine.tokenizer.apply_chat_template(messages=req.messages, system=req.system)
+    max_len = engine.max_model_len
     max_tokens = req.max_tokens if req.max_tokens is not None else max_len - len(prompt)
     if max_tokens < 1:
         raise ContextLengthExceeded(len(prompt), 1, max_len)
-    params = SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-                            top_k=req.top_k, seed=req.seed, stop=req.stop, ignore_eos=req.ignore_eos)
+    params = _sampling_params(req, max_tokens)
     if app.draining or flight.shutdown:
         raise overloaded("the server is shutting down; retry on another replica")
     principal = ctx.principal
     assert principal is not None
-    stats = app.stats()
     now = time.monotonic()
+    stats = app.stats(now)
     adm = app.admission
     adm.update_load(stats, now)
     adm.admit(principal, len(prompt), stats, now)
@@ -199,7 +237,7 @@ async def _admit_and_run(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Fli
             ctx.log.update(finish_reason=stream.finish_reason, client_gone=flight.gone,
                            completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
                            ttft_ms=None if t.ttft_ms is None else round(t.ttft_ms, 3),
-                           **{f"{k}_ms": round(v, 3) for k, v in _timing(ctx, stream).items()})
+                           **_timing_fields(_timing(ctx, stream)))
 
 
 def _usage(req: ChatRequest, stream: Any) -> dict[str, Any]:
@@ -235,7 +273,8 @@ async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, sen
     else:
         body = oai.completion_body("chatcmpl-" + ctx.rid, req.model, text, reason, _usage(req, stream))
     principal = ctx.principal
-    extra = app.admission.ratelimit_headers(principal, time.monotonic()) if principal is not None else None
+    extra = (app.admission.ratelimit_headers(principal, time.monotonic())
+             if principal is not None and principal.tier is not None else None)
     await app.send_json(ctx, send, 200, dumps(body), extra, timing=_timing(ctx, stream))
 
 

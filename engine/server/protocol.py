@@ -4,19 +4,25 @@ for HTTP/1.0 clients. (TLS handshakes are bounded by run.ZgServer.)
 
 - Deadlines: headers within ``header_timeout_s`` of the connection or of a request's first
   byte, body within ``body_timeout_s`` of the headers; a miss answers 408 and closes. One
-  ``call_later`` each, no task.
+  loop timer per connection, no task: arming a later deadline only moves a due time (the
+  timer re-arms itself for the rest when it fires early), so a keep-alive request creates
+  no timer of its own.
 - Header caps: more than ``max_header_bytes`` of request line + headers, or more than
   ``max_headers`` fields, answers 431 before the parser has buffered more than one read.
 - Write timeout: when the transport stays paused (the client stopped reading) for
   ``write_timeout_s``, the request is aborted through the disconnect hook (its KV blocks
   are freed) and the connection is dropped.
 - Malformed HTTP answers 400 in the API's error shape instead of uvicorn's plain text.
+- A complete answer leaves in one transport write; the app can hand it over without the
+  two ASGI sends (``RESPOND`` in the scope: head formatted from pre-checked header names,
+  values checked in one pass over the head).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import socket
 from asyncio import TimerHandle
@@ -24,7 +30,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from zgtool import __version__
 from zgtool.http.errors import ApiError, error_body
@@ -32,6 +38,10 @@ from zgtool.http.errors import ApiError, error_body
 # ASGI scope key (an extension of ours): a callable run once if the client goes away
 # before the response completes (or stops reading past the write timeout).
 DISCONNECT_HOOK = "zgtool.on_disconnect"
+# ASGI scope key (an extension of ours): ``respond(status, headers, body) -> bool`` writes a
+# complete answer (content-length added) in one write, or returns False (nothing written)
+# when the app must use the ASGI sends instead.
+RESPOND = "zgtool.respond"
 log = logging.getLogger("zgtool.serve")
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -70,6 +80,20 @@ class _Collect:
 
     def close(self) -> None:
         self.closed = True
+
+
+# Header names respond() writes as given: lowercase, valid tokens, and none that changes how
+# the connection is framed (content-length, transfer-encoding, connection take the ASGI path).
+PLAIN_HEADER_NAMES = frozenset({
+    b"server", b"date", b"request-id", b"x-request-id", b"server-timing", b"x-gpu-load-hint", b"content-type",
+    b"retry-after", b"allow", b"cache-control", b"x-accel-buffering",
+    b"anthropic-ratelimit-requests-limit", b"anthropic-ratelimit-requests-remaining",
+    b"anthropic-ratelimit-requests-reset", b"anthropic-ratelimit-tokens-limit",
+    b"anthropic-ratelimit-tokens-remaining", b"anthropic-ratelimit-tokens-reset",
+    b"x-ratelimit-concurrency-limit", b"x-ratelimit-concurrency-remaining",
+})
+# what uvicorn refuses in a header value, less CR and LF (counted instead: the head's own line ends)
+_BAD_VALUE_BYTES = re.compile(b"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _has_length(message: Any) -> bool:
@@ -115,6 +139,48 @@ class _OneWriteCycle(RequestResponseCycle):
                 transport.close()
 
 
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Write a complete answer (status line, headers, content-length, body) at once, as
+        uvicorn's two sends would, without formatting it twice. False, with nothing written,
+        when this answer needs uvicorn's general path (an unusual header, a paused writer,
+        HEAD, a response already started)."""
+        if self.response_started or self._held is not None or self.flow.write_paused or self.access_log:
+            return False
+        if self.disconnected:
+            return True           # uvicorn's send drops it silently too
+        if self.scope["method"] == "HEAD":
+            return False
+        parts = [STATUS_LINE[status]]
+        add = parts.extend
+        for name, value in self.default_headers:
+            add((name, b": ", value, b"\r\n"))
+        plain = PLAIN_HEADER_NAMES
+        for name, value in headers:
+            if name not in plain:
+                return False
+            add((name, b": ", value, b"\r\n"))
+        lines = len(self.default_headers) + len(headers)
+        add((b"content-length: ", str(len(body)).encode(), b"\r\n"))
+        if not self.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        head = b"".join(parts)
+        # each line ends in the one CRLF we put there: a value with CR, LF or another control
+        # byte is refused, as uvicorn refuses it
+        lines += 3 if self.keep_alive else 4
+        if head.count(b"\n") != lines or head.count(b"\r") != lines or _BAD_VALUE_BYTES.search(head):
+            return False
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        self.response_complete = True
+        self.transport.write(head + body)
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+        return True
+
+
 class _Http10Cycle(_OneWriteCycle):
     """HTTP/1.0 has no chunked encoding: an answer without content-length is close-delimited."""
 
@@ -140,7 +206,9 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._deadline: TimerHandle | None = None
+        self._deadline: TimerHandle | None = None    # the connection's deadline timer
+        self._due: float | None = None               # loop time of the deadline in force (None: none)
+        self._what = ""
         self._write_timer: TimerHandle | None = None
         self._in_head = True
         self._head_bytes = 0
@@ -160,19 +228,40 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self._arm(self.header_timeout_s, "headers")
 
     def _arm(self, seconds: float, what: str) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._expired, what)
+        due = self.loop.time() + seconds
+        self._due = due
+        self._what = what
+        timer = self._deadline
+        if timer is not None:
+            if timer.when() <= due:
+                return        # it fires first and re-arms itself for the rest
+            timer.cancel()
+        self._deadline = self.loop.call_at(due, self._check_deadline)
 
     def _disarm(self) -> None:
+        self._due = None      # a pending timer finds nothing due and stops
+
+    def _cancel_deadline(self) -> None:
+        self._due = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+
+    def _check_deadline(self) -> None:
+        self._deadline = None
+        due = self._due
+        if due is None:
+            return
+        if self.loop.time() < due:
+            self._deadline = self.loop.call_at(due, self._check_deadline)
+            return
+        self._due = None
+        self._expired(self._what)
 
     def _api(self) -> str:
         return "openai" if getattr(self, "url", b"").startswith(b"/v1/chat") else "anthropic"
 
     def _expired(self, what: str) -> None:
-        self._deadline = None
         if self.transport.is_closing():
             return
         cycle = self.cycle
@@ -186,7 +275,7 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _reject(self, status: int, message: str) -> None:
-        self._disarm()
+        self._cancel_deadline()
         cycle = self.cycle
         if not self.transport.is_closing() and (cycle is None or cycle.response_complete
                                                 or not cycle.response_started):
@@ -247,8 +336,11 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._arm(self.body_timeout_s, "body")
         super().on_headers_complete()
-        if self.cycle is not None and type(self.cycle) is RequestResponseCycle:
-            self.cycle.__class__ = _Http10Cycle if self.scope.get("http_version") == "1.0" else _OneWriteCycle
+        cycle = self.cycle
+        if cycle is not None and type(cycle) is RequestResponseCycle:
+            cycle.__class__ = _Http10Cycle if self.scope.get("http_version") == "1.0" else _OneWriteCycle
+            # set before the app's task first runs (create_task only scheduled it)
+            cycle.scope[RESPOND] = cycle.respond  # type: ignore[attr-defined,literal-required]
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -285,7 +377,7 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
                 hook()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._cancel_deadline()
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None

@@ -26,6 +26,7 @@ from zgtool.http.errors import ApiError
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _LONG_DIGITS = re.compile(rb"\d{19}")
+_DIGITS = b"0123456789"
 
 
 class ClientGone(Exception):
@@ -93,13 +94,14 @@ def load_json(body: bytes) -> Any:
     """Decode JSON from request bytes; every malformed body is ApiError 400."""
     if not body:
         raise bad_request("request body is empty; send a JSON object")
-    if _LONG_DIGITS.search(body) is None:
+    # the regexes only run on bodies that could match: 19+ digits in all, a backslash
+    if (len(body) - len(body.translate(None, _DIGITS)) < 19 or _LONG_DIGITS.search(body) is None):
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
             pass     # json below accepts it (NaN, 1e400, lone surrogates: checked below) or says why not
         else:
-            if _SURROGATE_ESCAPE.search(body) is None:
+            if b"\\" not in body or _SURROGATE_ESCAPE.search(body) is None:
                 return obj
     try:
         text = body.decode("utf-8")
