@@ -447,6 +447,57 @@ void add_rms_norm(float *x, const float *delta, const float *w, float eps, int64
     }
 }
 
+/* e^x over the whole float range (inputs clamped to +-87.3: 0 and inf stay 0 and huge) */
+static inline __m256 exp_any(__m256 x) {
+    return exp_neg(_mm256_min_ps(x, _mm256_set1_ps(87.3f)));
+}
+
+/* gu [rows, 2I] (gate | up, one fused projection) -> out [rows, I] = silu(gate) * up,
+   silu(g) = g / (1 + e^-g). I must be a multiple of 8. */
+void silu_mul(const float *gu, int64_t rows, int64_t I, float *out) {
+    __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gu + r * 2 * I, *u = g + I;
+        float *o = out + r * I;
+        for (int64_t i = 0; i < I; i += 8) {
+            __m256 gv = _mm256_loadu_ps(g + i);
+            __m256 sig = _mm256_div_ps(gv, _mm256_add_ps(one, exp_any(_mm256_sub_ps(zero, gv))));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(sig, _mm256_loadu_ps(u + i)));
+        }
+    }
+}
+
+/* One pass over a step's fused q|k|v rows [T, (H + 2 KVH) * D]: RoPE on q (into q_out [T, H, D])
+   and on k, k and v written to their slots of the paged caches [slots, KVH, D].
+   rotated = x * cos + flip_halves(x) * sin_signed (the tables [P, D] of LlamaModel). */
+void rope_kv_write(const float *qkv, int64_t T, int64_t H, int64_t KVH, int64_t D, const float *cos_t,
+                   const float *sin_t, const int64_t *positions, const int64_t *slots, float *kc, float *vc,
+                   float *q_out) {
+    int64_t half = D / 2, row = (H + 2 * KVH) * D;
+    for (int64_t t = 0; t < T; t++) {
+        const float *x = qkv + t * row, *c = cos_t + positions[t] * D, *sn = sin_t + positions[t] * D;
+        for (int64_t h = 0; h < H + KVH; h++) {
+            const float *xh = x + h * D;
+            float *o = h < H ? q_out + (t * H + h) * D : kc + (slots[t] * KVH + (h - H)) * D;
+            int64_t i = 0;
+            for (; i + 8 <= half; i += 8) {
+                __m256 lo = _mm256_loadu_ps(xh + i), hi = _mm256_loadu_ps(xh + half + i);
+                _mm256_storeu_ps(o + i, _mm256_fmadd_ps(hi, _mm256_loadu_ps(sn + i),
+                                                        _mm256_mul_ps(lo, _mm256_loadu_ps(c + i))));
+                _mm256_storeu_ps(o + half + i, _mm256_fmadd_ps(lo, _mm256_loadu_ps(sn + half + i),
+                                                               _mm256_mul_ps(hi, _mm256_loadu_ps(c + half + i))));
+            }
+            for (; i < half; i++) {
+                o[i] = xh[half + i] * sn[i] + xh[i] * c[i];
+                o[half + i] = xh[i] * sn[half + i] + xh[half + i] * c[half + i];
+            }
+        }
+        const float *v = x + (H + KVH) * D;
+        float *vo = vc + slots[t] * KVH * D;
+        for (int64_t i = 0; i < KVH * D; i++) vo[i] = v[i];
+    }
+}
+
 /* out [N, K] = w [N, K] * scale[n] (K a multiple of 8): int8 weights back to fp32 for MKL */
 void w8_dequant(const int8_t *w, const float *scale, int64_t N, int64_t K, float *out) {
     for (int64_t n = 0; n < N; n++) {
@@ -541,6 +592,10 @@ def library() -> ctypes.CDLL:
     lib.w8_dequant.restype = None
     lib.f32_gemm.argtypes = [p, i64, i64, p, p, p, p, i64, i64]
     lib.f32_gemm.restype = None
+    lib.silu_mul.argtypes = [p, i64, i64, p]
+    lib.silu_mul.restype = None
+    lib.rope_kv_write.argtypes = [p, i64, i64, i64, i64, p, p, p, p, p, p, p]
+    lib.rope_kv_write.restype = None
     return lib
 
 
@@ -615,3 +670,31 @@ def f32_gemm(x: torch.Tensor, w: torch.Tensor, ones: torch.Tensor, bias: torch.T
     library().f32_gemm(x.data_ptr(), m, k, w.data_ptr(), ones.data_ptr(), None if bias is None else bias.data_ptr(),
                        y.data_ptr(), n, torch.get_num_threads())
     return y
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [rows, 2I] fp32 contiguous (gate | up) -> silu(gate) * up [rows, I]."""
+    rows, two_i = gate_up.shape
+    if two_i % 16 or not gate_up.is_contiguous() or gate_up.dtype != torch.float32:
+        raise ValueError(f"silu_mul: {tuple(gate_up.shape)} {gate_up.dtype} (contiguous fp32, I % 8 == 0 needed)")
+    out = torch.empty(rows, two_i // 2, dtype=torch.float32)
+    library().silu_mul(gate_up.data_ptr(), rows, two_i // 2, out.data_ptr())
+    return out
+
+
+def rope_kv_write(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tensor, sin_signed: torch.Tensor,
+                  positions: torch.Tensor, slots: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor) -> torch.Tensor:
+    """qkv [T, (H + 2 KVH) * D] fp32 -> q rotated [T, H, D]; k (rotated) and v go into their
+    slots of the caches [slots, KVH, D]. cos/sin_signed [P, D]; positions/slots [T] int64."""
+    t = qkv.shape[0]
+    d = k_cache.shape[2]
+    if (qkv.dtype != torch.float32 or k_cache.dtype != torch.float32 or qkv.shape[1] != (heads + 2 * kv_heads) * d
+            or positions.dtype != torch.int64 or slots.dtype != torch.int64 or d % 2):
+        raise ValueError(f"rope_kv_write: qkv {tuple(qkv.shape)} {qkv.dtype}, cache {tuple(k_cache.shape)}")
+    qkv = qkv.contiguous()
+    q = torch.empty(t, heads, d, dtype=torch.float32)
+    library().rope_kv_write(qkv.data_ptr(), t, heads, kv_heads, d, cos.data_ptr(), sin_signed.data_ptr(),
+                            positions.data_ptr(), slots.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                            q.data_ptr())
+    return q

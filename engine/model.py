@@ -46,8 +46,7 @@ class LayerWeights:
     qkv_bias: torch.Tensor | None
     o: torch.Tensor
     post_norm: torch.Tensor
-    gate: torch.Tensor
-    up: torch.Tensor
+    gate_up: torch.Tensor  # gate and up concatenated along out: one projection, then silu(gate) * up
     down: torch.Tensor
 
 
@@ -225,7 +224,7 @@ class LlamaModel:
                 qkv_bias=qkv_bias,
                 o=wt(a + "o_proj.weight"),
                 post_norm=w(p + "post_attention_layernorm.weight"),
-                gate=wt(m + "gate_proj.weight"), up=wt(m + "up_proj.weight"),
+                gate_up=wt(m + "gate_proj.weight", m + "up_proj.weight"),
                 down=wt(m + "down_proj.weight"),
             ))
         self._scratch: dict[str, torch.Tensor] = {}  # grow-only step buffers (decode KV gathers)
@@ -236,6 +235,8 @@ class LlamaModel:
         # and each residual add + RMSNorm is one C pass (engine/cpu_kernels.py: add_rms_norm)
         self.fast_norm = (device.type == "cpu" and dtype == torch.float32 and spec.hidden_size % 8 == 0
                           and _kernels_available())
+        # and RoPE + the KV write, and silu(gate) * up, are one C pass each (per layer: ~10 torch ops fewer)
+        self.fast_glue = self.fast_norm and spec.intermediate_size % 8 == 0 and self.head_dim % 2 == 0
         # and the fp32 lm_head runs on the C GEMM (SmolLM2, 16 rows: ~30 ms vs MKL's ~50; rows never
         # mix, so deterministic mode needs no padded tiles for it)
         self.fast_lm_head = self.fast_norm and not self.quantized
@@ -329,7 +330,7 @@ class LlamaModel:
             h = rms_norm(x, lw.input_norm, eps)
             x.add_(self._attention(li, lw, h, cos, sin, meta))
             h = rms_norm(x, lw.post_norm, eps)
-            x.add_(self.linear(F.silu(self.linear(h, lw.gate)).mul_(self.linear(h, lw.up)), lw.down))
+            x.add_(self.linear(self._silu_mul(self.linear(h, lw.gate_up)), lw.down))
         return rms_norm(x, self.norm, eps)
 
     def _forward_fused_norms(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -343,7 +344,7 @@ class LlamaModel:
         for li, lw in enumerate(self.layers):
             h = add_rms_norm(x, delta, lw.input_norm, eps)
             h = add_rms_norm(x, self._attention(li, lw, h, cos, sin, meta), lw.post_norm, eps)
-            delta = self.linear(F.silu(self.linear(h, lw.gate)).mul_(self.linear(h, lw.up)), lw.down)
+            delta = self.linear(self._silu_mul(self.linear(h, lw.gate_up)), lw.down)
         return add_rms_norm(x, delta, self.norm, eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -360,6 +361,15 @@ class LlamaModel:
         x = torch.cat([hidden, hidden.new_zeros(pad, hidden.shape[1])]) if pad else hidden
         return torch.cat([F.linear(t, self.lm_head) for t in x.split(DET_TILE)])[:n].float()
 
+    def _silu_mul(self, gu: torch.Tensor) -> torch.Tensor:
+        """gu [T, 2I] (gate | up) -> silu(gate) * up [T, I]"""
+        if self.fast_glue:
+            from zgtool.engine.cpu_kernels import silu_mul
+
+            return silu_mul(gu)
+        i = gu.shape[1] // 2
+        return F.silu(gu[:, :i]).mul_(gu[:, i:])
+
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x [T, N, D] -> x * cos + rotate_half(x) * sin (sin carries rotate_half's sign)."""
         half = self.head_dim // 2
@@ -371,12 +381,16 @@ class LlamaModel:
         t = h.shape[0]
         nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.linear(h, lw.qkv, lw.qkv_bias)  # [T, (H + 2 KVH) * D]
-        qk = self._rope(qkv[:, :(nh + nkv) * d].view(t, nh + nkv, d), cos, sin)  # q and k rotated at once
-        q, k = qk[:, :nh], qk[:, nh:]
-        v = qkv[:, (nh + nkv) * d:].view(t, nkv, d)
         kc, vc = self.k_cache[li], self.v_cache[li]
-        kc[meta.slot_mapping] = k
-        vc[meta.slot_mapping] = v
+        if self.fast_glue:  # RoPE on q and k, k and v into the pool: one C pass
+            from zgtool.engine.cpu_kernels import rope_kv_write
+
+            q = rope_kv_write(qkv, nh, nkv, self.cos, self.sin_signed, meta.positions, meta.slot_mapping, kc, vc)
+        else:
+            qk = self._rope(qkv[:, :(nh + nkv) * d].view(t, nh + nkv, d), cos, sin)  # q and k rotated at once
+            q, k = qk[:, :nh], qk[:, nh:]
+            kc[meta.slot_mapping] = k
+            vc[meta.slot_mapping] = qkv[:, (nh + nkv) * d:].view(t, nkv, d)
         if self.deterministic:
             out = torch.empty_like(q)  # [T, H, D]
             self._attend_rows(q, kc, vc, meta, out)

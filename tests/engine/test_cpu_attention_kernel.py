@@ -147,3 +147,46 @@ def test_kernels_give_bit_identical_results_whatever_the_thread_count(rows: int,
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
             assert torch.equal(a, b)
+
+
+def test_fused_silu_mul_equals_torch_over_the_whole_float_range() -> None:
+    from zgtool.engine.cpu_kernels import silu_mul
+
+    g = torch.Generator().manual_seed(7)
+    gu = torch.randn(5, 2 * 48, generator=g) * 6
+    gu[0, :8] = torch.tensor([-200.0, -90.0, -30.0, 0.0, 30.0, 90.0, 200.0, -1e-30])
+    i = gu.shape[1] // 2
+    want = F.silu(gu[:, :i]) * gu[:, i:]
+    got = silu_mul(gu.contiguous())
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=1e-6)
+
+
+def test_fused_rope_and_kv_write_equals_the_torch_path() -> None:
+    from zgtool.engine.cpu_kernels import rope_kv_write
+
+    g = torch.Generator().manual_seed(8)
+    heads, kvh, d, slots_n = 9, 3, 64, 40
+    t = 5
+    qkv = torch.randn(t, (heads + 2 * kvh) * d, generator=g)
+    positions = torch.tensor([0, 7, 8, 31, 100])
+    slots = torch.tensor([3, 17, 0, 39, 22])
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    freqs = torch.outer(torch.arange(128).float(), inv)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    sin_signed = torch.cat((-sin[:, : d // 2], sin[:, d // 2:]), dim=-1).contiguous()
+    kc, vc = torch.zeros(slots_n, kvh, d), torch.zeros(slots_n, kvh, d)
+    q = rope_kv_write(qkv, heads, kvh, cos, sin_signed, positions, slots, kc, vc)
+
+    def rope(x: torch.Tensor) -> torch.Tensor:  # transformers' rotate_half form
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        return x * cos[positions][:, None] + torch.cat((-x2, x1), dim=-1) * sin[positions][:, None]
+
+    view = qkv.view(t, heads + 2 * kvh, d)
+    torch.testing.assert_close(q, rope(view[:, :heads]), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kc[slots], rope(view[:, heads:heads + kvh]), rtol=1e-5, atol=1e-5)
+    assert torch.equal(vc[slots], view[:, heads + kvh:])
+    untouched = torch.ones(slots_n, dtype=torch.bool)
+    untouched[slots] = False
+    assert not kc[untouched].any() and not vc[untouched].any()
