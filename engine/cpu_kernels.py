@@ -16,6 +16,19 @@ expf), weighted sum of V; one (sequence, head) at a time, so batch-invariant.
 
 add_rms_norm: the residual add and the next RMSNorm in one pass over a row (F.rms_norm on CPU
 is a composite of 5-6 ops: ~60-150 us per call at 1-16 rows of 576, ~4 ms of a SmolLM2 token).
+
+silu_mul and rope_kv_write: the glue between the GEMMs of a layer (silu(gate) * up; RoPE on q
+and k plus the KV write into the paged pool) as one pass each instead of ~10 torch ops per layer
+(SmolLM2 int8 step: -15% at batch 1, -26% at batch 16).
+
+Threads: the GEMMs (split by output channel) and the attention (split by sequence x KV head)
+use torch.get_num_threads() threads through a small claim-based pool (parallel_chunks): the
+caller posts a job and works through its chunks itself while workers claim the rest, and it
+waits only for chunks a worker actually claimed. OpenMP's barrier waits for every thread of the
+team instead: with one core taken by another process, a 2-thread SmolLM2 step went from 78 ms
+to 600+ ms (torch's own MKL GEMMs show the same: 68 -> 14 GFLOP/s at 2 threads with a
+single-core neighbour). Which thread computes an output never changes its arithmetic, so results
+are bit-identical for any thread count.
 """
 
 from __future__ import annotations
