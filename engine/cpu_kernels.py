@@ -265,13 +265,20 @@ static void w8_chunk(void *a, int64_t c, int tid) {
     (void)tid;
     const w8_job *j = a;
     int64_t n0 = c * j->chunk, n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
-    w8_gemm_part(j->x, j->M, j->K, j->w + n0 * j->K, j->scale + n0, j->bias ? j->bias + n0 : NULL, j->y + n0,
-                 j->N, n1 - n0);
+    /* four rows at a time over the whole chunk: those rows stay in L1 while the chunk's weights
+       (tens of KB) come from L2 after the first block; the rows past the last block of four
+       take the single-row path, as they would in one call */
+    int64_t m = 0, rows = j->M - j->M % 4;
+    for (; m < rows; m += 4)
+        w8_gemm_part(j->x + m * j->K, 4, j->K, j->w + n0 * j->K, j->scale + n0, j->bias ? j->bias + n0 : NULL,
+                     j->y + m * j->N + n0, j->N, n1 - n0);
+    if (m < j->M)
+        w8_gemm_part(j->x + m * j->K, j->M - m, j->K, j->w + n0 * j->K, j->scale + n0,
+                     j->bias ? j->bias + n0 : NULL, j->y + m * j->N + n0, j->N, n1 - n0);
 }
 
 void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale,
              const float *bias, float *y, int64_t N, int64_t nt) {
-    if (nt <= 1 || N < 64) { w8_gemm_part(x, M, K, w, scale, bias, y, N, N); return; }
     int64_t chunk = (N / (nt * 8) + 3) & ~(int64_t)3;
     if (chunk < 16) chunk = 16;
     w8_job j = {x, M, K, w, scale, bias, y, N, chunk};
