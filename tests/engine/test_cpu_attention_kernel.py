@@ -190,3 +190,33 @@ def test_fused_rope_and_kv_write_equals_the_torch_path() -> None:
     untouched = torch.ones(slots_n, dtype=torch.bool)
     untouched[slots] = False
     assert not kc[untouched].any() and not vc[untouched].any()
+
+
+def test_kernels_called_from_two_threads_at_once_both_get_their_own_result(restore_threads: object) -> None:
+    """The work-sharing pool runs one job at a time; a second caller meanwhile computes alone
+    (never shares the first caller's job state), so concurrent callers stay correct."""
+    import threading
+
+    from zgtool.engine.cpu_kernels import f32_gemm, w8_gemm
+    from zgtool.engine.quant import quantize_linear
+
+    torch.set_num_threads(2)
+    g = torch.Generator().manual_seed(9)
+    w = torch.randn(2048, 64, generator=g)
+    q = quantize_linear(w)
+    xs = [torch.randn(5, 64, generator=g) for _ in range(2)]
+    want = [(f32_gemm(x, w, torch.ones(2048)), w8_gemm(x, q.q, q.scale)) for x in xs]
+    bad: list[int] = []
+
+    def hammer(i: int) -> None:
+        for _ in range(200):
+            got = (f32_gemm(xs[i], w, torch.ones(2048)), w8_gemm(xs[i], q.q, q.scale))
+            if not (torch.equal(got[0], want[i][0]) and torch.equal(got[1], want[i][1])):
+                bad.append(i)
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
