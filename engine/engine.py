@@ -96,6 +96,7 @@ class Engine:
             self.runner = ModelRunner(self.model, cfg.block_size)
         del loaded
         self.eos_token_ids = set(self.tokenizer.eos_token_ids)
+        self._vocab_size = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size, cfg.enable_prefix_caching)
         chunk = max(cfg.block_size, 64) if cfg.deterministic else None
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens, chunk)
@@ -114,6 +115,8 @@ class Engine:
         self._stop = False
         self.accepting = True
         self._ids = itertools.count()
+        self._max_waiting = cfg.max_waiting
+        self._batch_window_s = cfg.batch_window_ms / 1e3
         self.num_steps = 0
         self.finished_by_reason: dict[str, int] = {}
         self.last_step_ms = 0.0
@@ -131,13 +134,13 @@ class Engine:
         n = len(prompt_token_ids)
         if n >= self.max_model_len or n + params.max_tokens > self.max_model_len:
             raise ContextLengthExceeded(n, params.max_tokens, self.max_model_len)
-        vocab = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
+        vocab = self._vocab_size
         if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
             raise InvalidRequest(f"prompt has token ids outside the vocabulary [0, {vocab})")
         blocks = -(-(n + params.max_tokens) // self.block_size)
         if blocks > self.num_kv_blocks:
             raise InvalidRequest(f"request needs {blocks} KV blocks, the pool has {self.num_kv_blocks}")
-        if len(self.scheduler.waiting) + len(self._inbox) >= self.config.max_waiting:
+        if len(self.scheduler.waiting) + len(self._inbox) >= self._max_waiting:
             raise Overloaded("the waiting queue is full")
 
     def _new_seq(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None,
@@ -157,15 +160,24 @@ class Engine:
         return seq
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *, request_id: str | None = None,
-                    output_filter: Callable[[str], str | None] | None = None) -> RequestStream:
-        """Queue a request for the step thread (call on the event loop thread after start())."""
+                    output_filter: Callable[[str], str | None] | None = None,
+                    step_now: bool = False) -> RequestStream:
+        """Queue a request for the step thread (call on the event loop thread after start()).
+
+        ``step_now``: the caller knows no other request is about to arrive (nothing to batch
+        with); on the loop driver, an idle engine then takes this request's first step at once,
+        in the caller, instead of one loop iteration later."""
         seq = self._new_seq(prompt_token_ids, params, request_id, output_filter)
         stream = RequestStream(seq, self._loop)
         self._seqs[seq.request_id] = seq
         self._streams[seq.request_id] = stream
         self._inbox.append(seq)
         if self._inline:
-            self._kick()
+            if (step_now and not self._tick_scheduled and len(self._inbox) == 1 and not self.scheduler.has_work
+                    and not self._batch_window_s and not self._stop and threading.get_ident() == self._loop_tid):
+                self._step_now()
+            else:
+                self._kick()
         else:
             self._wake.set()
         return stream
@@ -220,12 +232,16 @@ class Engine:
         eos = self.eos_token_ids
         cache_full_blocks = self.block_manager.cache_full_blocks
         perf = time.perf_counter
-        for seq, n, new_tok in zip(batch.seqs, batch.num_new_tokens, sampled, strict=True):
+        seqs = batch.seqs
+        if len(sampled) != len(seqs) or len(batch.num_new_tokens) != len(seqs):
+            raise RuntimeError(f"the runner sampled {len(sampled)} tokens for {len(seqs)} sequences")
+        for seq, n, new_tok in zip(seqs, batch.num_new_tokens, sampled):  # noqa: B905 - lengths checked above
             tm = seq.timings
             ids = seq.token_ids
             num_tokens = len(ids)
+            num_prompt = len(seq.prompt_token_ids)
             # prefilling (more than the one new token to compute) or no output yet: a prefill step
-            if num_tokens - seq.num_computed_tokens > 1 or num_tokens == len(seq.prompt_token_ids):
+            if num_tokens - seq.num_computed_tokens > 1 or num_tokens == num_prompt:
                 tm.prefill_ms += step_ms
             else:
                 tm.decode_ms += step_ms
@@ -238,26 +254,33 @@ class Engine:
             if tm.first_token_s is None:
                 tm.first_token_s = now
             tm.token_times_s.append(now)
+            params = seq.params
             reason: str | None = None
             stop_str: str | None = None
             error: str | None = None
-            if new_tok in eos and not seq.params.ignore_eos:
+            if new_tok in eos and not params.ignore_eos:
                 reason = "stop"
                 ids.pop()  # EOS is not part of the output
             delta_len = len(detokenize_step(tok, seq)) if reason is None else 0
             td = perf()
             tm.detok_ms += (td - now) * 1e3
-            if reason is None and (stop_str := find_stop(seq, delta_len)) is not None:
+            if reason is None and params.stop and (stop_str := find_stop(seq, delta_len)) is not None:
                 reason = "stop"
             if seq.output_filter is not None and delta_len:
                 verdict = seq.output_filter(seq.output_text)
-                seq.timings.safety_ms += (time.perf_counter() - td) * 1e3
+                tm.safety_ms += (perf() - td) * 1e3
                 if verdict is not None:
                     reason, error = "content_filter", verdict
                     seq.emitted_chars = len(seq.output_text)  # the offending text is never delivered
-            if reason is None and seq.num_output_tokens >= seq.params.max_tokens:
+            if reason is None and len(ids) - num_prompt >= params.max_tokens:
                 reason = "length"
-            text = emittable(seq, reason is not None) if reason != "content_filter" else ""
+            if reason == "content_filter":
+                text = ""
+            elif params.stop:
+                text = emittable(seq, reason is not None)
+            else:   # emittable() without stop strings: everything not yet handed out
+                text = seq.output_text[seq.emitted_chars:]
+                seq.emitted_chars = len(seq.output_text)
             if reason is not None:
                 seq.stop_sequence = stop_str
                 seq.error = error
@@ -296,10 +319,31 @@ class Engine:
         assert loop is not None
         if threading.get_ident() != self._loop_tid:
             loop.call_soon_threadsafe(self._tick)
-        elif self.config.batch_window_ms and not self.scheduler.running and self._inbox:
-            loop.call_later(self.config.batch_window_ms / 1e3, self._tick)   # let a burst fill the first step
+        elif self._batch_window_s and not self.scheduler.running and self._inbox:
+            loop.call_later(self._batch_window_s, self._tick)   # let a burst fill the first step
         else:
             loop.call_soon(self._tick)
+
+    def _step_now(self) -> None:
+        """add_request(step_now=True) on an idle loop-driven engine (nothing running, waiting or
+        scheduled): the first step at once, in the caller; the rest go through _tick as usual."""
+        self._step_deliver()
+        if self._has_work():
+            self._kick()
+
+    def _step_deliver(self) -> None:
+        try:
+            outputs = self.step()
+        except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
+            outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
+        streams = self._streams
+        for out in outputs:                 # _deliver, inlined (one call per output saved)
+            stream = streams.get(out.request_id)
+            if stream is not None:
+                stream.push(out)
+            if out.finished:
+                streams.pop(out.request_id, None)
+                self._seqs.pop(out.request_id, None)
 
     def _tick(self) -> None:
         """Steps back to back for up to TICK_BUDGET_S (a request's tokens reach its handler in
@@ -307,12 +351,7 @@ class Engine:
         self._tick_scheduled = False
         deadline = time.perf_counter() + TICK_BUDGET_S
         while not self._stop:
-            try:
-                outputs = self.step()
-            except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
-                outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
-            for out in outputs:
-                self._deliver(out)
+            self._step_deliver()
             if not self._has_work():
                 return
             if time.perf_counter() >= deadline:

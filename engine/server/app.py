@@ -77,6 +77,9 @@ class ServerApp:
         # run.py serves with our protocol, which calls a per-request disconnect hook; under
         # any other ASGI server the handlers fall back to a watcher task.
         self.disconnect_hook = False
+        # run.py: uvicorn's set of request tasks (all connections); one alone means a request
+        # has nothing to be batched with and may take its first engine step at once
+        self.request_tasks: set[Any] | None = None
         self.created = int(time.time())
         self.metrics = ServerMetrics(cfg.model, engine.stats,
                                      extra=lambda: {"zg_admission_cap_factor": admission.cap_factor})

@@ -21,7 +21,7 @@ from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
 from zgtool.engine.server.safetytext import Holdback
 from zgtool.engine.server.sse import TokenGrouper
-from zgtool.http.body import ClientGone, dumps
+from zgtool.http.body import ClientGone, dumps, load_json_object, read_body
 from zgtool.http.errors import error_payload
 from zgtool.http.sse import SSE_HEADERS
 
@@ -61,14 +61,14 @@ class Flight:
 
 
 async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    obj = await app.read_json(ctx, receive)
-    req = anth.parse_messages(obj, app.engine.max_model_len)
+    body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+    req = anth.parse_messages(load_json_object(body), app.engine.max_model_len)
     await _generate(app, ctx, scope, req, receive, send)
 
 
 async def chat_completions(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    obj = await app.read_json(ctx, receive)
-    req = oai.parse_chat(obj, app.engine.max_model_len)
+    body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+    req = oai.parse_chat(load_json_object(body), app.engine.max_model_len)
     await _generate(app, ctx, scope, req, receive, send)
 
 
@@ -179,7 +179,21 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, flight.on_gone))
     app.inflight[ctx.rid] = flight
     try:
-        await _admit_and_run(app, ctx, req, flight, send)
+        if _is_long(req):
+            prompt = await asyncio.to_thread(app.engine.tokenizer.apply_chat_template, messages=req.messages,
+                                             system=req.system)
+            if flight.gone:
+                raise ClientGone()
+        else:      # no await: the client cannot have left meanwhile
+            prompt = app.engine.tokenizer.apply_chat_template(messages=req.messages, system=req.system)
+        stream, filt = _admit(app, ctx, req, flight, prompt)
+        try:
+            if req.stream:
+                await _stream(app, ctx, req, stream, send, flight, filt)
+            else:
+                await _complete(app, ctx, req, stream, send, flight)
+        finally:
+            _finished(app, ctx, stream, flight)
     finally:
         flight.done = True
         del app.inflight[ctx.rid]
@@ -187,15 +201,9 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
             watcher.cancel()
 
 
-async def _admit_and_run(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, send: Any) -> None:
+def _admit(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, prompt: list[int]) -> tuple[Any, Any]:
+    """Sampling params, admission (429s), the engine request: its stream and output filter."""
     engine = app.engine
-    if _is_long(req):
-        prompt = await asyncio.to_thread(engine.tokenizer.apply_chat_template, messages=req.messages,
-                                         system=req.system)
-        if flight.gone:
-            raise ClientGone()
-    else:
-        prompt = engine.tokenizer.apply_chat_template(messages=req.messages, system=req.system)
     max_len = engine.max_model_len
     max_tokens = req.max_tokens if req.max_tokens is not None else max_len - len(prompt)
     if max_tokens < 1:
@@ -213,31 +221,35 @@ async def _admit_and_run(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Fli
     ctx.log = {"request_id": ctx.rid, "key": principal.name, "api": req.api, "model": req.model,
                "stream": req.stream, "prompt_tokens": len(prompt)} if app.access_log is not None else None
     filt = app.safety.output_filter() if app.safety is not None else None
+    tasks = app.request_tasks
     try:
-        stream = app.engine.add_request(prompt, params, request_id=ctx.rid, output_filter=filt)
+        stream = engine.add_request(prompt, params, request_id=ctx.rid, output_filter=filt,
+                                    step_now=tasks is not None and len(tasks) <= 1)
     except BaseException:
         adm.release(principal, 0, None, time.monotonic())
         raise
     flight.started = True
-    try:
-        if req.stream:
-            await _stream(app, ctx, req, stream, send, flight, filt)
-        else:
-            await _complete(app, ctx, req, stream, send, flight)
-    finally:
-        flight.done = True
-        if stream.finish_reason is None:      # cancelled or failed mid-way
-            app.engine.abort(ctx.rid)
-        usage = stream.usage
-        t = stream.timings
-        adm.release(principal, usage.completion_tokens,
-                    t.total_ms / 1e3 if t.finished_s is not None else None, time.monotonic())
-        app.metrics.observe_finished(t, usage, stream.finish_reason)
-        if ctx.log is not None:     # written by the app once the answer is out
-            ctx.log.update(finish_reason=stream.finish_reason, client_gone=flight.gone,
-                           completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
-                           ttft_ms=None if t.ttft_ms is None else round(t.ttft_ms, 3),
-                           **_timing_fields(_timing(ctx, stream)))
+    return stream, filt
+
+
+def _finished(app: ServerApp, ctx: Ctx, stream: Any, flight: Flight) -> None:
+    """After the answer (or its failure): abort what is left, release admission, metrics, log record."""
+    flight.done = True
+    reason = stream.finish_reason
+    if reason is None:      # cancelled or failed mid-way
+        app.engine.abort(ctx.rid)
+    usage = stream.usage
+    t = stream.timings
+    principal = ctx.principal
+    assert principal is not None
+    app.admission.release(principal, usage.completion_tokens,
+                          t.total_ms / 1e3 if t.finished_s is not None else None, time.monotonic())
+    app.metrics.observe_finished(t, usage, reason)
+    if ctx.log is not None:     # written by the app once the answer is out
+        ctx.log.update(finish_reason=reason, client_gone=flight.gone,
+                       completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
+                       ttft_ms=None if t.ttft_ms is None else round(t.ttft_ms, 3),
+                       **_timing_fields(_timing(ctx, stream)))
 
 
 def _usage(req: ChatRequest, stream: Any) -> dict[str, Any]:

@@ -190,7 +190,9 @@ def make_server(built: Built) -> ZgServer:
         proxy_headers=False,     # an engine is not behind a trusted proxy by default; saves a wrapper
         backlog=2048,
     )
-    return ZgServer(ucfg, built.app)
+    server = ZgServer(ucfg, built.app)
+    built.app.request_tasks = server.server_state.tasks
+    return server
 
 
 def startup_rows(built: Built) -> list[tuple[str, str]]:

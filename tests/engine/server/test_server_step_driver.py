@@ -60,3 +60,30 @@ def test_null_engine_steps_on_the_loop_and_answers_as_the_thread_driver(monkeypa
         assert r["long"] == ([ord("H")], "abort")      # aborted after its first token
         assert r["used_blocks"] == 0                   # every KV block went back to the pool
         assert r["report_ok"]
+
+
+def test_a_lone_request_on_an_idle_loop_engine_takes_its_first_step_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZGTOOL_STEP_DRIVER", "auto")
+
+    async def go() -> dict[str, Any]:
+        eng = Engine(EngineConfig(model="null"))
+        eng.start(asyncio.get_running_loop())
+        ids = eng.tokenizer.apply_chat_template(messages=[{"role": "user", "content": "hi there"}], system=None)
+        alone = eng.add_request(ids, SamplingParams(max_tokens=1), request_id="alone", step_now=True)
+        done_at_once = alone.finish_reason
+        deferred = eng.add_request(ids, SamplingParams(max_tokens=1), request_id="deferred")
+        not_yet = deferred.finish_reason
+        # a step_now request arriving while another runs waits for the batch like any other
+        running = eng.add_request(ids, SamplingParams(max_tokens=50), request_id="running")
+        late = eng.add_request(ids, SamplingParams(max_tokens=1), request_id="late", step_now=True)
+        late_at_once = late.finish_reason
+        answers = [await _collect(s) for s in (alone, deferred, running, late)]
+        await eng.shutdown(1.0)
+        return {"at_once": (done_at_once, not_yet, late_at_once), "answers": answers,
+                "used_blocks": eng.block_manager.num_used_blocks}
+
+    r = asyncio.run(go())
+    assert r["at_once"] == ("length", None, None)
+    assert [a[1:] for a in r["answers"]] == [("length", 1), ("length", 1), ("length", 50), ("length", 1)]
+    assert r["answers"][0] == r["answers"][1] == r["answers"][3]
+    assert r["used_blocks"] == 0
