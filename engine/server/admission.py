@@ -64,6 +64,7 @@ class Admission:
         self.hold_s = hold_s
         self.cap_factor = 1.0
         self._since_cross: float | None = None
+        self._load_stats: dict[str, Any] | None = None    # the stats update_load last saw
         self._anon = Principal("anonymous", None, True, KeyState())
         self._states: dict[str, KeyState] = {}
         self.ema_e2e_s = 0.0
@@ -89,6 +90,9 @@ class Admission:
 
     def update_load(self, stats: dict[str, Any], now: float) -> None:
         """Halve tier caps while load stays > 0.9; restore after it stays below for hold_s."""
+        if stats is self._load_stats and self._since_cross is None:
+            return      # the same figures (the app refreshes them every few ms) and no change pending
+        self._load_stats = stats
         # sm_util is NVML's percentage (None on CPU); kv_util is a fraction.
         load = max(float(stats.get("kv_util") or 0.0), float(stats.get("sm_util") or 0.0) / 100.0)
         high = load > LOAD_HIGH

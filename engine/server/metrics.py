@@ -119,12 +119,18 @@ class ServerMetrics:
             self.generation_tokens += usage.completion_tokens
         if timings is None:
             return
-        # the RequestTimings properties' arithmetic, inlined (same values, fewer calls)
+        # the RequestTimings properties' arithmetic and _Histogram.observe, inlined (same values)
         arrival = timings.arrival_s
         if timings.first_scheduled_s is not None:
-            self.queue.observe((timings.first_scheduled_s - arrival) * 1e3 / 1e3)
+            h = self.queue
+            v = (timings.first_scheduled_s - arrival) * 1e3 / 1e3
+            h.counts[bisect_left(h.buckets, v)] += 1
+            h.sum += v
         if timings.first_token_s is not None:
-            self.ttft.observe((timings.first_token_s - arrival) * 1e3 / 1e3)
+            h = self.ttft
+            v = (timings.first_token_s - arrival) * 1e3 / 1e3
+            h.counts[bisect_left(h.buckets, v)] += 1
+            h.sum += v
         times = timings.token_times_s
         if len(times) > 1:
             observe = self.itl.observe
@@ -132,7 +138,10 @@ class ServerMetrics:
             for t in times[1:]:
                 observe(t - prev)
                 prev = t
-        self.e2e.observe(timings.total_ms / 1e3)
+        h = self.e2e
+        v = timings.total_ms / 1e3
+        h.counts[bisect_left(h.buckets, v)] += 1
+        h.sum += v
 
     def observe_error(self, error_type: str) -> None:
         self.errors[error_type] = self.errors.get(error_type, 0) + 1

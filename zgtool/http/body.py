@@ -47,10 +47,16 @@ async def read_body(receive: Any, limit: int, content_length: bytes | None = Non
         if declared > limit:
             raise ApiError(413, "request_too_large",
                            f"request body is {declared} bytes; this server accepts at most {limit} bytes")
+    msg = await receive()
+    if msg["type"] == "http.request" and not msg.get("more_body", False):    # the whole body in one message
+        body: bytes = msg.get("body", b"")
+        if len(body) > limit:
+            raise ApiError(413, "request_too_large",
+                           f"request body exceeds {limit} bytes; this server accepts at most {limit} bytes")
+        return body
     chunks: list[bytes] = []
     size = 0
     while True:
-        msg = await receive()
         if msg["type"] == "http.disconnect":
             raise ClientGone()
         chunk = msg.get("body", b"")
@@ -62,6 +68,7 @@ async def read_body(receive: Any, limit: int, content_length: bytes | None = Non
             chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        msg = await receive()
 
 
 def _find_surrogate(obj: Any, path: str) -> str | None:
