@@ -271,6 +271,8 @@ async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, sen
         if out.text:
             parts.append(out.text)
         last = out
+        if out.finished:
+            break         # the last delta: no further __anext__ (and its StopAsyncIteration)
     reason = stream.finish_reason
     if reason == "content_filter":
         raise content_policy(last.error if last is not None and last.error else "output blocked by the content policy")
