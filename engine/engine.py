@@ -14,6 +14,9 @@ wake-ups and GIL hand-overs per request (on 2 busy cores, the largest part of it
 overhead). Its engine steps on the loop instead (``loop`` driver): the same step(), scheduler
 and KV bookkeeping, run from a loop callback that reschedules itself while there is work, so
 I/O still interleaves between steps. ``ZGTOOL_STEP_DRIVER=thread`` forces the thread (A/B).
+A request that finds that engine idle while no other request is in the server (add_request's
+``step_now``) takes its first step at once, in its handler: no loop iteration and no wake-up
+between admission and its first token (a 1-token answer is complete before its handler awaits).
 """
 
 from __future__ import annotations
