@@ -49,12 +49,22 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+SMALL_BOX_CPUS = 4  # up to this many CPUs a server computes on all of them
+
+
 def server_threads(requested: int | None) -> int:
-    """torch intra-op threads for a server: one core is left to the I/O loop (measured: SmolLM2,
-    16 streams, 2 cores: 1 compute thread gave 103-105 tok/s, 2 threads 69-72)."""
+    """Compute threads for a server: every CPU on small machines (<= SMALL_BOX_CPUS), all but
+    one (left to the I/O loop) above. Measured with bench/peers.py on SmolLM2, 2 cores, quiet,
+    16 streams / 1 stream: 2 threads 148-168 / 31-33 tok/s fp32 and 208-246 / 68-76 int8, 1
+    thread 109-111 / 22-24 and 144-153 / 62-67. Before the C kernels shared work through their
+    own pool (engine/cpu_kernels.py) it was the other way round (1 thread 103-105 tok/s, 2
+    threads 69-72): OpenMP's barriers stalled whenever the loop held a core; the pool's caller
+    never waits for a thread that is not running. With another process busy on one of the two
+    cores, 1 thread still wins (--num-threads 1)."""
     if requested:
         return requested
-    return max(1, available_cpus() - 1)
+    cpus = available_cpus()
+    return cpus if cpus <= SMALL_BOX_CPUS else cpus - 1
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ class ServeConfig:
     kv_memory_mb: int | None = None
     batch_window_ms: float = 0.0
     deterministic: bool = False
-    num_threads: int | None = None     # torch intra-op threads; None: all cores but one (the I/O loop's)
+    num_threads: int | None = None     # compute threads; None: engine/config.py server_threads
     # HTTP
     max_body_bytes: int = 8 * 1024 * 1024
     header_timeout_s: float = 10.0

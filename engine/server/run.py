@@ -261,9 +261,11 @@ def dtype_row(e: Any) -> str:
 def threads_row(e: Any, requested: int | None) -> str:
     import torch
 
-    from zgtool.engine.config import available_cpus
+    from zgtool.engine.config import SMALL_BOX_CPUS, available_cpus
 
-    how = "--num-threads" if requested else "default: all CPUs but one, which the I/O loop keeps"
+    how = "--num-threads" if requested else (
+        f"default: all CPUs up to {SMALL_BOX_CPUS}" if available_cpus() <= SMALL_BOX_CPUS
+        else "default: all CPUs but one, which the I/O loop keeps")
     return f"{torch.get_num_threads()} torch compute thread(s) of {available_cpus()} CPUs ({how})"
 
 

@@ -80,10 +80,14 @@ def test_auto_dtype_is_bfloat16_only_on_cuda_or_a_cpu_with_native_bf16(monkeypat
     assert c.resolve_dtype("auto", "cpu") == "bfloat16" and c.resolve_dtype("float32", "cpu") == "float32"
 
 
-def test_server_threads_leave_one_core_to_the_io_loop() -> None:
-    from zgtool.engine.config import available_cpus, server_threads
+def test_server_threads_use_every_cpu_of_a_small_box_and_leave_one_on_a_larger_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from zgtool.engine import config as c
 
-    assert server_threads(None) == max(1, available_cpus() - 1) and server_threads(3) == 3
+    assert c.server_threads(3) == 3
+    for cpus, want in ((1, 1), (2, 2), (4, 4), (5, 4), (16, 15)):
+        monkeypatch.setattr(c, "available_cpus", lambda n=cpus: n)
+        assert c.server_threads(None) == want
 
 
 def test_serve_banner_names_model_dtype_why_and_threads() -> None:
