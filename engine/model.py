@@ -238,6 +238,11 @@ class LlamaModel:
                           and _kernels_available())
         # and RoPE + the KV write, and silu(gate) * up, are one C pass each (per layer: ~10 torch ops fewer)
         self.fast_glue = self.fast_norm and spec.intermediate_size % 8 == 0 and self.head_dim % 2 == 0
+        # and a steady decode step runs all layers in one C call (decode_layers) when every piece
+        # it composes is on (see _fuses_decode)
+        self.fused_decode = True
+        self._ptrs: object | None = None
+        self._ptrs_key: tuple[int, int] | None = None
         # and the fp32 lm_head runs on the C GEMM (SmolLM2, 16 rows: ~30 ms vs MKL's ~50; rows never
         # mix, so deterministic mode needs no padded tiles for it)
         self.fast_lm_head = self.fast_norm and not self.quantized
@@ -325,6 +330,11 @@ class LlamaModel:
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D]
         sin = self.sin_signed[meta.positions].unsqueeze(1)
         eps = self.spec.rms_norm_eps
+        t = x.shape[0]
+        if (self._fuses_decode() and meta.decode_idx is not None and not meta.prefills
+                and meta.decode_ctx is not None and meta.decode_blocks is not None
+                and meta.decode_idx.shape[0] == t and t <= (INT8_DEQUANT_ROWS - 1 if self.quantized else F32_KERNEL_ROWS)):
+            return self._decode_layers(x, meta)
         if self.fast_norm:
             return self._forward_fused_norms(x, cos, sin, meta)
         for li, lw in enumerate(self.layers):
@@ -333,6 +343,75 @@ class LlamaModel:
             h = rms_norm(x, lw.post_norm, eps)
             x.add_(self.linear(self._silu_mul(self.linear(h, lw.gate_up)), lw.down))
         return rms_norm(x, self.norm, eps)
+
+    def _fuses_decode(self) -> bool:
+        """decode_layers composes the C attention, add+RMSNorm, RoPE/KV, silu*mul and GEMM
+        kernels; deterministic mode keeps its per-row SDPA attention."""
+        if self.deterministic or not (self.fused_decode and self.attn_kernel and self.fast_norm and self.fast_glue):
+            return False
+        return self.quantized or (self.f32_kernel and self._lm_ones is not None)
+
+    def _layer_ptrs(self) -> object:
+        """The ctypes array of every layer's weight and KV pointers for decode_layers, rebuilt when
+        the KV pool is (re)allocated."""
+        from zgtool.engine.cpu_kernels import LayerPtrs
+
+        key = (self.k_cache[0].data_ptr(), len(self.k_cache)) if self.k_cache else None
+        if self._ptrs_key == key and self._ptrs is not None:
+            return self._ptrs
+        ones = self._lm_ones
+
+        def wp(w: object) -> tuple[int, int]:  # (weights, per-channel scales)
+            if isinstance(w, Int8Weight):
+                return w.q.data_ptr(), w.scale.data_ptr()
+            assert isinstance(w, torch.Tensor) and ones is not None
+            return w.data_ptr(), ones.data_ptr()
+
+        arr = (LayerPtrs * len(self.layers))()
+        for i, lw in enumerate(self.layers):
+            qkv, qkv_s = wp(lw.qkv)
+            o, o_s = wp(lw.o)
+            gu, gu_s = wp(lw.gate_up)
+            dn, dn_s = wp(lw.down)
+            arr[i] = LayerPtrs(lw.input_norm.data_ptr(), lw.post_norm.data_ptr(), qkv, qkv_s,
+                               None if lw.qkv_bias is None else lw.qkv_bias.data_ptr(), o, o_s, gu, gu_s, dn, dn_s,
+                               self.k_cache[i].data_ptr(), self.v_cache[i].data_ptr())
+        self._ptrs, self._ptrs_key = arr, key
+        return arr
+
+    def _buf(self, name: str, n: int) -> torch.Tensor:
+        """A grow-only fp32 scratch buffer of at least n elements (valid until the next step)."""
+        buf = self._scratch.get(name)
+        if buf is None or buf.numel() < n:
+            buf = self._scratch[name] = torch.empty(max(n, 2 * (0 if buf is None else buf.numel())),
+                                                    dtype=torch.float32, device=self.device)
+        return buf
+
+    def _decode_layers(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        """A steady-decode step's layers in one C call (engine/cpu_kernels.py decode_layers): the
+        kernels and order of _forward_fused_norms, bit-identical to it."""
+        from zgtool.engine.cpu_kernels import library
+
+        assert meta.decode_ctx is not None and meta.decode_blocks is not None
+        spec = self.spec
+        m, hid = x.shape
+        nh, nkv, d, inter = self.num_heads, self.num_kv_heads, self.head_dim, spec.intermediate_size
+        tables = meta.decode_blocks.view(m, -1)
+        width = int(tables.shape[1])
+        nt = torch.get_num_threads()
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        h, qkv = self._buf("h", m * hid), self._buf("qkv", m * (nh + 2 * nkv) * d)
+        q, att = self._buf("q", m * nh * d), self._buf("att", m * nh * d)
+        gu, act, delta = self._buf("gu", m * 2 * inter), self._buf("act", m * inter), self._buf("delta", m * hid)
+        scratch = self._buf("attn", max(1, nt * nh // nkv * width * self.block_size))
+        library().decode_layers(
+            self._layer_ptrs(), len(self.layers), int(self.quantized), x.data_ptr(), m, hid, nh, nkv, d, inter,
+            spec.rms_norm_eps, self.norm.data_ptr(), out.data_ptr(), self.cos.data_ptr(), self.sin_signed.data_ptr(),
+            meta.positions.data_ptr(), meta.slot_mapping.data_ptr(), tables.data_ptr(), width,
+            meta.decode_ctx.data_ptr(), self.block_size, self.scale, h.data_ptr(), qkv.data_ptr(), q.data_ptr(),
+            att.data_ptr(), gu.data_ptr(), act.data_ptr(), delta.data_ptr(), scratch.data_ptr(), nt)
+        return out
 
     def _forward_fused_norms(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                              meta: AttnMeta) -> torch.Tensor:

@@ -220,3 +220,42 @@ def test_kernels_called_from_two_threads_at_once_both_get_their_own_result(resto
     for t in threads:
         t.join()
     assert bad == []
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_a_decode_step_in_one_c_call_is_bit_identical_to_the_kernel_by_kernel_path(
+        dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """decode_layers composes the same kernels in the same order as _forward_fused_norms: the
+    hidden states (hence logits and tokens) are equal to the bit, at batch 1 and 3."""
+    from zgtool.engine.model import LlamaModel
+
+    calls = {"fused": 0}
+    real = LlamaModel._decode_layers
+
+    def counting(self: LlamaModel, x: torch.Tensor, meta: object) -> torch.Tensor:
+        calls["fused"] += 1
+        return real(self, x, meta)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LlamaModel, "_decode_layers", counting)
+    for batch in (1, 3):
+        hidden: dict[bool, list[torch.Tensor]] = {}
+        for fused in (True, False):
+            e = Engine(EngineConfig(model="dummy:tiny", dtype=dtype, device="cpu", enable_prefix_caching=False))
+            assert e.model is not None
+            e.model.fused_decode = fused
+            forward = e.model.forward
+            seen: list[torch.Tensor] = []
+
+            def spy(ids: torch.Tensor, meta: object, forward: object = forward, seen: list = seen) -> torch.Tensor:
+                out = forward(ids, meta)  # type: ignore[operator]
+                seen.append(out.clone())
+                return out
+
+            e.model.forward = spy  # type: ignore[method-assign]
+            prompts = [[256, *range(300, 300 + n)] for n in (5, 30, 61)][:batch]
+            e.generate(prompts, SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
+            hidden[fused] = seen
+        assert len(hidden[True]) == len(hidden[False]) >= 6
+        for a, b in zip(hidden[True], hidden[False], strict=True):
+            assert torch.equal(a, b)
+    assert calls["fused"] >= 10  # the decode steps took the one-call path (prefill steps do not)
