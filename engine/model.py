@@ -242,7 +242,8 @@ class LlamaModel:
         # it composes is on (see _fuses_decode)
         self.fused_decode = True
         self._ptrs: object | None = None
-        self._ptrs_key: tuple[int, int] | None = None
+        self._ptrs_key = -1
+        self._kv_generation = 0
         # and the fp32 lm_head runs on the C GEMM (SmolLM2, 16 rows: ~30 ms vs MKL's ~50; rows never
         # mix, so deterministic mode needs no padded tiles for it)
         self.fast_lm_head = self.fast_norm and not self.quantized
@@ -272,6 +273,7 @@ class LlamaModel:
         self.k_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
         self.v_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
         self.block_size = block_size
+        self._kv_generation += 1  # decode_layers' pointer table must be rebuilt
 
     def copy_blocks(self, mapping: dict[int, int]) -> None:
         """Move KV of block old -> new for every pair (compaction). Reads happen before writes."""
@@ -356,7 +358,7 @@ class LlamaModel:
         the KV pool is (re)allocated."""
         from zgtool.engine.cpu_kernels import LayerPtrs
 
-        key = (self.k_cache[0].data_ptr(), len(self.k_cache)) if self.k_cache else None
+        key = self._kv_generation
         if self._ptrs_key == key and self._ptrs is not None:
             return self._ptrs
         ones = self._lm_ones
