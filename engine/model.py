@@ -37,7 +37,8 @@ class LayerWeights:
     projections are [out, in]: decode-sized batches run on f32_gemm, prefill chunks on MKL's
     F.linear. Without the kernels they are stored TRANSPOSED, [in, out] contiguous, and applied
     with mm/addmm: MKL's GEMV/small-M GEMM ran 15-50% faster on that layout than F.linear's
-    [out, in] (measured on the 2-core AVX2 box, 1 thread). Every other dtype/device keeps [out, in] and F.linear: bf16/fp16 mm on [in, out]
+    [out, in] (measured on the 2-core AVX2 box, 1 thread). Every other dtype/device keeps
+    [out, in] and F.linear: bf16/fp16 mm on [in, out]
     falls to a slow path there (15-20x slower). q/k/v are one fused matrix, so RoPE rotates q
     and k in one pass. With dtype int8 the projections are int8 weights (Int8Weight,
     engine/quant.py), applied by LlamaModel.linear like the tensors."""
