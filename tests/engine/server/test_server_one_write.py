@@ -3,39 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
-from uvicorn.protocols.http.flow_control import FlowControl
+from cycle_helpers import RecordingTransport, make_cycle
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
-
-from zgtool.engine.server.protocol import _OneWriteCycle
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
 
 
 def _cycle(transport: RecordingTransport, keep_alive: bool = True) -> RequestResponseCycle:
-    log = logging.getLogger("test")
-    cycle = RequestResponseCycle(
-        scope={"type": "http", "method": "POST", "path": "/v1/messages", "http_version": "1.1"},  # type: ignore[arg-type]
-        transport=transport, flow=FlowControl(transport), logger=log,  # type: ignore[arg-type]
-        access_logger=log, access_log=False, default_headers=[], message_event=asyncio.Event(),
-        expect_100_continue=False, keep_alive=keep_alive, on_response=lambda: None)
-    cycle.__class__ = _OneWriteCycle
-    return cycle
+    return make_cycle(transport, keep_alive=keep_alive, default_headers=[])  # type: ignore[no-any-return]
 
 
 def _send(cycle: RequestResponseCycle, messages: list[dict[str, Any]]) -> None:

@@ -5,14 +5,10 @@ uvicorn's general path must see."""
 from __future__ import annotations
 
 import asyncio
-import logging
-from typing import Any
 
 import pytest
-from uvicorn.protocols.http.flow_control import FlowControl
+from cycle_helpers import RecordingTransport, make_cycle
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
-
-from zgtool.engine.server.protocol import _OneWriteCycle
 
 BODY = b'{"id":"msg_1","type":"message"}'
 HEADERS = [(b"server", b"zgtool-engine/test"), (b"request-id", b"req_1"), (b"x-request-id", b"inference-1"),
@@ -20,40 +16,10 @@ HEADERS = [(b"server", b"zgtool-engine/test"), (b"request-id", b"req_1"), (b"x-r
            (b"content-type", b"application/json")]
 
 
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-
-def _cycle(t: RecordingTransport, *, keep_alive: bool = True, method: str = "POST",
-           cls: type[RequestResponseCycle] = _OneWriteCycle) -> Any:
-    log = logging.getLogger("test")
-    completed: list[bool] = []
-    cycle = RequestResponseCycle(
-        scope={"type": "http", "method": method, "path": "/v1/messages", "http_version": "1.1"},  # type: ignore[arg-type]
-        transport=t, flow=FlowControl(t), logger=log,  # type: ignore[arg-type]
-        access_logger=log, access_log=False, default_headers=[(b"date", b"Thu, 03 Dec 2026 15:00:00 GMT")],
-        message_event=asyncio.Event(), expect_100_continue=False, keep_alive=keep_alive,
-        on_response=lambda: completed.append(True))
-    cycle.__class__ = cls
-    cycle.completed = completed
-    return cycle
-
-
 def _asgi_bytes(keep_alive: bool = True) -> tuple[bytes, bool]:
     """What uvicorn's own cycle writes for the same answer (content-length last)."""
     t = RecordingTransport()
-    cycle = _cycle(t, keep_alive=keep_alive, cls=RequestResponseCycle)
+    cycle = make_cycle(t, keep_alive=keep_alive, cls=RequestResponseCycle)
 
     async def go() -> None:
         await cycle.send({"type": "http.response.start", "status": 200,
@@ -66,7 +32,7 @@ def _asgi_bytes(keep_alive: bool = True) -> tuple[bytes, bool]:
 @pytest.mark.parametrize("keep_alive", [True, False])
 def test_respond_writes_what_the_asgi_sends_write_in_one_write(keep_alive: bool) -> None:
     t = RecordingTransport()
-    cycle = _cycle(t, keep_alive=keep_alive)
+    cycle = make_cycle(t, keep_alive=keep_alive)
     assert cycle.respond(200, list(HEADERS), BODY) is True
     expected, closed = _asgi_bytes(keep_alive)
     assert t.writes == [expected]
@@ -77,7 +43,7 @@ def test_respond_writes_what_the_asgi_sends_write_in_one_write(keep_alive: bool)
 @pytest.mark.parametrize("bad", [b"a\r\nx-injected: 1", b"a\nb", b"a\rb", b"a\x00b", b"a\x7fb"])
 def test_a_header_value_uvicorn_refuses_is_left_to_uvicorn(bad: bytes) -> None:
     t = RecordingTransport()
-    cycle = _cycle(t)
+    cycle = make_cycle(t)
     assert cycle.respond(200, [*HEADERS, (b"request-id", bad)], BODY) is False
     assert t.writes == [] and not cycle.response_started
 
@@ -91,15 +57,15 @@ def test_a_header_value_uvicorn_refuses_is_left_to_uvicorn(bad: bytes) -> None:
                                   b"bad name"])
 def test_framing_and_unknown_header_names_take_the_asgi_path(name: bytes) -> None:
     t = RecordingTransport()
-    cycle = _cycle(t)
+    cycle = make_cycle(t)
     assert cycle.respond(200, [*HEADERS, (name, b"1")], BODY) is False
     assert t.writes == [] and not cycle.response_started
 
 
 def test_head_requests_and_started_responses_take_the_asgi_path() -> None:
     t = RecordingTransport()
-    assert _cycle(t, method="HEAD").respond(200, list(HEADERS), BODY) is False
-    cycle = _cycle(t)
+    assert make_cycle(t, method="HEAD").respond(200, list(HEADERS), BODY) is False
+    cycle = make_cycle(t)
 
     async def start() -> None:
         await cycle.send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
@@ -110,7 +76,7 @@ def test_head_requests_and_started_responses_take_the_asgi_path() -> None:
 
 def test_an_answer_for_a_client_that_left_is_dropped_quietly() -> None:
     t = RecordingTransport()
-    cycle = _cycle(t)
+    cycle = make_cycle(t)
     cycle.disconnected = True
     assert cycle.respond(200, list(HEADERS), BODY) is True
     assert t.writes == []
