@@ -7,6 +7,8 @@ import json
 import socket
 from typing import Any
 
+from engine_live import read_all
+
 OK = json.dumps({"model": "null", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).encode()
 REQUEST = (b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
            b"content-length: " + str(len(OK)).encode() + b"\r\n\r\n" + OK)
@@ -24,13 +26,6 @@ def _read_answer(sock: socket.socket) -> bytes:
     return head
 
 
-def _read_to_close(sock: socket.socket) -> bytes:
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    return data
-
-
 def test_a_second_request_stalled_in_its_headers_gets_408_on_a_kept_alive_connection(start_server: Any) -> None:
     with start_server(header_timeout_s=0.5, body_timeout_s=30.0) as s, \
             socket.create_connection(("127.0.0.1", s.port)) as sock:
@@ -38,7 +33,7 @@ def test_a_second_request_stalled_in_its_headers_gets_408_on_a_kept_alive_connec
         for _ in range(3):
             assert _read_answer(_send(sock, REQUEST)).startswith(b"HTTP/1.1 200")
         sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n")
-        data = _read_to_close(sock)
+        data = read_all(sock)
         assert data.startswith(b"HTTP/1.1 408") and b"headers not received in time" in data
 
 
@@ -48,7 +43,7 @@ def test_a_body_deadline_shorter_than_the_header_deadline_cuts_a_slow_body(start
         sock.settimeout(10)
         assert _read_answer(_send(sock, REQUEST)).startswith(b"HTTP/1.1 200")
         sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo")
-        data = _read_to_close(sock)
+        data = read_all(sock)
         assert data.startswith(b"HTTP/1.1 408") and b"body not received in time" in data
 
 
