@@ -307,12 +307,9 @@ class LlamaModel:
     def _dequantized(self, w: Int8Weight) -> torch.Tensor:
         """w as fp32 [out, in] in a grow-only scratch buffer, valid until the next call."""
         n = w.q.numel()
-        buf = self._scratch.get("deq")
-        if buf is None or buf.numel() < n:
-            buf = self._scratch["deq"] = torch.empty(n, dtype=torch.float32, device=self.device)
         from zgtool.engine.cpu_kernels import w8_dequant
 
-        return w8_dequant(w.q, w.scale, buf[:n].view(w.q.shape))
+        return w8_dequant(w.q, w.scale, self._buf("deq", n)[:n].view(w.q.shape))
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         """x [n, in] times a projection (see LayerWeights for its layout) (+ b).
