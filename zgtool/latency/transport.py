@@ -23,6 +23,8 @@ from httpcore._exceptions import map_exceptions
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux; Python does not export it
 _TS_SPACE = socket.CMSG_SPACE(16)                            # one struct timespec
+_DATA_SEGS_IN_AT = 152                                       # struct tcp_info: tcpi_data_segs_in
+_TCP_INFO_LEN = 160
 LAG_FLAG_NS = 200_000   # a read this late may carry merged segments: its receive time is not vouched for
 
 
@@ -60,7 +62,8 @@ class _Marks(threading.local):
     clock a packet capture uses), taken in the receive loop before any parsing, so a client that
     loses the CPU to the engine it measures does not bill its own wake-up to the server. What a
     late client can still get wrong — segments merged while it waited, which then carry the later
-    segment's time — is measured per read (run-queue wait, bytes already queued) as `lag_ns`.
+    segment's time — is measured per read (run-queue wait, bytes already queued, more than one data
+    segment taken by one read) as `lag_ns`.
     """
 
     connect_start_ns: int | None = None
@@ -84,7 +87,7 @@ class _Marks(threading.local):
         self.hold_headers, self.held = has_body, None
 
     def note_read(self, *, arrival_ns: int, call_ns: int, return_ns: int, queued: int,
-                  run_wait_ns: int | None, kernel: bool) -> None:
+                  run_wait_ns: int | None, kernel: bool, merged_since_ns: int | None = None) -> None:
         if self.first_read_ns is None:
             self.first_read_ns = arrival_ns
         self.last_read_ns = arrival_ns
@@ -98,6 +101,12 @@ class _Marks(threading.local):
             # since the last read returned: that much is not vouched for.
             latest = arrival_ns if kernel else call_ns
             lag = max(lag, latest - self.prev_return_ns)
+        if merged_since_ns is not None:
+            # Nothing was queued when we asked, yet the read took more than one data segment: they
+            # carry the last one's time, and the first may have come any time since we asked. The
+            # run-queue wait does not always show why we were late: a wake-up sent to an idle
+            # virtual CPU is queued there, and counted, only once the host runs that CPU again.
+            lag = max(lag, arrival_ns - merged_since_ns)
         if self.reads == 0:
             self.first_lag_ns = lag
         self.lag_ns = max(self.lag_ns, lag)
@@ -116,6 +125,17 @@ def _queued(sock: socket.socket) -> int:
         return 0
 
 
+def _data_segments_in(sock: socket.socket) -> int | None:
+    """Data segments this connection has received so far (tcp_info.tcpi_data_segs_in, Linux 4.6+)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+    except (OSError, AttributeError):
+        return None
+    if len(info) < _DATA_SEGS_IN_AT + 4:
+        return None
+    return int(struct.unpack_from("I", info, _DATA_SEGS_IN_AT)[0])
+
+
 def _kernel_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:
     """The SCM_TIMESTAMPNS receive time (CLOCK_REALTIME) on the perf_counter_ns clock."""
     for level, kind, raw in ancdata:
@@ -126,7 +146,20 @@ def _kernel_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:
     return None
 
 
+def _on_loopback(sock: socket.socket) -> bool:
+    """Loopback delivers each send as its own segment (no GRO, 64 KiB MTU), so a read that took
+    more than one data segment took more than one send. Over a NIC, GRO hands over segments that
+    arrived together as one, and counts them all."""
+    try:
+        host = sock.getpeername()[0]
+    except (OSError, IndexError):
+        return False
+    return host == "::1" or host.startswith(("127.", "::ffff:127."))
+
+
 class _TimedStream(httpcore._backends.sync.SyncStream):
+    loopback: bool | None = None
+
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         m = MARKS
         if not buffer:
@@ -152,7 +185,11 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
             return super().read(max_bytes, timeout)
         sock = self._sock
         plain = type(sock) is socket.socket     # TLS reads go through the SSL object: no ancillary data
+        asked_ns = perf_counter_ns()
         queued = _queued(sock) if plain else 0
+        if self.loopback is None:
+            self.loopback = plain and _on_loopback(sock)
+        segs0 = _data_segments_in(sock) if self.loopback and not queued else None
         wait0 = RUN_DELAY.ns()
         call_ns = perf_counter_ns()
         if plain:
@@ -167,9 +204,11 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
         wait1 = RUN_DELAY.ns()
         if data:
             arrival = kernel if kernel is not None and kernel <= return_ns else return_ns
+            segs1 = _data_segments_in(sock) if segs0 is not None else None
+            merged = segs0 is not None and segs1 is not None and (segs1 - segs0) % 2**32 > 1
             m.note_read(arrival_ns=arrival, call_ns=call_ns, return_ns=return_ns, queued=queued,
                         run_wait_ns=None if wait0 is None or wait1 is None else wait1 - wait0,
-                        kernel=kernel is not None)
+                        kernel=kernel is not None, merged_since_ns=asked_ns if merged else None)
         return data
 
     def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
