@@ -141,15 +141,16 @@ def errors_text(tr: TargetResult, short: str | None = None) -> Text | None:
 
 
 def lag_text(tr: TargetResult, short: str) -> Text | None:
-    """Requests whose receive times zgtool's own client cannot vouch for: it waited for a CPU
-    (or found bytes already queued) for longer than the tolerance while they arrived."""
+    """Requests whose receive times zgtool's own client cannot vouch for: it waited for a CPU,
+    found bytes already queued, or took several sends in one read, while they arrived for longer
+    than the tolerance."""
     ok = [s for s in tr.samples if s.ok]
     lagged = [s for s in ok if s.lagged]
     if not lagged:
         return None
     worst = max(s.client_lag_ms or 0.0 for s in lagged)
     return Text(f"  {short}: {len(lagged)} of {len(ok)} requests flagged: zgtool's client lagged up to "
-                f"{worst:.2f} ms (CPU busy), so their ttfb/ttft may be late by that much", style="yellow")
+                f"{worst:.2f} ms (CPU busy or woken late), so their ttfb/ttft may be late by that much", style="yellow")
 
 
 def side_by_side(res: SplitResult, short: dict[str, str] | None = None) -> Table:
