@@ -57,6 +57,9 @@ SOURCE = r"""
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#define W8_LINE 64   /* int8 weights per 64-byte cache line */
+#define F32_LINE 16  /* fp32 weights per line */
+
 /* A work-sharing pool that never waits for a thread the OS has not scheduled. The caller posts
    a job of `nchunks` chunks, then claims chunks itself; workers that wake in time claim the
    rest. The caller waits only for chunks a worker has CLAIMED, so a worker that is descheduled
@@ -180,78 +183,63 @@ static inline __m256 load_w8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
+/* R rows x C output channels (both compile-time constants once inlined): one accumulator per
+   output, FMAs over k in order, then hsum * scale (+ bias). Every path below computes an output
+   with exactly this sequence, so an output never depends on the block (hence the batch, the
+   rows around it or the thread) that computed it. x rows K apart (L1-resident), w rows K apart;
+   with `pf`, the weights of the block two ahead are prefetched (the first pass over a chunk's
+   weights streams them from DRAM; later row blocks find them in L2). */
+static inline __attribute__((always_inline)) void w8_blk(const float *x, int64_t K, const int8_t *w,
+                                                         const float *scale, const float *bias, float *y,
+                                                         int64_t ldy, const int R, const int C, int pf) {
+    __m256 acc[6][4];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    const int8_t *pfp = w + 2 * C * K;
+    for (int64_t k = 0; k < K; k += 8) {
+        if (pf)
+            for (int e = 0; e < 8 * C; e += W8_LINE) _mm_prefetch((const char *)(pfp + C * k + e), _MM_HINT_T0);
+        __m256 wv[4];
+        for (int c = 0; c < C; c++) wv[c] = load_w8(w + c * K + k);
+        for (int r = 0; r < R; r++) {
+            __m256 xv = _mm256_loadu_ps(x + r * K + k);
+            for (int c = 0; c < C; c++) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) y[r * ldy + c] = hsum(acc[r][c]) * scale[c] + (bias ? bias[c] : 0.f);
+}
+
+/* rows [0, R) of x against every output channel [0, N): blocks of C channels, the rest one by one */
+static inline __attribute__((always_inline)) void w8_rows(const float *x, int64_t K, const int8_t *w,
+                                                          const float *scale, const float *bias, float *y,
+                                                          int64_t ldy, int64_t N, const int R, const int C, int pf) {
+    int64_t n = 0;
+    for (; n + C <= N; n += C)
+        w8_blk(x, K, w + n * K, scale + n, bias ? bias + n : NULL, y + n, ldy, R, C, pf);
+    for (; n < N; n++)
+        w8_blk(x, K, w + n * K, scale + n, bias ? bias + n : NULL, y + n, ldy, R, 1, pf);
+}
+
 /* K must be a multiple of 8 (checked by the caller). Output channels [0, N) of w/scale/bias
-   (already offset to the chunk), y rows ldy apart. */
+   (already offset to the chunk), y rows ldy apart. Rows in blocks of four against three
+   channels (12 accumulators + 3 weight vectors + 1 row vector: the 16 ymm registers; 7 loads per
+   12 FMAs), the last 1-3 rows against four channels. SmolLM2's projections x 30 layers, 2
+   threads, ms, fp32 / int8 (old 4x2 blocks + single-row tail -> these; interleaved, noisy box):
+   7 rows 45 / 48 -> 19-24 / 17-20; 16 rows 75 / 41 -> 38-43 / 27-29; 64 rows 290 / 194 ->
+   142-156 / 115-122 (6x2 and 3x4 main blocks measured slower). */
 static void w8_gemm_part(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale,
                          const float *bias, float *y, int64_t ldy, int64_t N) {
-    int64_t n = 0;
-    for (; n + 2 <= N && M >= 4; n += 2) {
-        const int8_t *w0 = w + n * K, *w1 = w0 + K;
-        const int8_t *pf = w0 + 4 * K;  /* the pair after next, fetched while this one computes */
-        int64_t m = 0;
-        for (; m + 4 <= M; m += 4) {
-            const float *x0 = x + m * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
-            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00,
-                   a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-            for (int64_t k = 0; k < K; k += 8) {
-                if (m == 0) _mm_prefetch((const char *)(pf + 2 * k), _MM_HINT_T0);
-                __m256 v0 = load_w8(w0 + k), v1 = load_w8(w1 + k);
-                __m256 b = _mm256_loadu_ps(x0 + k);
-                a00 = _mm256_fmadd_ps(b, v0, a00); a01 = _mm256_fmadd_ps(b, v1, a01);
-                b = _mm256_loadu_ps(x1 + k);
-                a10 = _mm256_fmadd_ps(b, v0, a10); a11 = _mm256_fmadd_ps(b, v1, a11);
-                b = _mm256_loadu_ps(x2 + k);
-                a20 = _mm256_fmadd_ps(b, v0, a20); a21 = _mm256_fmadd_ps(b, v1, a21);
-                b = _mm256_loadu_ps(x3 + k);
-                a30 = _mm256_fmadd_ps(b, v0, a30); a31 = _mm256_fmadd_ps(b, v1, a31);
-            }
-            float s0 = scale[n], s1 = scale[n + 1];
-            float c0 = bias ? bias[n] : 0.f, c1 = bias ? bias[n + 1] : 0.f;
-            y[(m + 0) * ldy + n] = hsum(a00) * s0 + c0; y[(m + 0) * ldy + n + 1] = hsum(a01) * s1 + c1;
-            y[(m + 1) * ldy + n] = hsum(a10) * s0 + c0; y[(m + 1) * ldy + n + 1] = hsum(a11) * s1 + c1;
-            y[(m + 2) * ldy + n] = hsum(a20) * s0 + c0; y[(m + 2) * ldy + n + 1] = hsum(a21) * s1 + c1;
-            y[(m + 3) * ldy + n] = hsum(a30) * s0 + c0; y[(m + 3) * ldy + n + 1] = hsum(a31) * s1 + c1;
-        }
-    }
-    /* rows left over from the blocks of four: four output channels at a time, so four
-       independent FMA chains hide the FMA latency (a single row is latency-bound otherwise) */
-    int64_t m0 = M - M % 4;
-    if (M < 4) n = N;  /* no 4-row block ran: the single-row path covers every output */
-    for (int64_t m = m0; m < M; m++) {
-        const float *x0 = x + m * K;
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            const int8_t *v0 = w + j * K, *v1 = v0 + K, *v2 = v1 + K, *v3 = v2 + K;
-            const int8_t *pf = v0 + 8 * K;  /* two blocks ahead: DRAM latency, not bandwidth, bound this loop */
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int64_t k = 0; k < K; k += 8) {
-                _mm_prefetch((const char *)(pf + 4 * k), _MM_HINT_T0);
-                __m256 b = _mm256_loadu_ps(x0 + k);
-                a0 = _mm256_fmadd_ps(b, load_w8(v0 + k), a0);
-                a1 = _mm256_fmadd_ps(b, load_w8(v1 + k), a1);
-                a2 = _mm256_fmadd_ps(b, load_w8(v2 + k), a2);
-                a3 = _mm256_fmadd_ps(b, load_w8(v3 + k), a3);
-            }
-            y[m * ldy + j] = hsum(a0) * scale[j] + (bias ? bias[j] : 0.f);
-            y[m * ldy + j + 1] = hsum(a1) * scale[j + 1] + (bias ? bias[j + 1] : 0.f);
-            y[m * ldy + j + 2] = hsum(a2) * scale[j + 2] + (bias ? bias[j + 2] : 0.f);
-            y[m * ldy + j + 3] = hsum(a3) * scale[j + 3] + (bias ? bias[j + 3] : 0.f);
-        }
-        for (; j < n; j++) {
-            const int8_t *v0 = w + j * K;
-            __m256 a0 = _mm256_setzero_ps();
-            for (int64_t k = 0; k < K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), load_w8(v0 + k), a0);
-            y[m * ldy + j] = hsum(a0) * scale[j] + (bias ? bias[j] : 0.f);
-        }
-    }
-    for (; n < N; n++) {
-        const int8_t *w0 = w + n * K;
-        for (int64_t m = 0; m < M; m++) {
-            const float *x0 = x + m * K;
-            __m256 a0 = _mm256_setzero_ps();
-            for (int64_t k = 0; k < K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), load_w8(w0 + k), a0);
-            y[m * ldy + n] = hsum(a0) * scale[n] + (bias ? bias[n] : 0.f);
-        }
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) w8_rows(x + m * K, K, w, scale, bias, y + m * ldy, ldy, N, 4, 3, m == 0);
+    const float *xr = x + m * K;
+    float *yr = y + m * ldy;
+    int pf = m == 0;
+    switch (M - m) {
+    case 3: w8_rows(xr, K, w, scale, bias, yr, ldy, N, 3, 4, pf); break;
+    case 2: w8_rows(xr, K, w, scale, bias, yr, ldy, N, 2, 4, pf); break;
+    case 1: w8_rows(xr, K, w, scale, bias, yr, ldy, N, 1, 4, 1); break;
+    default: break;
     }
 }
 
@@ -265,21 +253,17 @@ static void w8_chunk(void *a, int64_t c, int tid) {
     (void)tid;
     const w8_job *j = a;
     int64_t n0 = c * j->chunk, n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
-    /* four rows at a time over the whole chunk: those rows stay in L1 while the chunk's weights
-       (tens of KB) come from L2 after the first block; the rows past the last block of four
-       take the single-row path, as they would in one call */
-    int64_t m = 0, rows = j->M - j->M % 4;
-    for (; m < rows; m += 4)
-        w8_gemm_part(j->x + m * j->K, 4, j->K, j->w + n0 * j->K, j->scale + n0, j->bias ? j->bias + n0 : NULL,
-                     j->y + m * j->N + n0, j->N, n1 - n0);
-    if (m < j->M)
-        w8_gemm_part(j->x + m * j->K, j->M - m, j->K, j->w + n0 * j->K, j->scale + n0,
-                     j->bias ? j->bias + n0 : NULL, j->y + m * j->N + n0, j->N, n1 - n0);
+    w8_gemm_part(j->x, j->M, j->K, j->w + n0 * j->K, j->scale + n0, j->bias ? j->bias + n0 : NULL, j->y + n0, j->N,
+                 n1 - n0);
 }
 
 void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale,
              const float *bias, float *y, int64_t N, int64_t nt) {
     int64_t chunk = (N / (nt * 8) + 3) & ~(int64_t)3;
+    if (M >= 8) {  /* a chunk's weights stay in L2 while every row block passes over them */
+        int64_t cap = 96 * 1024 / (K * (int64_t)sizeof(*w)) / 12 * 12;
+        if (chunk > cap) chunk = cap;
+    }
     if (chunk < 16) chunk = 16;
     w8_job j = {x, M, K, w, scale, bias, y, N, chunk};
     parallel_chunks(w8_chunk, &j, (N + chunk - 1) / chunk, nt);
@@ -533,25 +517,25 @@ void w8_dequant(const int8_t *w, const float *scale, int64_t N, int64_t K, float
 def _f32_variant(source: str) -> str:
     """f32_gemm: w8_gemm's blocking and prefetching over fp32 weights [N, K] (the fp32 lm_head:
     MKL's GEMM ran SmolLM2's 49152 x 576 at 16 rows in 34-52 ms, about a third of its peak)."""
-    start = source.index("/* K must be a multiple of 8")
+    start = source.index("/* R rows x C output channels")
     wrapper = source.index("void w8_gemm(", start)  # the part, then its threaded wrapper
     body = source[start:source.index("\n}\n", wrapper) + 3]
     for a, b in (("w8_gemm_part(", "f32_gemm_part("), ("void w8_gemm(", "void f32_gemm("), ("w8_job", "f32_job"),
-                 ("w8_chunk", "f32_chunk")):
+                 ("w8_chunk", "f32_chunk"), ("w8_blk(", "f32_blk("), ("w8_rows(", "f32_rows("),
+                 ("W8_LINE", "F32_LINE")):
         body = body.replace(a, b)
     body = body.replace("const int8_t", "const float")
     body = body.replace("load_w8(", "_mm256_loadu_ps(")
-    body = body.replace("_mm_prefetch((const char *)(pf + 4 * k), _MM_HINT_T0);",
-                        "_mm_prefetch((const char *)(pf + 4 * k), _MM_HINT_T0); "
-                        "_mm_prefetch((const char *)(pf + 4 * k + 16), _MM_HINT_T0);")
     return source + body
 
 
 LAYERS_SOURCE = r"""
-/* A whole decode step's decoder layers in one call (one ctypes crossing instead of ~9 per
-   layer: at batch 1 the Python/ctypes overhead around the kernels was ~3-4 ms of a 14 ms int8
-   SmolLM2 token). Exactly the kernels and order of LlamaModel._forward_fused_norms, so the
-   result is bit-identical to it. */
+/* A whole step's decoder layers in one call (one ctypes crossing instead of ~9 per layer: at
+   batch 1 the Python/ctypes overhead around the kernels was ~3-4 ms of a 14 ms int8 SmolLM2
+   token). Every row is one query: a decode, or one position of a prompt chunk, attending over
+   its own sequence's paged KV up to its own position (tables/lens per row; all rows' K and V are
+   written before any row attends, so a chunk's rows see each other causally). Exactly the
+   kernels and order of LlamaModel._forward_fused_norms, so the result is bit-identical to it. */
 typedef struct {
     const float *input_norm, *post_norm;
     const void *qkv; const float *qkv_scale, *qkv_bias;
@@ -567,7 +551,7 @@ static void gemm_any(int int8, const float *x, int64_t M, int64_t K, const void 
     else f32_gemm(x, M, K, (const float *)w, scale, bias, y, N, nt);
 }
 
-void decode_layers(const layer_ptrs *L, int64_t nl, int64_t int8, float *x, int64_t M, int64_t hidden,
+void step_layers(const layer_ptrs *L, int64_t nl, int64_t int8, float *x, int64_t M, int64_t hidden,
                    int64_t H, int64_t KVH, int64_t D, int64_t inter, float eps, const float *final_norm,
                    float *out, const float *cos_t, const float *sin_t, const int64_t *positions,
                    const int64_t *slots, const int64_t *tables, int64_t width, const int64_t *lens, int64_t bs,
@@ -594,14 +578,17 @@ SOURCE = _f32_variant(SOURCE) + LAYERS_SOURCE
 
 
 class LayerPtrs(ctypes.Structure):
-    """One decoder layer's weights and KV cache for decode_layers (pointers into live tensors:
+    """One decoder layer's weights and KV cache for step_layers (pointers into live tensors:
     the owner keeps the tensors alive and rebuilds this when the KV pool moves)."""
 
     _fields_ = [(name, ctypes.c_void_p) for name in (
         "input_norm", "post_norm", "qkv", "qkv_scale", "qkv_bias", "o", "o_scale", "gate_up", "gate_up_scale",
         "down", "down_scale", "kc", "vc")]
 
-FLAGS = ("-O3", "-mavx2", "-mfma", "-pthread", "-shared", "-fPIC", "-fno-math-errno", "-lm")
+# -ffp-contract=off: gcc would otherwise fuse an output's epilogue (sum * scale + bias) into an FMA
+# in some inlined copies of the GEMM block and not in others, and a row's result would then
+# depend on the register block it landed in (every FMA that matters is an explicit intrinsic)
+FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-shared", "-fPIC", "-fno-math-errno", "-lm")
 
 
 class KernelsUnavailable(RuntimeError):
@@ -664,9 +651,9 @@ def library() -> ctypes.CDLL:
     lib.w8_dequant.restype = None
     lib.f32_gemm.argtypes = [p, i64, i64, p, p, p, p, i64, i64]
     lib.f32_gemm.restype = None
-    lib.decode_layers.argtypes = [p, i64, i64, p, i64, i64, i64, i64, i64, i64, ctypes.c_float, p, p, p, p, p, p, p,
+    lib.step_layers.argtypes = [p, i64, i64, p, i64, i64, i64, i64, i64, i64, ctypes.c_float, p, p, p, p, p, p, p,
                                   i64, p, i64, ctypes.c_float, p, p, p, p, p, p, p, p, i64]
-    lib.decode_layers.restype = None
+    lib.step_layers.restype = None
     lib.silu_mul.argtypes = [p, i64, i64, p]
     lib.silu_mul.restype = None
     lib.rope_kv_write.argtypes = [p, i64, i64, i64, i64, p, p, p, p, p, p, p]

@@ -20,22 +20,29 @@ from zgtool.engine.presets import ModelSpec
 from zgtool.engine.quant import WEIGHT_INT8, Int8Weight, int8_linear, quantize_linear
 
 DET_TILE = 32
-# int8: from this many rows (prefill chunks) a projection is dequantized into a reused fp32
-# buffer and run by MKL: SmolLM2 1536x576, 1 thread: 512 rows 15.7 ms vs 25.3 in the int8 kernel,
-# break-even near 128 (deterministic mode's 32-row tiles always take the kernel)
-INT8_DEQUANT_ROWS = 128
-# fp32 with the C kernels: up to this many rows a projection runs on f32_gemm ([out, in], output
-# channels split over the compute threads), above it on MKL. SmolLM2's four projection shapes x 8
-# layers, 2 threads, ms: 4 rows 3.0 vs MKL 10.1; 16 rows 8.4 vs 11.6; 32 rows 16.2 vs 17.3; 64
-# rows 30.0 vs 27.6 (/tmp gemm A/B, interleaved)
-F32_KERNEL_ROWS = 32
+# int8: from this many rows a projection is dequantized into a reused fp32 buffer and run by MKL.
+# With the int8 kernel's 4x3 register blocks and L2-sized chunks it still led MKL (dequantized) at
+# 512 rows (SmolLM2 projections x 30 layers, 2 threads: 1069 vs 1132 ms; 256 rows 529 vs 602), so
+# only a step budget above the default 512 tokens reaches MKL (deterministic mode's 32-row tiles
+# always take the kernel)
+INT8_DEQUANT_ROWS = 1024
+# fp32 with the C kernels: every projection runs on f32_gemm ([out, in], output channels split over
+# the pool's threads), prompt chunks too: SmolLM2's projections x 30 layers, 2 threads, ms,
+# f32_gemm vs MKL: 7 rows 22 vs 58; 32 rows 66-124 vs 104-124; 128 rows 198-258 vs 277-314; 512
+# rows 992 vs 1132 (interleaved, noisy box) -- and MKL's OpenMP team stalls whenever the other
+# core is busy (1.9 s instead of 0.1 s for 32 rows beside two busy processes; the pool 0.2 s)
+# with the C attention kernel a prompt chunk's rows attend one query row at a time over the paged
+# KV in place (each row over exactly its own context, like a decode) when the chunk's rows x
+# context is at most this; above it the gathered context goes to SDPA's flash kernel, whose
+# blocked GEMMs win on long prompts (SmolLM2 heads, 2 threads, ms per layer: 39 rows 0.26 vs 0.47
+# SDPA; 128 rows 0.94 vs 1.07; 512 rows 24 vs 17)
+PREFILL_KERNEL_WORK = 128 * 128
 
 
 @dataclass
 class LayerWeights:
     """One decoder layer. On CPU in float32 with the C kernels (engine/cpu_kernels.py) the
-    projections are [out, in]: decode-sized batches run on f32_gemm, prefill chunks on MKL's
-    F.linear. Without the kernels they are stored TRANSPOSED, [in, out] contiguous, and applied
+    projections are [out, in] and run on f32_gemm, decodes and prompt chunks alike. Without the kernels they are stored TRANSPOSED, [in, out] contiguous, and applied
     with mm/addmm: MKL's GEMV/small-M GEMM ran 15-50% faster on that layout than F.linear's
     [out, in] (measured on the 2-core AVX2 box, 1 thread). Every other dtype/device keeps
     [out, in] and F.linear: bf16/fp16 mm on [in, out]
@@ -79,6 +86,12 @@ class AttnMeta:
     decode_tables: list[list[int]]      # unpadded block tables (deterministic mode)
     prefills: list[PrefillMeta]
     decode_ctx: torch.Tensor | None = None  # [B] int64 decode_lens (the C attention kernel)
+    # every token row as one query over its own sequence's paged KV (the C attention kernel):
+    # its sequence's block table, padded with block 0, and its context length (position + 1)
+    row_tables: torch.Tensor | None = None  # [T, width] int64
+    row_ctx: torch.Tensor | None = None     # [T] int64
+    # every prompt chunk is small enough for the per-row kernel (PREFILL_KERNEL_WORK)
+    rows_on_kernel: bool = False
 
 
 def build_attn_meta(positions: list[int], slots: list[int], dec_idx: list[int], dec_tables: list[list[int]],
@@ -93,20 +106,46 @@ def build_attn_meta(positions: list[int], slots: list[int], dec_idx: list[int], 
         dec_mask = (torch.arange(width * block_size, device=device)[None, :] < lens[:, None])[:, None, None, :]
         t_dec_idx = torch.tensor(dec_idx, dtype=torch.long, device=device)
     pre = []
+    small = True
     for s, e, table, start in prefills:
         ctx = start + (e - s)
+        small = small and (e - s) * ctx <= PREFILL_KERNEL_WORK
         mask = None
         if start > 0:
             qpos = torch.arange(start, ctx, device=device)[:, None]
             mask = torch.arange(ctx, device=device)[None, :] <= qpos
         nb = -(-ctx // block_size)
         pre.append(PrefillMeta(s, e, torch.tensor(table[:nb], dtype=torch.long, device=device), start, mask))
+    t_pos = torch.tensor(positions, dtype=torch.long, device=device)
+    row_tables = row_ctx = None
+    if not prefills:  # a steady decode: the rows are the decodes, in order
+        row_tables, row_ctx = (None if dec_blocks is None else dec_blocks.view(len(dec_idx), -1)), lens
+    elif device.type == "cpu":
+        row_tables, row_ctx = _row_tables(positions, dec_idx, dec_tables, prefills, block_size, device), t_pos + 1
     return AttnMeta(
-        positions=torch.tensor(positions, dtype=torch.long, device=device),
+        positions=t_pos,
         slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
         decode_idx=t_dec_idx, decode_blocks=dec_blocks, decode_mask=dec_mask, decode_lens=dec_lens,
         decode_tables=dec_tables, prefills=pre, decode_ctx=lens if dec_idx else None,
+        row_tables=row_tables, row_ctx=row_ctx, rows_on_kernel=small,
     )
+
+
+def _row_tables(positions: list[int], dec_idx: list[int], dec_tables: list[list[int]],
+                prefills: list[tuple[int, int, list[int], int]], block_size: int,
+                device: torch.device) -> torch.Tensor:
+    """[T, width] int64: each token row's sequence block table (the blocks its context covers,
+    padded with block 0), for the per-row attention kernel."""
+    tables = [t[: -(-(positions[i] + 1) // block_size)] for i, t in zip(dec_idx, dec_tables, strict=True)]
+    tables += [t[: -(-(start + e - s) // block_size)] for s, e, t, start in prefills]
+    width = max(len(t) for t in tables)
+    seq_tab = torch.tensor([[*t, *([0] * (width - len(t)))] for t in tables], dtype=torch.long, device=device)
+    row_seq = [0] * len(positions)
+    for j, i in enumerate(dec_idx):
+        row_seq[i] = j
+    for j, (s, e, _t, _start) in enumerate(prefills, start=len(dec_idx)):
+        row_seq[s:e] = [j] * (e - s)
+    return seq_tab.index_select(0, torch.tensor(row_seq, dtype=torch.long, device=device))
 
 
 def rope_inv_freq(spec: ModelSpec) -> torch.Tensor:
@@ -184,8 +223,7 @@ class LlamaModel:
         def w(name: str) -> torch.Tensor:
             return weights.pop(name).to(device=device, dtype=dtype).contiguous()
 
-        # fp32 on CPU: [in, out] for MKL (see LayerWeights), unless the C kernels take decode-sized
-        # batches (F32_KERNEL_ROWS), which read [out, in]; prefill chunks then go to MKL's F.linear
+        # fp32 on CPU: [out, in] for the C kernels' f32_gemm; without them [in, out] for MKL (see LayerWeights)
         cpu_f32 = device.type == "cpu" and dtype == torch.float32 and not self.quantized
         self.f32_kernel = cpu_f32 and _kernels_available() and all(
             n % 8 == 0 for n in (spec.hidden_size, spec.intermediate_size))
@@ -239,9 +277,9 @@ class LlamaModel:
                           and _kernels_available())
         # and RoPE + the KV write, and silu(gate) * up, are one C pass each (per layer: ~10 torch ops fewer)
         self.fast_glue = self.fast_norm and spec.intermediate_size % 8 == 0 and self.head_dim % 2 == 0
-        # and a steady decode step runs all layers in one C call (decode_layers) when every piece
-        # it composes is on (see _fuses_decode)
-        self.fused_decode = True
+        # and a step of decodes and short prompt chunks runs all layers in one C call (step_layers)
+        # when every piece it composes is on (see _fuses_layers)
+        self.fused_layers = True
         self._ptrs: object | None = None
         self._ptrs_key = -1
         self._kv_generation = 0
@@ -274,7 +312,7 @@ class LlamaModel:
         self.k_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
         self.v_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
         self.block_size = block_size
-        self._kv_generation += 1  # decode_layers' pointer table must be rebuilt
+        self._kv_generation += 1  # step_layers' pointer table must be rebuilt
 
     def copy_blocks(self, mapping: dict[int, int]) -> None:
         """Move KV of block old -> new for every pair (compaction). Reads happen before writes."""
@@ -296,7 +334,7 @@ class LlamaModel:
             if x.shape[0] >= INT8_DEQUANT_ROWS and not self.deterministic:
                 return F.linear(x, self._dequantized(w), b)  # type: ignore[arg-type]
             return int8_linear(x, w, b)  # type: ignore[arg-type]
-        if self.f32_kernel and x.shape[0] <= F32_KERNEL_ROWS and self._lm_ones is not None:
+        if self.f32_kernel and self._lm_ones is not None:
             from zgtool.engine.cpu_kernels import f32_gemm
 
             return f32_gemm(x, w, self._lm_ones, b)
@@ -327,14 +365,14 @@ class LlamaModel:
     def forward(self, input_ids: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         """input_ids [T] -> final hidden states [T, hidden] (KV written into the pool)."""
         x = self.embed[input_ids]  # [T, hidden] (a fresh tensor: residual adds go in place)
+        t = x.shape[0]
+        if (self._fuses_layers() and meta.row_tables is not None and meta.row_ctx is not None
+                and (meta.rows_on_kernel or not meta.prefills)
+                and (not self.quantized or t < INT8_DEQUANT_ROWS)):
+            return self._layers_one_call(x, meta)
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D]
         sin = self.sin_signed[meta.positions].unsqueeze(1)
         eps = self.spec.rms_norm_eps
-        t = x.shape[0]
-        if (self._fuses_decode() and meta.decode_idx is not None and not meta.prefills
-                and meta.decode_ctx is not None and meta.decode_blocks is not None
-                and meta.decode_idx.shape[0] == t and t <= (INT8_DEQUANT_ROWS - 1 if self.quantized else F32_KERNEL_ROWS)):
-            return self._decode_layers(x, meta)
         if self.fast_norm:
             return self._forward_fused_norms(x, cos, sin, meta)
         for li, lw in enumerate(self.layers):
@@ -344,15 +382,15 @@ class LlamaModel:
             x.add_(self.linear(self._silu_mul(self.linear(h, lw.gate_up)), lw.down))
         return rms_norm(x, self.norm, eps)
 
-    def _fuses_decode(self) -> bool:
-        """decode_layers composes the C attention, add+RMSNorm, RoPE/KV, silu*mul and GEMM
+    def _fuses_layers(self) -> bool:
+        """step_layers composes the C attention, add+RMSNorm, RoPE/KV, silu*mul and GEMM
         kernels; deterministic mode keeps its per-row SDPA attention."""
-        if self.deterministic or not (self.fused_decode and self.attn_kernel and self.fast_norm and self.fast_glue):
+        if self.deterministic or not (self.fused_layers and self.attn_kernel and self.fast_norm and self.fast_glue):
             return False
         return self.quantized or (self.f32_kernel and self._lm_ones is not None)
 
     def _layer_ptrs(self) -> object:
-        """The ctypes array of every layer's weight and KV pointers for decode_layers, rebuilt when
+        """The ctypes array of every layer's weight and KV pointers for step_layers, rebuilt when
         the KV pool is (re)allocated."""
         from zgtool.engine.cpu_kernels import LayerPtrs
 
@@ -387,16 +425,17 @@ class LlamaModel:
                                                     dtype=torch.float32, device=self.device)
         return buf
 
-    def _decode_layers(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        """A steady-decode step's layers in one C call (engine/cpu_kernels.py decode_layers): the
-        kernels and order of _forward_fused_norms, bit-identical to it."""
+    def _layers_one_call(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        """A step's layers in one C call (engine/cpu_kernels.py step_layers), decodes and short
+        prompt chunks alike (each row attends over its own context): the kernels and order of
+        _forward_fused_norms, bit-identical to it."""
         from zgtool.engine.cpu_kernels import library
 
-        assert meta.decode_ctx is not None and meta.decode_blocks is not None
+        assert meta.row_ctx is not None and meta.row_tables is not None
         spec = self.spec
         m, hid = x.shape
         nh, nkv, d, inter = self.num_heads, self.num_kv_heads, self.head_dim, spec.intermediate_size
-        tables = meta.decode_blocks.view(m, -1)
+        tables = meta.row_tables
         width = int(tables.shape[1])
         nt = torch.get_num_threads()
         x = x.contiguous()
@@ -405,11 +444,11 @@ class LlamaModel:
         q, att = self._buf("q", m * nh * d), self._buf("att", m * nh * d)
         gu, act, delta = self._buf("gu", m * 2 * inter), self._buf("act", m * inter), self._buf("delta", m * hid)
         scratch = self._buf("attn", max(1, nt * nh // nkv * width * self.block_size))
-        library().decode_layers(
+        library().step_layers(
             self._layer_ptrs(), len(self.layers), int(self.quantized), x.data_ptr(), m, hid, nh, nkv, d, inter,
             spec.rms_norm_eps, self.norm.data_ptr(), out.data_ptr(), self.cos.data_ptr(), self.sin_signed.data_ptr(),
             meta.positions.data_ptr(), meta.slot_mapping.data_ptr(), tables.data_ptr(), width,
-            meta.decode_ctx.data_ptr(), self.block_size, self.scale, h.data_ptr(), qkv.data_ptr(), q.data_ptr(),
+            meta.row_ctx.data_ptr(), self.block_size, self.scale, h.data_ptr(), qkv.data_ptr(), q.data_ptr(),
             att.data_ptr(), gu.data_ptr(), act.data_ptr(), delta.data_ptr(), scratch.data_ptr(), nt)
         return out
 
@@ -478,6 +517,12 @@ class LlamaModel:
         if meta.decode_idx is not None and not meta.prefills and meta.decode_idx.shape[0] == t:
             # steady decode: every token is one sequence's next token, in order -> no scatter
             return self.linear(self._decode_attention(q, kc, vc, meta).reshape(t, -1), lw.o)
+        if self.attn_kernel and meta.rows_on_kernel and meta.row_tables is not None and meta.row_ctx is not None:
+            # decodes and short prompt chunks alike: each row over its own context, in place
+            from zgtool.engine.cpu_kernels import paged_decode_attention
+
+            out = paged_decode_attention(q, kc, vc, meta.row_tables, meta.row_ctx, self.block_size, self.scale)
+            return self.linear(out.reshape(t, -1), lw.o)
         out = torch.empty_like(q)
         if meta.decode_idx is not None:
             out[meta.decode_idx] = self._decode_attention(q[meta.decode_idx], kc, vc, meta)

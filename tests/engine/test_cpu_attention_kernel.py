@@ -107,6 +107,30 @@ def test_fp32_gemm_equals_torch_and_keeps_rows_independent() -> None:
         assert torch.equal(f32_gemm(x[i:i + 1], w, ones)[0], got[i])
 
 
+def test_gemm_register_blocks_give_every_row_its_single_row_result() -> None:
+    """Rows go through 4x3, 3x4, 2x4 and 1x4 register blocks (and 1-channel tails; from 8 rows
+    the channel chunks shrink to stay in L2): whatever block a row lands in, its outputs equal
+    the ones it gets alone, to the bit, in fp32 and int8, and match the torch product."""
+    from zgtool.engine.cpu_kernels import f32_gemm, w8_gemm
+    from zgtool.engine.quant import quantize_linear
+
+    g = torch.Generator().manual_seed(11)
+    k, n = 1536, 203  # K large enough for the L2 cap on the chunk, N no multiple of 3 or 4
+    w = torch.randn(n, k, generator=g) * 0.05
+    q = quantize_linear(w)
+    x = torch.randn(14, k, generator=g)
+    bias, ones = torch.randn(n, generator=g), torch.ones(n)
+    alone_f = [f32_gemm(x[i:i + 1], w, ones, bias)[0] for i in range(14)]
+    alone_q = [w8_gemm(x[i:i + 1], q.q, q.scale, bias)[0] for i in range(14)]
+    for m in range(1, 15):
+        got_f, got_q = f32_gemm(x[:m], w, ones, bias), w8_gemm(x[:m], q.q, q.scale, bias)
+        torch.testing.assert_close(got_f, torch.addmm(bias.double(), x[:m].double(), w.double().t()).float(),
+                                   rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got_q, torch.addmm(bias, x[:m], q.dequantize().t()), rtol=1e-4, atol=1e-4)
+        for i in range(m):
+            assert torch.equal(got_f[i], alone_f[i]) and torch.equal(got_q[i], alone_q[i]), (m, i)
+
+
 @pytest.fixture
 def restore_threads() -> object:
     before = torch.get_num_threads()
@@ -225,24 +249,24 @@ def test_kernels_called_from_two_threads_at_once_both_get_their_own_result(resto
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_a_decode_step_in_one_c_call_is_bit_identical_to_the_kernel_by_kernel_path(
         dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """decode_layers composes the same kernels in the same order as _forward_fused_norms: the
+    """step_layers composes the same kernels in the same order as _forward_fused_norms: the
     hidden states (hence logits and tokens) are equal to the bit, at batch 1 and 3."""
     from zgtool.engine.model import LlamaModel
 
     calls = {"fused": 0}
-    real = LlamaModel._decode_layers
+    real = LlamaModel._layers_one_call
 
     def counting(self: LlamaModel, x: torch.Tensor, meta: object) -> torch.Tensor:
         calls["fused"] += 1
         return real(self, x, meta)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(LlamaModel, "_decode_layers", counting)
+    monkeypatch.setattr(LlamaModel, "_layers_one_call", counting)
     for batch in (1, 3):
         hidden: dict[bool, list[torch.Tensor]] = {}
         for fused in (True, False):
             e = Engine(EngineConfig(model="dummy:tiny", dtype=dtype, device="cpu", enable_prefix_caching=False))
             assert e.model is not None
-            e.model.fused_decode = fused
+            e.model.fused_layers = fused
             forward = e.model.forward
             seen: list[torch.Tensor] = []
 
