@@ -572,6 +572,26 @@ void step_layers(const layer_ptrs *L, int64_t nl, int64_t int8, float *x, int64_
     }
     add_rms_norm(x, nl ? delta : NULL, final_norm, eps, M, hidden, out);
 }
+
+/* Greedy sampling's tail: logits [M, V] = h [M, hidden] times the lm_head [V, hidden] (fp32 or
+   int8, the same GEMM as the logits path), then each row's argmax into tokens[m]: the first
+   maximum, or the first NaN (torch.argmax's rule). */
+void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, const float *scale, int64_t int8,
+                    float *logits, int64_t V, int64_t *tokens, int64_t nt) {
+    gemm_any((int)int8, h, M, hidden, w, scale, NULL, logits, V, nt);
+    for (int64_t m = 0; m < M; m++) {
+        const float *row = logits + m * V;
+        int64_t best = 0;
+        float bv = row[0];
+        if (bv == bv)
+            for (int64_t v = 1; v < V; v++) {
+                float x = row[v];
+                if (x != x) { best = v; break; }
+                if (x > bv) { bv = x; best = v; }
+            }
+        tokens[m] = best;
+    }
+}
 """
 
 SOURCE = _f32_variant(SOURCE) + LAYERS_SOURCE
@@ -654,6 +674,8 @@ def library() -> ctypes.CDLL:
     lib.step_layers.argtypes = [p, i64, i64, p, i64, i64, i64, i64, i64, i64, ctypes.c_float, p, p, p, p, p, p, p,
                                   i64, p, i64, ctypes.c_float, p, p, p, p, p, p, p, p, i64]
     lib.step_layers.restype = None
+    lib.lm_head_argmax.argtypes = [p, i64, i64, p, p, i64, p, i64, p, i64]
+    lib.lm_head_argmax.restype = None
     lib.silu_mul.argtypes = [p, i64, i64, p]
     lib.silu_mul.restype = None
     lib.rope_kv_write.argtypes = [p, i64, i64, i64, i64, p, p, p, p, p, p, p]

@@ -65,11 +65,16 @@ class ModelRunner:
         sampled: list[int | None] = [None] * len(batch.seqs)
         if not logit_rows:
             return sampled
-        if len(logit_rows) == hidden.shape[0]:  # steady decode: every row samples, no gather
-            logits = self.model.logits(hidden)
-        else:
-            logits = self.model.logits(hidden[torch.tensor(logit_rows, device=self.device)])
+        if len(logit_rows) != hidden.shape[0]:  # a steady decode samples every row: no gather
+            hidden = hidden[torch.tensor(logit_rows, device=self.device)]
         which = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)) if needs_sample(seq, n)]
+        if all(batch.seqs[i].params.greedy for i in which):
+            toks = self.model.greedy_tokens(hidden)  # the lm_head and argmax in one C call
+            if toks is not None:
+                for i, tok in zip(which, toks, strict=True):
+                    sampled[i] = tok
+                return sampled
+        logits = self.model.logits(hidden)
         params = [batch.seqs[i].params for i in which]
         gens = [batch.seqs[i].generator for i in which]  # type: ignore[misc]
         for i, tok in zip(which, sample(logits, params, gens), strict=True):  # type: ignore[arg-type]

@@ -131,6 +131,36 @@ def test_gemm_register_blocks_give_every_row_its_single_row_result() -> None:
             assert torch.equal(got_f[i], alone_f[i]) and torch.equal(got_q[i], alone_q[i]), (m, i)
 
 
+def test_the_fused_greedy_tail_picks_torch_argmaxs_token_ties_and_nans_included() -> None:
+    from zgtool.engine.cpu_kernels import library
+
+    def tail(h: torch.Tensor, w: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        m, v = h.shape[0], w.shape[0]
+        logits, toks, ones = torch.empty(m, v), torch.empty(m, dtype=torch.long), torch.ones(v)
+        library().lm_head_argmax(h.data_ptr(), m, h.shape[1], w.data_ptr(), ones.data_ptr(), 0,
+                                 logits.data_ptr(), v, toks.data_ptr(), 2)
+        return toks.tolist(), logits
+
+    h = torch.tensor([[1.0, 3.0, 3.0, 2.0, 0.0, 0.0, 0.0, 0.0],           # a tie: the first maximum
+                      [-1e30] * 8,                                        # all equal
+                      [-3.0, -2.0, -1.0, -4.0, -1.0, -5.0, -6.0, -7.0]])
+    toks, logits = tail(h, torch.eye(8))                                  # logits == h
+    assert toks == torch.argmax(logits, dim=-1).tolist() == [1, 0, 2]
+    w = torch.eye(8)
+    w[5, :2] = torch.tensor([float("inf"), float("-inf")])               # logit 5: inf - inf = NaN
+    toks, logits = tail(torch.tensor([[1.0, 1.0, 9.0, 0.0, 0.0, 0.0, 0.0, 0.0]]), w)
+    assert logits[0, 5].isnan() and logits[0, 2] == 9.0
+    assert toks == torch.argmax(logits, dim=-1).tolist() == [5]           # a NaN beats any number
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_greedy_tokens_equal_the_argmax_of_the_logits_path(dtype: str) -> None:
+    e = Engine(EngineConfig(model="dummy:tiny", dtype=dtype, device="cpu"))
+    assert e.model is not None
+    hidden = torch.randn(7, e.model.spec.hidden_size, generator=torch.Generator().manual_seed(2))
+    assert e.model.greedy_tokens(hidden) == e.model.logits(hidden).argmax(dim=-1).tolist()
+
+
 @pytest.fixture
 def restore_threads() -> object:
     before = torch.get_num_threads()
