@@ -81,7 +81,7 @@ class AttnMeta:
     # decodes (one query token per sequence), batched
     decode_idx: torch.Tensor | None     # [B] token index in T
     decode_blocks: torch.Tensor | None  # [B * nb] block ids, rows padded with block 0
-    decode_mask: torch.Tensor | None    # [B, 1, 1, nb * bs] valid context positions
+    decode_mask: torch.Tensor | None    # [B, 1, 1, nb * bs] valid context positions (built on first use)
     decode_lens: list[int]              # context length per decode, incl. the new token
     decode_tables: list[list[int]]      # unpadded block tables (deterministic mode)
     prefills: list[PrefillMeta]
@@ -97,14 +97,16 @@ class AttnMeta:
 def build_attn_meta(positions: list[int], slots: list[int], dec_idx: list[int], dec_tables: list[list[int]],
                     dec_lens: list[int], prefills: list[tuple[int, int, list[int], int]], block_size: int,
                     device: torch.device) -> AttnMeta:
-    dec_blocks = dec_mask = t_dec_idx = lens = None
-    if dec_idx:
-        width = max(len(t) for t in dec_tables)
-        flat = [b for t in dec_tables for b in (*t, *([0] * (width - len(t))))]
-        dec_blocks = torch.tensor(flat, dtype=torch.long, device=device)
-        lens = torch.tensor(dec_lens, dtype=torch.long, device=device)
-        dec_mask = (torch.arange(width * block_size, device=device)[None, :] < lens[:, None])[:, None, None, :]
-        t_dec_idx = torch.tensor(dec_idx, dtype=torch.long, device=device)
+    # every int64 the step needs in ONE host->tensor copy, then views (a decode step built 5 tensors
+    # and a mask: ~65 us of Python per step, ~20 with this)
+    t, b = len(positions), len(dec_idx)
+    width = max((len(tb) for tb in dec_tables), default=0)
+    flat = [blk for tb in dec_tables for blk in (*tb, *([0] * (width - len(tb))))]
+    packed = torch.tensor([*positions, *slots, *dec_lens, *dec_idx, *flat], dtype=torch.long, device=device)
+    t_pos, t_slots = packed[:t], packed[t:2 * t]
+    dec_blocks = t_dec_idx = lens = None
+    if b:
+        lens, t_dec_idx, dec_blocks = packed[2 * t:2 * t + b], packed[2 * t + b:2 * t + 2 * b], packed[2 * t + 2 * b:]
     pre = []
     small = True
     for s, e, table, start in prefills:
@@ -116,16 +118,15 @@ def build_attn_meta(positions: list[int], slots: list[int], dec_idx: list[int], 
             mask = torch.arange(ctx, device=device)[None, :] <= qpos
         nb = -(-ctx // block_size)
         pre.append(PrefillMeta(s, e, torch.tensor(table[:nb], dtype=torch.long, device=device), start, mask))
-    t_pos = torch.tensor(positions, dtype=torch.long, device=device)
     row_tables = row_ctx = None
     if not prefills:  # a steady decode: the rows are the decodes, in order
-        row_tables, row_ctx = (None if dec_blocks is None else dec_blocks.view(len(dec_idx), -1)), lens
+        row_tables, row_ctx = (None if dec_blocks is None else dec_blocks.view(b, width)), lens
     elif device.type == "cpu":
         row_tables, row_ctx = _row_tables(positions, dec_idx, dec_tables, prefills, block_size, device), t_pos + 1
     return AttnMeta(
         positions=t_pos,
-        slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
-        decode_idx=t_dec_idx, decode_blocks=dec_blocks, decode_mask=dec_mask, decode_lens=dec_lens,
+        slot_mapping=t_slots,
+        decode_idx=t_dec_idx, decode_blocks=dec_blocks, decode_mask=None, decode_lens=dec_lens,
         decode_tables=dec_tables, prefills=pre, decode_ctx=lens if dec_idx else None,
         row_tables=row_tables, row_ctx=row_ctx, rows_on_kernel=small,
     )
@@ -577,6 +578,9 @@ class LlamaModel:
         nkv, d = self.num_kv_heads, self.head_dim
         kk = self._gather(kc, meta.decode_blocks, "k").view(b, -1, nkv, d).transpose(1, 2)  # [B, KVH, L, D]
         vv = self._gather(vc, meta.decode_blocks, "v").view(b, -1, nkv, d).transpose(1, 2)
+        if meta.decode_mask is None and meta.decode_ctx is not None:  # once per step, shared by the layers
+            span = torch.arange(meta.decode_blocks.shape[0] // b * self.block_size, device=qd.device)
+            meta.decode_mask = (span[None, :] < meta.decode_ctx[:, None])[:, None, None, :]
         mask = meta.decode_mask
         if b == 1:
             ctx = meta.decode_lens[0]
