@@ -366,11 +366,8 @@ class LlamaModel:
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         """input_ids [T] -> final hidden states [T, hidden] (KV written into the pool)."""
-        x = self.embed[input_ids]  # [T, hidden] (a fresh tensor: residual adds go in place)
-        t = x.shape[0]
-        if (self._fuses_layers() and meta.row_tables is not None and meta.row_ctx is not None
-                and (meta.rows_on_kernel or not meta.prefills)
-                and (not self.quantized or t < INT8_DEQUANT_ROWS)):
+        x = torch.index_select(self.embed, 0, input_ids)  # [T, hidden] (a fresh tensor: residual adds go in place)
+        if self._one_call(x.shape[0], meta):
             return self._layers_one_call(x, meta)
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D]
         sin = self.sin_signed[meta.positions].unsqueeze(1)
@@ -383,6 +380,11 @@ class LlamaModel:
             h = rms_norm(x, lw.post_norm, eps)
             x.add_(self.linear(self._silu_mul(self.linear(h, lw.gate_up)), lw.down))
         return rms_norm(x, self.norm, eps)
+
+    def _one_call(self, t: int, meta: AttnMeta) -> bool:
+        """Whether a step of t rows runs all its layers in one C call."""
+        return (self._fuses_layers() and meta.row_tables is not None and meta.row_ctx is not None
+                and (meta.rows_on_kernel or not meta.prefills) and (not self.quantized or t < INT8_DEQUANT_ROWS))
 
     def _fuses_layers(self) -> bool:
         """step_layers composes the C attention, add+RMSNorm, RoPE/KV, silu*mul and GEMM
@@ -433,6 +435,13 @@ class LlamaModel:
         _forward_fused_norms, bit-identical to it."""
         from zgtool.engine.cpu_kernels import library
 
+        out, args = self._step_args(x, meta)
+        library().step_layers(*args)
+        return out
+
+    def _step_args(self, x: torch.Tensor, meta: AttnMeta) -> tuple[torch.Tensor, tuple[object, ...]]:
+        """step_layers' output tensor and arguments: pointers into x, meta, the weights and the
+        grow-only scratch buffers (valid until the next step)."""
         assert meta.row_ctx is not None and meta.row_tables is not None
         spec = self.spec
         m, hid = x.shape
@@ -446,13 +455,12 @@ class LlamaModel:
         q, att = self._buf("q", m * nh * d), self._buf("att", m * nh * d)
         gu, act, delta = self._buf("gu", m * 2 * inter), self._buf("act", m * inter), self._buf("delta", m * hid)
         scratch = self._buf("attn", max(1, nt * nh // nkv * width * self.block_size))
-        library().step_layers(
+        return out, (
             self._layer_ptrs(), len(self.layers), int(self.quantized), x.data_ptr(), m, hid, nh, nkv, d, inter,
             spec.rms_norm_eps, self.norm.data_ptr(), out.data_ptr(), self.cos.data_ptr(), self.sin_signed.data_ptr(),
             meta.positions.data_ptr(), meta.slot_mapping.data_ptr(), tables.data_ptr(), width,
             meta.row_ctx.data_ptr(), self.block_size, self.scale, h.data_ptr(), qkv.data_ptr(), q.data_ptr(),
             att.data_ptr(), gu.data_ptr(), act.data_ptr(), delta.data_ptr(), scratch.data_ptr(), nt)
-        return out
 
     def _forward_fused_norms(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                              meta: AttnMeta) -> torch.Tensor:

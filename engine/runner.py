@@ -67,7 +67,11 @@ class ModelRunner:
             return sampled
         if len(logit_rows) != hidden.shape[0]:  # a steady decode samples every row: no gather
             hidden = hidden[torch.tensor(logit_rows, device=self.device)]
-        which = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)) if needs_sample(seq, n)]
+        if len(logit_rows) == len(batch.seqs):  # every sequence samples (a steady decode)
+            which: range | list[int] = range(len(batch.seqs))
+        else:
+            which = [i for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True))
+                     if needs_sample(seq, n)]
         if all(batch.seqs[i].params.greedy for i in which):
             toks = self.model.greedy_tokens(hidden)  # the lm_head and argmax in one C call
             if toks is not None:
