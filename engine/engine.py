@@ -5,7 +5,9 @@ Handoff design (the hot path of the fused claim): add_request appends to a deque
 thread drains between steps (no wake-up unless the thread is idle); each step's outputs for
 every request travel in ONE loop.call_soon_threadsafe call, and while such a hand-back is
 still pending the next steps only append to the outbox: a loop that falls behind drains many
-steps' tokens per wake-up. (A shorter GIL switch interval and an idle spin-poll were measured
+steps' tokens per wake-up. While another step follows at once, a step's outputs wait for that
+step's inputs to be prepared (engine/handback.py): the loop thread then wakes as the C call
+releases the GIL instead of preempting the step thread's Python. (A shorter GIL switch interval and an idle spin-poll were measured
 with bench/serving_overhead.py and rejected: the first cost 18% requests/s at c=32, the second
 bought nothing at c=1.)
 
@@ -87,8 +89,8 @@ class Engine:
             self.model = None
             self.runner: Any = NullRunner()
         else:
+            from zgtool.engine.handback import HandbackRunner
             from zgtool.engine.model import LlamaModel
-            from zgtool.engine.runner import ModelRunner
 
             spec = loaded.spec
             self.max_model_len = min(cfg.max_model_len or spec.max_position_embeddings, spec.max_position_embeddings)
@@ -96,7 +98,7 @@ class Engine:
             self.kv_bytes_per_block = self.model.kv_bytes_per_block(cfg.block_size)
             self.num_kv_blocks = kvpool.num_blocks(cfg, self.kv_bytes_per_block, self.max_model_len, torch)
             self.model.allocate_kv(self.num_kv_blocks, cfg.block_size)
-            self.runner = ModelRunner(self.model, cfg.block_size)
+            self.runner = HandbackRunner(self.model, cfg.block_size)
         del loaded
         self.eos_token_ids = set(self.tokenizer.eos_token_ids)
         self._vocab_size = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
@@ -126,6 +128,7 @@ class Engine:
         self._pending: list[RequestOutput] = []
         self._outbox: deque[RequestOutput] = deque()
         self._handback_pending = False
+        self._defer = False             # the outbox waits for the next step's _prepared (thread driver)
         self.last_request_timings = RequestTimings()
 
     # -- admission into the engine -----------------------------------------
@@ -309,6 +312,8 @@ class Engine:
             self._inline = True
             self._loop_tid = threading.get_ident()
             return
+        if hasattr(self.runner, "prepared"):     # engine/handback.py: the deferred hand-back
+            self.runner.prepared = self._prepared
         self._thread = threading.Thread(target=self._run, name="zgtool-step", daemon=True)
         self._thread.start()
 
@@ -366,7 +371,6 @@ class Engine:
 
     def _run(self) -> None:
         assert self._loop is not None
-        loop = self._loop
         window_s = self.config.batch_window_ms / 1e3
         while not self._stop:
             if not self._has_work():
@@ -384,9 +388,26 @@ class Engine:
                 outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
             if outputs:
                 self._outbox.extend(outputs)
-                if not self._handback_pending:
-                    self._handback_pending = True
-                    loop.call_soon_threadsafe(self._dispatch)
+            if self._defer or not self._outbox:
+                self._hand_back()   # a deferred hand-back whose next step did not compute: now
+            elif self.scheduler.running and getattr(self.runner, "prepared", None) is not None:
+                self._defer = True  # the next step's runner.prepared() hands these back (engine/handback.py)
+            else:
+                self._hand_back()
+        self._hand_back()
+
+    def _hand_back(self) -> None:
+        """Step thread: one loop.call_soon_threadsafe(_dispatch) for whatever the outbox holds."""
+        self._defer = False
+        if self._outbox and not self._handback_pending:
+            self._handback_pending = True
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._dispatch)
+
+    def _prepared(self) -> None:
+        """HandbackRunner's hook: the next step's inputs are ready, its C call comes next."""
+        if self._defer:
+            self._hand_back()
 
     def _fail_all(self, message: str) -> list[RequestOutput]:
         outs = []
