@@ -312,7 +312,8 @@ class Engine:
             self._inline = True
             self._loop_tid = threading.get_ident()
             return
-        if hasattr(self.runner, "prepared"):     # engine/handback.py: the deferred hand-back
+        if hasattr(self.runner, "prepared") and os.environ.get("ZGTOOL_HANDBACK") != "immediate":
+            # engine/handback.py: the deferred hand-back (ZGTOOL_HANDBACK=immediate: the old one, A/B)
             self.runner.prepared = self._prepared
         self._thread = threading.Thread(target=self._run, name="zgtool-step", daemon=True)
         self._thread.start()

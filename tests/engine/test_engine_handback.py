@@ -76,3 +76,21 @@ def test_a_step_that_fails_before_computing_still_hands_back_the_deferred_output
             await e.shutdown(1.0)
 
     asyncio.run(main())
+
+
+def test_immediate_hand_back_ab_switch_still_delivers_every_token(monkeypatch):
+    monkeypatch.setenv("ZGTOOL_HANDBACK", "immediate")
+
+    async def main() -> None:
+        e = Engine(EngineConfig(model="dummy:tiny"))
+        e.start()
+        try:
+            a = e.add_request([256, 1, 2], SamplingParams(max_tokens=10, **GREEDY))
+            b = e.add_request([256, 3], SamplingParams(max_tokens=20, **GREEDY))
+            got_a, got_b = await _collect(a), await _collect(b)
+            assert sum(len(o.token_ids) for o in got_a) == 10 and sum(len(o.token_ids) for o in got_b) == 20
+            assert not e._defer
+        finally:
+            await e.shutdown(1.0)
+
+    asyncio.run(main())
