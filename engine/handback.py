@@ -7,6 +7,9 @@ the woken loop thread preempts it, finds the GIL taken and sleeps again (two con
 per token, and a longer gap between C calls while the kernel pool spins). Handed back from
 ``prepared()`` instead, the loop thread wakes as the C call releases the GIL: no GIL wait.
 (dummy:small, 2 threads, one served stream: the gap between C calls 118-129 -> 69-71 us.)
+With one running sequence the engine also waits (bounded) for the loop to write the token
+before the C call, so the loop's CPU never preempts the kernel pool mid-step (engine.py
+``_prepared``; ZGTOOL_HANDBACK=serial|deferred|immediate for A/B).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 
 GREEDY = dict(temperature=0, ignore_eos=True)
@@ -78,8 +80,9 @@ def test_a_step_that_fails_before_computing_still_hands_back_the_deferred_output
     asyncio.run(main())
 
 
-def test_immediate_hand_back_ab_switch_still_delivers_every_token(monkeypatch):
-    monkeypatch.setenv("ZGTOOL_HANDBACK", "immediate")
+@pytest.mark.parametrize("mode", ["immediate", "deferred", "serial"])
+def test_every_hand_back_mode_delivers_every_token(monkeypatch, mode):
+    monkeypatch.setenv("ZGTOOL_HANDBACK", mode)
 
     async def main() -> None:
         e = Engine(EngineConfig(model="dummy:tiny"))
@@ -89,7 +92,9 @@ def test_immediate_hand_back_ab_switch_still_delivers_every_token(monkeypatch):
             b = e.add_request([256, 3], SamplingParams(max_tokens=20, **GREEDY))
             got_a, got_b = await _collect(a), await _collect(b)
             assert sum(len(o.token_ids) for o in got_a) == 10 and sum(len(o.token_ids) for o in got_b) == 20
-            assert not e._defer
+            assert not e._defer and not e._await_delivery
+            one = await _collect(e.add_request([256, 4], SamplingParams(max_tokens=15, **GREEDY)))
+            assert sum(len(o.token_ids) for o in one) == 15 and one[-1].finish_reason == "length"
         finally:
             await e.shutdown(1.0)
 
