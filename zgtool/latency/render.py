@@ -150,7 +150,8 @@ def lag_text(tr: TargetResult, short: str) -> Text | None:
         return None
     worst = max(s.client_lag_ms or 0.0 for s in lagged)
     return Text(f"  {short}: {len(lagged)} of {len(ok)} requests flagged: zgtool's client lagged up to "
-                f"{worst:.2f} ms (CPU busy or woken late), so their ttfb/ttft may be late by that much", style="yellow")
+                f"{worst:.2f} ms (CPU busy, or woken late and read several sends at once), so their ttfb/ttft "
+                f"may be late by that much", style="yellow")
 
 
 def side_by_side(res: SplitResult, short: dict[str, str] | None = None) -> Table:
