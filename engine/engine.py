@@ -30,6 +30,7 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from zgtool.engine.stream import RequestStream
 
 TICK_BUDGET_S = 0.0005   # loop driver: longest run of steps before the loop polls I/O again
 DELIVERY_WAIT_S = 0.002  # thread driver, one running sequence: longest wait for the loop's write
+HANDBACK_MODES = ("serial", "deferred", "immediate")   # ZGTOOL_HANDBACK, for A/B runs; serial default
 
 
 @dataclass
@@ -317,6 +319,10 @@ class Engine:
             self._loop_tid = threading.get_ident()
             return
         self._handback_mode = os.environ.get("ZGTOOL_HANDBACK", "serial")
+        if self._handback_mode not in HANDBACK_MODES:
+            warnings.warn(f"ZGTOOL_HANDBACK={self._handback_mode!r} is not one of {', '.join(HANDBACK_MODES)}: "
+                          "using serial", stacklevel=2)
+            self._handback_mode = "serial"
         if hasattr(self.runner, "prepared") and self._handback_mode != "immediate":
             # engine/handback.py: the deferred hand-back; ZGTOOL_HANDBACK=deferred (never
             # serial) or =immediate (after each step, the old way) for A/B

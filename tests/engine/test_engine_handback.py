@@ -99,3 +99,20 @@ def test_every_hand_back_mode_delivers_every_token(monkeypatch, mode):
             await e.shutdown(1.0)
 
     asyncio.run(main())
+
+
+def test_an_unknown_hand_back_mode_warns_and_runs_serial(monkeypatch):
+    monkeypatch.setenv("ZGTOOL_HANDBACK", "bogus")
+
+    async def main() -> None:
+        e = Engine(EngineConfig(model="dummy:tiny"))
+        with pytest.warns(UserWarning, match="ZGTOOL_HANDBACK='bogus'"):
+            e.start()
+        try:
+            assert e._handback_mode == "serial"
+            out = await _collect(e.add_request([256, 4], SamplingParams(max_tokens=5, **GREEDY)))
+            assert sum(len(o.token_ids) for o in out) == 5
+        finally:
+            await e.shutdown(1.0)
+
+    asyncio.run(main())
