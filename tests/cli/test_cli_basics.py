@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from zgtest import run_zgtool
 
 
 def zgtool(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zgtool", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd)
+    return run_zgtool(*args, cwd=cwd)
 
 
 def test_help_lists_every_command_without_importing_torch():

@@ -13,26 +13,20 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from zgtest import wait_until
 
 from zgtool.http.net import free_port
 
 pytestmark = pytest.mark.slow
 
 
-def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+wait_for = wait_until
 
 
 def tagged_pids(tag: str) -> list[int]:

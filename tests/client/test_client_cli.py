@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from scripted_llm_server import ScriptedServer, Step, free_port
+from zgtest import run_zgtool
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def zgtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "zgtool", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=60)
+    return run_zgtool(*args, cwd=cwd, timeout_s=60)
 
 
 def test_ask_json_reports_every_attempt_and_the_load_hint(scripted: ScriptedServer, tmp_path: Path) -> None:

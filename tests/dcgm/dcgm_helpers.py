@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zgtest import run_zgtool
 
 from zgtool.http.net import free_port as _free_port
 
@@ -168,11 +168,4 @@ def admin_engine() -> Iterator[tuple[Served, AdminBehaviour]]:
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess (exit codes and stderr exactly as a user sees them)."""
-    import os
-
-    full_env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
-    full_env.pop("ZGTOOL_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "zgtool", *args],
-        capture_output=True, text=True, timeout=timeout, env=full_env,
-    )
+    return run_zgtool(*args, env=env, timeout_s=timeout)

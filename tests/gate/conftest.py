@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from zgtest import run_zgtool
 
 from zgtool.results import make_result, write_result
 
@@ -52,9 +51,7 @@ def policy_file(tmp_path: Path):
 
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "240"}  # a wide table: rows are asserted on one line
-    return subprocess.run([sys.executable, "-m", "zgtool", *map(str, args)], capture_output=True, text=True,
-                          timeout=60, env=env)
+    return run_zgtool(*args, timeout_s=60, columns=240)  # a wide table: rows are asserted on one line
 
 
 @pytest.fixture

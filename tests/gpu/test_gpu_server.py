@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from zgtest import run_zgtool
 
 from zgtool.dcgm.metrics import GOLDEN
 from zgtool.http.net import free_port
@@ -21,8 +22,7 @@ pytestmark = pytest.mark.gpu
 
 
 def _zgtool(*args: str, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zgtool", *args], capture_output=True, text=True,
-                          timeout=120, **kw)
+    return run_zgtool(*args, **kw)
 
 
 def test_load_hint_carries_real_nvml_figures(tmp_path: Path):

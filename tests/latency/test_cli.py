@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from zgtest import run_zgtool
 
 from zgtool.errors import ExitCode
 
@@ -14,9 +14,7 @@ FAST = ["--max-tokens", "4", "--warmup", "0", "--rounds", "2"]
 
 
 def zg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "zgtool", *args], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=cwd)
+    return run_zgtool(*args, cwd=cwd)
 
 
 def test_json_result_is_versioned_with_definitions_and_raw_samples(origin: str, gateway: str,

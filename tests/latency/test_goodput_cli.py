@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
+
+from zgtest import run_zgtool
 
 from zgtool.errors import ExitCode
 
 
 def zg(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "zgtool", *args], capture_output=True, text=True, timeout=120,
-                          env=env)
+    return run_zgtool(*args, columns=100)
 
 
 def test_slo_and_cpu_pid_put_goodput_and_cpu_per_request_in_the_result(origin: str, gateway: str,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from zgtest import run_zgtool
 
 from zgtool.http import net
 
@@ -65,9 +65,7 @@ def free_port() -> int:
 
 def run_cli(*args: str | Path, env: dict[str, str] | None = None, python: str = sys.executable,
             timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run([python, "-m", "zgtool", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd)
+    return run_zgtool(*args, env=env, python=python, timeout_s=timeout, cwd=cwd)
 
 
 @pytest.fixture

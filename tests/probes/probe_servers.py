@@ -22,21 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+import zgtest
 
 from zgtool.http.net import free_port
 
 ORIGIN_TEXT = "token "
 
 
-def wait_port(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s")
+wait_port = zgtest.wait_port
 
 
 @dataclass

@@ -12,24 +12,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anthropic
+from zgtest import poll
 
 from zgtool.http.net import free_port
 
 ZGTOOL = [sys.executable, "-m", "zgtool"]
 
 
-def _wait_for(cond: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval_s)
-    return True
+_wait_for = poll
 
 
 def _descendants(root: int) -> dict[int, str]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
 import httpx
 import openai
 import pytest
+from zgtest import poll
 
 from zgtool.gateway.supervisor import LocalStack, StackConfig
 
@@ -63,13 +64,7 @@ def _msg(text: str, max_tokens: int = 3, **kw) -> dict:
     return {"model": "dummy:small", "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}], **kw}
 
 
-def _wait_for(cond: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval_s)
-    return True
+_wait_for = poll
 
 
 def _kv_used(st: LocalStack) -> int:

@@ -7,11 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from zgtest import run_zgtool
+
 ZG = [sys.executable, "-m", "zgtool"]
 
 
 def zg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ZG, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return run_zgtool(*args, cwd=cwd)
 
 
 def test_report_html_writes_the_named_file(data_dir: Path, tmp_path: Path) -> None:

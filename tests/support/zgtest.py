@@ -1,0 +1,60 @@
+"""The helpers every test folder shares: run the real CLI, and wait on state (never a sleep).
+
+tests/conftest.py puts this folder on sys.path, so tests import it as `zgtest`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+ZGTOOL = [sys.executable, "-m", "zgtool"]
+
+
+def run_zgtool(*args: str | Path, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+               timeout_s: float = 120, columns: int = 200, python: str = sys.executable,
+               prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`zgtool ARGS` in a fresh interpreter: real exit codes, stdout and stderr as a user sees them.
+
+    A wide terminal (rows are asserted on one line), no colour, and no inherited ZGTOOL_DEBUG (it
+    would add tracebacks to the one-line errors tests assert on); `env` adds to or overrides that."""
+    full_env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
+    full_env.pop("ZGTOOL_DEBUG", None)
+    full_env.update(env or {})
+    return subprocess.run([*prefix, python, "-m", "zgtool", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout_s, env=full_env, cwd=cwd)
+
+
+def poll(cond: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """True as soon as cond() is truthy, False once timeout_s has passed without it."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+    return True
+
+
+def wait_until(cond: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+    """Like poll, but a timeout fails the test naming what it waited for."""
+    if not poll(cond, timeout_s, interval_s):
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        socket.create_connection((host, port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_port(port: int, timeout_s: float = 10.0, host: str = "127.0.0.1") -> None:
+    """Returns once something accepts connections on host:port."""
+    if not poll(lambda: port_open(port, host), timeout_s, 0.02):
+        raise RuntimeError(f"nothing listens on {host}:{port} after {timeout_s} s")
