@@ -4,7 +4,9 @@
     ├── UsageError               -> 2  bad flag, unknown target, malformed URL or policy
     ├── VerdictFailed            -> 1  a gate or verdict failed
     ├── TargetUnreachable        -> 3  DNS failure, refused port, timeout, not HTTP
-    └── MissingCapability        -> 4  no capture privilege, no GPU/NVML, no k6, no nginx
+    ├── MissingCapability        -> 4  no capture privilege, no GPU/NVML, no k6, no nginx
+    └── MeasurementUnreliable    -> 5  the load generator fell behind or nothing succeeded:
+                                       the run cannot judge the system (never a pass)
     any other exception          -> 1  a bug: "please report", traceback with --debug
     Ctrl-C (SIGINT)              -> 130, one line, also when the command drained and returned
 
@@ -23,6 +25,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     UNREACHABLE = 3
     MISSING_CAPABILITY = 4
+    UNRELIABLE = 5
     BUG = 1                 # an exception outside this tree: a traceback under --debug, "please report"
     INTERRUPTED = 130
 
@@ -49,6 +52,10 @@ class TargetUnreachable(ZgError):
 
 class MissingCapability(ZgError):
     exit_code = ExitCode.MISSING_CAPABILITY
+
+
+class MeasurementUnreliable(ZgError):
+    exit_code = ExitCode.UNRELIABLE
 
 
 _interrupted: list[int] = []

@@ -27,7 +27,7 @@ def test_bad_expression_names_the_line():
 
 
 def test_unknown_rule_field_names_its_line_and_the_allowed_ones():
-    with pytest.raises(PolicyError, match=r"line 3: \[\[rule\]\] #1: unknown field 'treshold'.*allowed: check"):
+    with pytest.raises(PolicyError, match=r"line 3: \[\[rule\]\] #1: unknown field 'treshold'.*allowed: category, check"):
         parse_policy('[[rule]]\ncheck = "a < 1"\ntreshold = 3\n', source="p.toml")
 
 

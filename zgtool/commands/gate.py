@@ -1,4 +1,5 @@
-"""`zgtool gate`: CI performance gates over result files (exit 0 pass, 1 breach, 2 bad policy)."""
+"""`zgtool gate`: CI performance gates over result files (exit 0 pass, 1 breach, 2 bad policy or input,
+5 the measurement is unreliable)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,24 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the gate result as JSON."),
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the gate result to FILE."),
+        summary_md: Path | None = typer.Option(
+            None, "--summary-md", help="Also write a Markdown summary, e.g. to \"$GITHUB_STEP_SUMMARY\" (appended)."
+        ),
+        junit: Path | None = typer.Option(None, "--junit", help="Also write JUnit XML (one testcase per check)."),
     ) -> None:
-        """Check result files against a policy; exit 1 when a rule is breached."""
-        run_gate(results, policy, baseline, max_regression, as_json, out)
+        """Check result files against a policy.
+
+        Exit 0 pass, 1 a gate breached, 2 a bad policy or input (unknown field, a baseline of another
+        kind or other targets), 5 the measurement is unreliable (a rule with category = "measurement"
+        failed, e.g. the load generator dropped iterations, or a run had no successful request).
+
+        \b
+        Examples:
+          zgtool latency-split http://base:8000 http://cand:8000 -n 200 -o pair.json
+          zgtool gate pair.json --summary-md "$GITHUB_STEP_SUMMARY" --junit gate.xml
+          zgtool gate --policy gates.toml reports/bench.json --baseline main.json --max-regression 15%
+        """
+        run_gate(results, policy, baseline, max_regression, as_json, out, summary_md, junit)
 
 
 def run_gate(
@@ -32,10 +48,12 @@ def run_gate(
     max_regression: str | None,
     as_json: bool,
     out: Path | None,
+    summary_md: Path | None = None,
+    junit: Path | None = None,
 ) -> None:
     import math
 
-    from zgtool.errors import UsageError, VerdictFailed
+    from zgtool.errors import MeasurementUnreliable, UsageError, VerdictFailed
     from zgtool.gate import LoadedResult, evaluate, load_policy, parse_percent
     from zgtool.gate.render import render_report
     from zgtool.output import console, emit_result, err_console
@@ -50,10 +68,32 @@ def run_gate(
     report = evaluate(policy, loaded, baseline=base, max_regression=ratio)
     render_report(report, err_console if as_json else console)
     result = make_result("gate", report)
+    result["data"]["verdict"] = report.verdict  # pass | fail | unreliable
     for row in result["data"]["rows"]:
         # a ratio over a measured 0 is +-inf: JSON has no such number, so write null
         row["values"] = [v if math.isfinite(v) else None for v in row["values"]]
     emit_result(result, as_json=as_json, out=out)
+    _write_ci_outputs(report, summary_md, junit)
+    if report.verdict == "unreliable":
+        names = "; ".join(r.rule for r in report.unreliable_rows)
+        also = f" ({len(report.breaches)} gate checks also breached)" if report.breaches else ""
+        raise MeasurementUnreliable(f"gate: the measurement is unreliable, not judged: {names}{also}")
     if not report.passed:
         failed = report.counts.get("fail", 0)
         raise VerdictFailed(f"gate failed: {failed} of {len(report.rows)} checks breached ({report.policy})")
+
+
+def _write_ci_outputs(report: object, summary_md: Path | None, junit: Path | None) -> None:
+    from zgtool.errors import UsageError
+    from zgtool.gate.ci_outputs import junit_xml, markdown_summary
+    from zgtool.gate.evaluate import GateReport
+
+    assert isinstance(report, GateReport)
+    try:
+        if summary_md is not None:
+            with summary_md.open("a") as f:  # $GITHUB_STEP_SUMMARY collects every step's text
+                f.write(markdown_summary(report))
+        if junit is not None:
+            junit.write_text(junit_xml(report))
+    except OSError as exc:
+        raise UsageError(f"cannot write the gate summary: {exc}") from exc

@@ -9,9 +9,10 @@ from typing import Any
 
 from zgtool.gate.expr import MissingField
 from zgtool.gate.fields import lookup, matching_leaves
-from zgtool.gate.policy import Policy, PolicyError, PolicyRule, RegressionSpec
+from zgtool.gate.policy import GATE, MEASUREMENT, Policy, PolicyError, PolicyRule, RegressionSpec
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+UNRELIABLE = "unreliable"  # the report's verdict when a measurement-health check failed
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ class GateRow:
     ops: tuple[str, ...] = ()
     values: tuple[float, ...] = ()
     detail: str = ""
-    group: str = "rule"  # rule | regression
+    group: str = "rule"  # rule | regression | paired | health
+    category: str = GATE  # GATE: a breach fails the gate; MEASUREMENT: the run cannot be judged
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,23 @@ class GateReport:
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
+    def breaches(self) -> list[GateRow]:
+        return [r for r in self.rows if r.status == FAIL and r.category == GATE]
+
+    @property
+    def unreliable_rows(self) -> list[GateRow]:
+        return [r for r in self.rows if r.status == FAIL and r.category == MEASUREMENT]
+
+    @property
     def passed(self) -> bool:
         return not any(r.status == FAIL for r in self.rows)
 
     @property
     def verdict(self) -> str:
+        """UNRELIABLE before FAIL: a breach measured by a load generator that fell behind is not
+        evidence about the system under test."""
+        if self.unreliable_rows:
+            return UNRELIABLE
         return PASS if self.passed else FAIL
 
 
@@ -65,7 +79,7 @@ def evaluate_rules(policy: Policy, results: list[LoadedResult]) -> list[GateRow]
         applicable = [r for r in results if _applies(prule, r)]
         if not applicable:
             rows.append(GateRow(prule.name, prule.rule.text, "-", SKIP, prule.rule.sides(), prule.rule.ops,
-                                detail=f"no result of kind {prule.kind!r}"))
+                                detail=f"no result of kind {prule.kind!r}", category=prule.category))
             continue
         for res in applicable:
             rows.append(_evaluate_one(policy, prule, res))
@@ -79,7 +93,7 @@ def _evaluate_one(policy: Policy, prule: PolicyRule, res: LoadedResult) -> GateR
     except MissingField as exc:
         if prule.skip_missing:
             return GateRow(prule.name, rule.text, res.label, SKIP, rule.sides(), rule.ops,
-                           detail=f"{exc.field} {exc.detail}")
+                           detail=f"{exc.field} {exc.detail}", category=prule.category)
         where = f"{policy.source} line {prule.line}" if prule.line else policy.source
         raise PolicyError(
             f"{where}: field {exc.field!r} {exc.detail} ({res.label}, kind {res.kind!r}); "
@@ -87,25 +101,33 @@ def _evaluate_one(policy: Policy, prule: PolicyRule, res: LoadedResult) -> GateR
         ) from exc
     if any(math.isnan(v) for v in values):
         holds = False  # NaN compares false both ways; never let it pass silently
-    return GateRow(prule.name, rule.text, res.label, PASS if holds else FAIL, rule.sides(), rule.ops, values)
+    return GateRow(prule.name, rule.text, res.label, PASS if holds else FAIL, rule.sides(), rule.ops, values,
+                   category=prule.category)
 
 
 def evaluate_regression(
     spec: RegressionSpec, results: list[LoadedResult], baseline: LoadedResult
 ) -> list[GateRow]:
     """current <= baseline * (1 + max) for every matched field (lower is better)."""
-    base_fields = matching_leaves(baseline.result, spec.fields)
-    if not base_fields:
-        raise PolicyError(
-            f"baseline {baseline.label}: no numeric field matches {', '.join(spec.fields)}; "
-            "set [regression] fields in the policy"
-        )
     rows: list[GateRow] = []
     same_kind = [r for r in results if r.kind == baseline.kind]
     if not same_kind:
         raise PolicyError(
             f"baseline {baseline.label} is a {baseline.kind!r} result but no RESULT has that kind "
             f"({', '.join(sorted({r.kind for r in results}))})"
+        )
+    for res in same_kind:
+        mine, theirs = measured_names(res.result), measured_names(baseline.result)
+        if mine != theirs:
+            raise PolicyError(
+                f"baseline {baseline.label} measured {', '.join(sorted(theirs)) or 'nothing'} but {res.label} "
+                f"measured {', '.join(sorted(mine)) or 'nothing'}: compare runs of the same targets"
+            )
+    base_fields = matching_leaves(baseline.result, spec.fields)
+    if not base_fields:
+        raise PolicyError(
+            f"baseline {baseline.label}: no numeric field matches {', '.join(spec.fields)}; "
+            "set [regression] fields in the policy"
         )
     pct = f"{spec.max_ratio:.0%}"
     for res in same_kind:
@@ -128,6 +150,42 @@ def evaluate_regression(
     return rows
 
 
+def measured_names(result: dict[str, Any]) -> set[str]:
+    """The targets (latency_split) or scenarios (bench.k6) a result measured."""
+    data = result.get("data") or {}
+    if isinstance(data.get("scenarios"), dict):
+        return set(data["scenarios"])
+    targets = data.get("targets")
+    if isinstance(targets, list):
+        return {str(t.get("name")) for t in targets if isinstance(t, dict)}
+    return set()
+
+
+def _successes(res: LoadedResult) -> list[tuple[str, int, int]]:
+    """(what, successful, total) per measured unit of a result whose kind counts requests."""
+    data = res.result.get("data") or {}
+    if res.kind == "latency_split":
+        return [(str(t.get("name")), int(t.get("num_ok") or 0), int(t.get("num_ok") or 0) + int(t.get("num_error") or 0))
+                for t in data.get("targets") or [] if isinstance(t, dict)]
+    if res.kind.startswith("bench") and isinstance(data.get("requests"), int | float):
+        total = int(data["requests"])
+        return [("all scenarios", total - int(data.get("failures") or 0), total)]
+    return []
+
+
+def health_rows(results: list[LoadedResult]) -> list[GateRow]:
+    """A run (or one of its targets) with no successful request measured nothing: never a pass."""
+    rows = []
+    for res in results:
+        for what, ok, total in _successes(res):
+            if ok == 0:
+                rows.append(GateRow("the run has successful requests", "successful requests > 0", res.label, FAIL,
+                                    ("successful requests",), (">",), (float(ok), 0.0),
+                                    f"{what}: 0 of {total} requests succeeded", group="health",
+                                    category=MEASUREMENT))
+    return rows
+
+
 def evaluate(
     policy: Policy,
     results: list[LoadedResult],
@@ -135,7 +193,11 @@ def evaluate(
     baseline: LoadedResult | None = None,
     max_regression: float | None = None,
 ) -> GateReport:
-    rows = evaluate_rules(policy, results)
+    from zgtool.gate.paired import evaluate_paired
+
+    rows = health_rows(results) + evaluate_rules(policy, results)
+    if policy.paired is not None:
+        rows.extend(evaluate_paired(policy.paired, results))
     spec = policy.regression
     if baseline is not None:
         if max_regression is not None:

@@ -9,6 +9,14 @@
     kind = "bench.k6"                          # optional glob over the result kind
     skip_missing = true                        # optional: a missing field skips the row
                                                #   instead of failing the policy (exit 2)
+    category = "measurement"                   # optional: a rule about the load generator's own
+                                               #   health; a breach means "the measurement is
+                                               #   unreliable" (exit 5), not a gate failure
+    [paired]                                   # latency_split results of a baseline and candidates
+    fields = ["total_ms", "ttft_ms"]           #   measured interleaved in one job: per-request
+    material = "5%"                            #   fields compared by their paired median difference;
+    material_ms = 0.5                          #   a breach is significant AND above both thresholds
+    confidence = 0.95                          #   family-wise (Bonferroni over every comparison)
     [regression]                               # used with --baseline FILE
     max = "10%"                                # --max-regression overrides it
     fields = ["*http_req_duration.p95", "*_ms.p95"]   # globs over leaf names; '*' spans dots
@@ -29,11 +37,14 @@ from zgtool.gate.expr import Rule, RuleSyntaxError, parse_rule
 from zgtool.http.toml import parse_toml
 
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "default_gates.toml"
-_RULE_KEYS = {"check", "name", "kind", "skip_missing"}
+_RULE_KEYS = {"check", "name", "kind", "skip_missing", "category"}
 _REGRESSION_KEYS = {"max", "fields", "noise_floor"}
+_PAIRED_KEYS = {"fields", "material", "material_ms", "confidence"}
+GATE, MEASUREMENT = "gate", "measurement"
+CATEGORIES = (GATE, MEASUREMENT)
 # end-to-end latencies only: sub-ms phases (blocked, sending) jitter far more than 10%
 DEFAULT_REGRESSION_FIELDS = ("*http_req_duration.p95", "*_ms.p95")
-_TOP_KEYS = {"rules", "rule", "regression"}
+_TOP_KEYS = {"rules", "rule", "regression", "paired"}
 
 
 class PolicyError(UsageError):
@@ -47,6 +58,7 @@ class PolicyRule:
     kind: str = "*"
     skip_missing: bool = False
     line: int | None = None
+    category: str = GATE   # GATE: a breach fails the gate; MEASUREMENT: it makes the run unreliable
 
 
 @dataclass(frozen=True)
@@ -65,10 +77,37 @@ class RegressionSpec:
 
 
 @dataclass(frozen=True)
+class PairedSpec:
+    """Baseline vs candidates measured interleaved in one latency_split run (the first target is the
+    baseline). A field regresses when the paired median difference is significant at the family-wise
+    `confidence` AND larger than both material thresholds: a difference too small to matter never
+    fails CI, however many requests made it significant."""
+
+    fields: tuple[str, ...] = ("total_ms", "ttft_ms")
+    material_ratio: float = 0.05
+    material_ms: float = 0.5
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not self.fields:
+            raise PolicyError("[paired] fields must not be empty")
+        if not 0 <= self.material_ratio < 100:
+            raise PolicyError(f"[paired] material must be between 0% and 10000%, not {self.material_ratio:.0%}")
+        if self.material_ms < 0:
+            raise PolicyError("[paired] material_ms must be >= 0")
+        if not 0.5 <= self.confidence < 1:
+            raise PolicyError(f"[paired] confidence must be in [0.5, 1), not {self.confidence}")
+
+    def threshold_ms(self, baseline_median_ms: float) -> float:
+        return max(self.material_ms, self.material_ratio * baseline_median_ms)
+
+
+@dataclass(frozen=True)
 class Policy:
     source: str
     rules: tuple[PolicyRule, ...]
     regression: RegressionSpec = field(default_factory=RegressionSpec)
+    paired: PairedSpec | None = None
 
 
 def parse_percent(value: Any, *, what: str = "max regression") -> float:
@@ -117,7 +156,7 @@ def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
         if key not in _TOP_KEYS:
             raise PolicyError(
                 f"{_where(source, _line_of_key(text, key))}: unknown key {key!r}; "
-                f"a policy has rules = [...], [[rule]] tables and [regression]"
+                f"a policy has rules = [...], [[rule]] tables, [regression] and [paired]"
             )
     rules: list[PolicyRule] = []
     shorthand = doc.get("rules", [])
@@ -131,9 +170,11 @@ def parse_policy(text: str, *, source: str = "<policy>") -> Policy:
         raise PolicyError(f"{_where(source, _line_of_key(text, 'rule'))}: use [[rule]] tables for rules")
     for i, table in enumerate(tables, start=1):
         rules.append(_table_rule(table, i, text, source))
-    if not rules:
-        raise PolicyError(f"{source}: the policy has no rules (add rules = [...] or [[rule]] tables)")
-    return Policy(source=source, rules=tuple(rules), regression=_regression(doc.get("regression"), text, source))
+    paired = _paired(doc.get("paired"), text, source)
+    if not rules and paired is None:
+        raise PolicyError(f"{source}: the policy has no rules (add rules = [...], [[rule]] tables or [paired])")
+    return Policy(source=source, rules=tuple(rules), regression=_regression(doc.get("regression"), text, source),
+                  paired=paired)
 
 
 def _table_rule(table: dict[str, Any], index: int, text: str, source: str) -> PolicyRule:
@@ -155,7 +196,12 @@ def _table_rule(table: dict[str, Any], index: int, text: str, source: str) -> Po
         raise PolicyError(f"{where}: [[rule]] #{index}: name and kind must be strings")
     if not isinstance(skip, bool):
         raise PolicyError(f"{where}: [[rule]] #{index}: skip_missing must be true or false")
-    return PolicyRule(rule=_parse(check, source, line, "check"), name=name, kind=kind, skip_missing=skip, line=line)
+    category = table.get("category", GATE)
+    if category not in CATEGORIES:
+        raise PolicyError(f"{where}: [[rule]] #{index}: category must be one of {', '.join(CATEGORIES)}, "
+                          f"not {category!r}")
+    return PolicyRule(rule=_parse(check, source, line, "check"), name=name, kind=kind, skip_missing=skip, line=line,
+                      category=category)
 
 
 def _parse(check: str, source: str, line: int | None, key: str) -> Rule:
@@ -186,5 +232,33 @@ def _regression(section: Any, text: str, source: str) -> RegressionSpec:
     try:
         ratio = parse_percent(section.get("max", "10%"))
         return RegressionSpec(max_ratio=ratio, fields=tuple(fields), noise_floor=float(floor))
+    except PolicyError as exc:
+        raise PolicyError(f"{where}: {exc.message}") from exc
+
+
+def _paired(section: Any, text: str, source: str) -> PairedSpec | None:
+    if section is None:
+        return None
+    where = _where(source, _line_of_key(text, "paired"))
+    if not isinstance(section, dict):
+        raise PolicyError(f"{where}: [paired] must be a table")
+    for key in section:
+        if key not in _PAIRED_KEYS:
+            raise PolicyError(
+                f"{_where(source, _line_of_key(text, key))}: [paired]: unknown field {key!r} "
+                f"(allowed: {', '.join(sorted(_PAIRED_KEYS))})"
+            )
+    fields = section.get("fields", list(PairedSpec.fields))
+    if not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields):
+        raise PolicyError(f"{where}: [paired] fields must be a list of per-request field names (total_ms, ...)")
+    numbers = {}
+    for key, default in (("material_ms", PairedSpec.material_ms), ("confidence", PairedSpec.confidence)):
+        value = section.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PolicyError(f"{where}: [paired] {key} must be a number")
+        numbers[key] = float(value)
+    try:
+        ratio = parse_percent(section.get("material", "5%"), what="[paired] material")
+        return PairedSpec(fields=tuple(fields), material_ratio=ratio, **numbers)
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc.message}") from exc

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from zgtool.gate.evaluate import FAIL, PASS, GateReport, GateRow
+from zgtool.gate.evaluate import FAIL, PASS, UNRELIABLE, GateReport, GateRow
 
 _STYLE = {PASS: "green", FAIL: "bold red", "skip": "yellow"}
 
@@ -51,6 +51,8 @@ def render_report(report: GateReport, console: Console) -> None:
     for row in report.rows:
         label = f"{row.rule} vs baseline" if row.group == "regression" else row.rule
         text = Text(label, style="bold")
+        if row.category == "measurement":
+            text.append(" (measurement health)", style="dim")
         got = measured(row)
         if got:
             text.append(f"  {got}")
@@ -62,5 +64,9 @@ def render_report(report: GateReport, console: Console) -> None:
         table.add_row(Text(row.status.upper(), style=_STYLE[row.status]), text)
     console.print(table)
     c = report.counts
-    verdict = "[green]PASS[/green]" if report.passed else "[bold red]FAIL[/bold red]"
+    verdict = {PASS: "[green]PASS[/green]", FAIL: "[bold red]FAIL[/bold red]",
+               UNRELIABLE: "[bold yellow]UNRELIABLE MEASUREMENT[/bold yellow]"}[report.verdict]
     console.print(f"{verdict}: {c.get(PASS, 0)} passed, {c.get(FAIL, 0)} failed, {c.get('skip', 0)} skipped")
+    if report.verdict == UNRELIABLE:
+        console.print("the load generator's own checks failed, so this run cannot judge the system: "
+                      + "; ".join(r.rule for r in report.unreliable_rows))

@@ -1,0 +1,92 @@
+"""Paired gates: baseline and candidates measured interleaved in one latency_split run.
+
+Two separate runs compared by a percentage cannot tell a regression from the run-to-run drift of a
+shared machine (the CI example failed on identical code at +46%). latency-split alternates the
+targets in rounds on the same machine state, so the median difference with a paired round
+bootstrap (zgtool/bootstrap.py) sees only what differs between the paths. A field breaches when
+that difference is significant at the family-wise confidence (Bonferroni over every comparison in
+the run) and larger than the policy's material thresholds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from typing import Any
+
+from zgtool.bootstrap import median_difference
+from zgtool.gate.evaluate import FAIL, PASS, SKIP, GateRow, LoadedResult
+from zgtool.gate.policy import PairedSpec, PolicyError
+from zgtool.stats import percentile
+
+GROUP = "paired"
+
+
+def _values(target: dict[str, Any], name: str) -> tuple[list[float], list[Hashable]]:
+    values: list[float] = []
+    groups: list[Hashable] = []
+    for s in target.get("samples") or []:
+        v = s.get(name) if s.get("ok") else None
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            values.append(float(v))
+            groups.append(s.get("round", 0))
+    return values, groups
+
+
+def _known_fields(data: dict[str, Any], targets: list[dict[str, Any]]) -> list[str]:
+    """Per-request fields a latency_split result defines or carries."""
+    names = {k for k in (data.get("definitions") or {}) if k.endswith("_ms")}
+    for t in targets:
+        for s in (t.get("samples") or [])[:5]:
+            names.update(k for k, v in s.items() if k.endswith("_ms") and isinstance(v, int | float))
+    return sorted(names)
+
+
+def evaluate_paired(spec: PairedSpec, results: list[LoadedResult], *, resamples: int = 2000) -> list[GateRow]:
+    rows: list[GateRow] = []
+    paired_results = [r for r in results if r.kind == "latency_split"]
+    comparisons = sum(max(0, len(r.result.get("data", {}).get("targets") or []) - 1) * len(spec.fields)
+                      for r in paired_results)
+    if comparisons == 0:
+        return [GateRow("paired regression", "candidate vs baseline in one run", "-", SKIP, group=GROUP,
+                        detail="no latency_split result with a baseline and a candidate target")]
+    each = 1 - (1 - spec.confidence) / comparisons  # Bonferroni: the family-wise rate stays at 1 - confidence
+    for res in paired_results:
+        targets = res.result["data"].get("targets") or []
+        if len(targets) < 2:
+            continue
+        base = targets[0]
+        known = _known_fields(res.result["data"], targets)
+        for name in spec.fields:
+            if name not in known:
+                raise PolicyError(f"[paired] field {name!r} is not a per-request field of {res.label} "
+                                  f"(it has: {', '.join(known) or 'no successful samples'})")
+            a, ga = _values(base, name)
+            for cand in targets[1:]:
+                b, gb = _values(cand, name)
+                rows.append(_row(spec, res, name, base, cand, a, ga, b, gb, each, resamples))
+    return rows
+
+
+def _row(spec: PairedSpec, res: LoadedResult, name: str, base: dict[str, Any], cand: dict[str, Any],
+         a: list[float], ga: list[Hashable], b: list[float], gb: list[Hashable], each: float,
+         resamples: int) -> GateRow:
+    label = f"{cand.get('name')} vs {base.get('name')}: {name}"
+    check = f"{name} median difference significant and > max({spec.material_ms:g} ms, {spec.material_ratio:.0%})"
+    if not a or not b:  # e.g. ttft_ms of a non-streaming run
+        return GateRow(label, check, res.label, SKIP, group=GROUP, detail=f"no {name} values on one side")
+    d = median_difference(a, b, baseline_groups=ga, candidate_groups=gb, confidence=each, resamples=resamples)
+    iv = d.interval
+    threshold = spec.threshold_ms(percentile(a, 50))
+    if iv.lo is None or iv.hi is None:
+        return GateRow(label, check, res.label, SKIP, group=GROUP, detail=f"too few samples ({iv.n})")
+    breached = iv.lo > 0 and iv.estimate > threshold
+    if breached:
+        why = f"slower by {iv.estimate:+.3g} ms, interval [{iv.lo:+.3g}, {iv.hi:+.3g}] excludes 0"
+    elif iv.lo > 0:
+        why = f"significant but immaterial: {iv.estimate:+.3g} ms <= {threshold:.3g} ms"
+    else:
+        why = f"{iv.estimate:+.3g} ms, interval [{iv.lo:+.3g}, {iv.hi:+.3g}] contains 0 or lies below it"
+    return GateRow(label, check, res.label, FAIL if breached else PASS, (f"{name} difference", "threshold"),
+                   (">",), (iv.estimate, threshold),
+                   f"{why} ({each:.2%} confidence per comparison, {iv.rounds or 0} paired rounds)", group=GROUP)
