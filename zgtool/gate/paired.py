@@ -43,29 +43,26 @@ def _known_fields(data: dict[str, Any], targets: list[dict[str, Any]]) -> list[s
 
 
 def evaluate_paired(spec: PairedSpec, results: list[LoadedResult], *, resamples: int = 2000) -> list[GateRow]:
-    rows: list[GateRow] = []
-    paired_results = [r for r in results if r.kind == "latency_split"]
-    comparisons = sum(max(0, len(r.result.get("data", {}).get("targets") or []) - 1) * len(spec.fields)
-                      for r in paired_results)
-    if comparisons == 0:
-        return [GateRow("paired regression", "candidate vs baseline in one run", "-", SKIP, group=GROUP,
-                        detail="no latency_split result with a baseline and a candidate target")]
-    each = 1 - (1 - spec.confidence) / comparisons  # Bonferroni: the family-wise rate stays at 1 - confidence
-    for res in paired_results:
-        targets = res.result["data"].get("targets") or []
+    pairs: list[tuple[LoadedResult, str, dict[str, Any], dict[str, Any]]] = []
+    for res in (r for r in results if r.kind == "latency_split"):
+        targets = res.result.get("data", {}).get("targets") or []
         if len(targets) < 2:
             continue
-        base = targets[0]
         known = _known_fields(res.result["data"], targets)
         for name in spec.fields:
             if name not in known:
                 raise PolicyError(f"[paired] field {name!r} is not a per-request field of {res.label} "
                                   f"(it has: {', '.join(known) or 'no successful samples'})")
-            a, ga = _values(base, name)
-            for cand in targets[1:]:
-                b, gb = _values(cand, name)
-                rows.append(_row(spec, res, name, base, cand, a, ga, b, gb, each, resamples))
-    return rows
+            pairs.extend((res, name, targets[0], cand) for cand in targets[1:])
+    if not pairs:
+        return [GateRow("paired regression", "candidate vs baseline in one run", "-", SKIP, group=GROUP,
+                        detail="no latency_split result with a baseline and a candidate target")]
+    values = [(_values(base, name), _values(cand, name)) for _, name, base, cand in pairs]
+    # Bonferroni over the comparisons that have data, so the family-wise rate stays at 1 - confidence
+    comparisons = max(1, sum(1 for (a, _), (b, _) in values if a and b))
+    each = 1 - (1 - spec.confidence) / comparisons
+    return [_row(spec, res, name, base, cand, a, ga, b, gb, each, resamples)
+            for (res, name, base, cand), ((a, ga), (b, gb)) in zip(pairs, values, strict=True)]
 
 
 def _row(spec: PairedSpec, res: LoadedResult, name: str, base: dict[str, Any], cand: dict[str, Any],

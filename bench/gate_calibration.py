@@ -1,0 +1,190 @@
+"""How often does the CI gate cry wolf, and how often does it catch a real regression?
+
+    .venv/bin/python bench/gate_calibration.py [--model dummy:tiny] [--runs 12] [-n 60] [--rounds 6]
+                                               [--conditions quiet,busy] [--policy examples/gates-ci.toml]
+
+One engine (`zgtool serve`), two real delay proxies in front of it (tests/latency/delay_proxy.py:
+one holding each request for 10% of the engine's measured median, one for a fixed 1 ms). Each
+iteration runs three interleaved `zgtool latency-split` jobs, non-streaming, baseline first:
+  A/A    the engine against itself (the same URL twice): any failure is a false alarm;
+  A/B10  the engine against the 10% proxy: a failure is a detection;
+  A/B1   the engine against the 1 ms proxy: a failure is a detection;
+and gates each with the policy (default: examples/gates-ci.toml, the paired interval gate). Under
+"busy", one CPU burner per core runs beside it. For contrast, the way the old CI example gated
+(two separate runs, p95 compared by percentage: `--baseline --max-regression 10%` with its 1 ms
+noise floor) is applied to the A/A data: the previous iteration's baseline vs this one's candidate.
+Prints a table and, as the LAST line, one JSON object: rates with Wilson 95% intervals.
+Goals (issue 25): false-alarm rate <= 5%, detection of a 10% regression >= 80%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from zgtool.gate import LoadedResult, evaluate, load_policy
+from zgtool.stats import percentile
+
+ROOT = Path(__file__).resolve().parents[1]
+PROXY = ROOT / "tests" / "latency" / "delay_proxy.py"
+SCENARIOS = ("aa", "ab10", "ab1ms")
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (math.nan, math.nan)
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, mid - half), min(1.0, mid + half))
+
+
+def free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"gate_calibration: the engine exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"gate_calibration: {url} not healthy after {timeout_s} s")
+
+
+def start_proxy(upstream_port: int, delay_ms: float) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, str(PROXY), "--upstream", f"127.0.0.1:{upstream_port}",
+                             "--delay-ms", f"{delay_ms:.4f}"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    if len(line) != 2 or line[0] != "PORT":
+        raise SystemExit(f"gate_calibration: the delay proxy did not start ({line})")
+    return proc, f"http://127.0.0.1:{line[1]}"
+
+
+def split(a: str, b: str, n: int, rounds: int, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "zgtool", "latency-split", a, b, "-n", str(n), "--rounds", str(rounds),
+           "--no-stream", "--api", "anthropic", "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "NO_COLOR": "1"})
+    if proc.returncode not in (0, 1) or not out.exists():
+        raise SystemExit(f"gate_calibration: latency-split failed ({proc.returncode}): {proc.stderr[-400:]}")
+    return json.loads(out.read_text())
+
+
+def totals(result: dict, index: int) -> list[float]:
+    t = result["data"]["targets"][index]
+    return [s["total_ms"] for s in t["samples"] if s.get("ok") and s.get("total_ms") is not None]
+
+
+def burners(count: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="dummy:tiny")
+    ap.add_argument("--runs", type=int, default=12, help="iterations per condition (each: A/A, A/B10, A/B1)")
+    ap.add_argument("-n", "--requests", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--conditions", default="quiet,busy")
+    ap.add_argument("--policy", default=str(ROOT / "examples" / "gates-ci.toml"))
+    args = ap.parse_args()
+    policy = load_policy(args.policy)
+    port = free_port()
+    engine = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", args.model, "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    procs: list[subprocess.Popen] = [engine]
+    direct = f"http://127.0.0.1:{port}"
+    summary: dict[str, dict] = {}
+    try:
+        wait_health(direct, engine)
+        with tempfile.TemporaryDirectory() as tmp:
+            warm = split(direct, direct, args.requests, args.rounds, Path(tmp) / "warm.json")
+            median_ms = percentile(totals(warm, 0), 50)
+            p10, url10 = start_proxy(port, 0.10 * median_ms)
+            p1, url1 = start_proxy(port, 1.0)
+            procs += [p10, p1]
+            targets = {"aa": direct, "ab10": url10, "ab1ms": url1}
+            print(f"engine {args.model}: median total {median_ms:.2f} ms; 10% proxy holds {0.1 * median_ms:.2f} ms")
+            for cond in [c for c in args.conditions.split(",") if c]:
+                burn = burners(os.cpu_count() or 2) if cond == "busy" else []
+                load_before = os.getloadavg()[0]
+                fails = {s: 0 for s in SCENARIOS}
+                unreliable = {s: 0 for s in SCENARIOS}
+                effect_ms: dict[str, list[float]] = {s: [] for s in SCENARIOS}
+                naive_fa = naive_n = 0
+                prev_base_p95: float | None = None
+                try:
+                    for i in range(args.runs):
+                        for s in SCENARIOS:
+                            out = Path(tmp) / f"{cond}-{s}-{i}.json"
+                            res = split(direct, targets[s], args.requests, args.rounds, out)
+                            report = evaluate(policy, [LoadedResult(str(out), res)])
+                            fails[s] += report.verdict == "fail"
+                            unreliable[s] += report.verdict == "unreliable"
+                            a, b = totals(res, 0), totals(res, 1)
+                            effect_ms[s].append(percentile(b, 50) - percentile(a, 50))
+                            if s == "aa":
+                                cand_p95 = percentile(b, 95)
+                                if prev_base_p95 is not None:
+                                    naive_n += 1
+                                    naive_fa += (cand_p95 > prev_base_p95 * 1.10 and cand_p95 - prev_base_p95 > 1.0)
+                                prev_base_p95 = percentile(a, 95)
+                        print(f"  {cond} {i + 1}/{args.runs}: fails {fails}", flush=True)
+                finally:
+                    for p in burn:
+                        p.kill()
+                        p.wait()
+                n = args.runs
+                summary[cond] = {
+                    "runs_per_scenario": n,
+                    "loadavg_1min_before_after": (round(load_before, 2), round(os.getloadavg()[0], 2)),
+                    "false_alarm_rate": fails["aa"] / n, "false_alarm_ci95": wilson(fails["aa"], n),
+                    "detection_rate_10pct": fails["ab10"] / n, "detection_10pct_ci95": wilson(fails["ab10"], n),
+                    "detection_rate_1ms": fails["ab1ms"] / n, "detection_1ms_ci95": wilson(fails["ab1ms"], n),
+                    "unreliable_runs": unreliable,
+                    "median_effect_ms": {s: round(percentile(v, 50), 3) for s, v in effect_ms.items() if v},
+                    "separate_runs_p95_10pct_false_alarm_rate": naive_fa / naive_n if naive_n else None,
+                    "separate_runs_comparisons": naive_n,
+                }
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    print(f"\n{'condition':<10}{'false alarm (A/A)':>22}{'detect 10%':>16}{'detect 1 ms':>16}{'old way FA':>14}")
+    for cond, r in summary.items():
+        old = r["separate_runs_p95_10pct_false_alarm_rate"]
+        print(f"{cond:<10}{r['false_alarm_rate']:>21.0%} {r['detection_rate_10pct']:>15.0%} "
+              f"{r['detection_rate_1ms']:>15.0%} {'-' if old is None else f'{old:.0%}':>13}")
+    met = all(r["false_alarm_rate"] <= 0.05 and r["detection_rate_10pct"] >= 0.80 for r in summary.values())
+    print(json.dumps({"bench": "gate_calibration", "model": args.model, "policy": args.policy,
+                      "requests": args.requests, "rounds": args.rounds, "conditions": summary,
+                      "goals": {"false_alarm_max": 0.05, "detection_10pct_min": 0.80}, "goals_met": met}))
+
+
+if __name__ == "__main__":
+    main()
