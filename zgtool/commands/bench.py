@@ -1,4 +1,5 @@
-"""`zgtool bench`: k6 open-model load, gateway vs direct vs direct+stream, or a rate ramp."""
+"""`zgtool bench`: k6 open-model load, gateway vs direct vs direct+stream, or a rate ramp; one k6 execution
+segment of N (`--segment`), a k6-operator TestRun (`--k8s N`), and `bench merge` of the segments."""
 
 from __future__ import annotations
 
@@ -10,9 +11,44 @@ import typer
 GATEWAY_KINDS = ("pygw", "nginx", "stack")
 
 
+BENCH_EXAMPLES = """
+
+\b
+Examples:
+  zgtool bench --start --via pygw --rate 20 --duration 20s -o bench.json
+  zgtool bench --direct http://127.0.0.1:8000 --scenarios direct --segment 1/2 -o seg1.json   (and 2/2 at once)
+  zgtool bench merge seg1.json seg2.json -o bench.json
+  zgtool bench --direct http://vllm:8000 --gateway http://litellm:4000 --k8s 4 --k8s-out k8s/
+"""
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("bench")
+    bench_app = typer.Typer(help="k6 open-model load tests (run, segments, merge).")
+    app.add_typer(bench_app, name="bench")
+
+    @bench_app.command("merge")
+    def merge(
+        results: list[Path] = typer.Argument(..., metavar="RESULT...", help="The bench.k6 result of every segment."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+        out: Path | None = typer.Option(None, "-o", "--output", help="Write the merged result to FILE."),
+    ) -> None:
+        """Combine the results of `zgtool bench --segment i/N` (i = 1..N) into one bench.k6 result:
+        counts summed, trends recomputed from every segment's raw points. `gate` and `report html`
+        read it like any other."""
+        from zgtool.loadtest.merge import merge_segments
+        from zgtool.loadtest.render import render_bench
+        from zgtool.output import console, emit_result, err_console
+        from zgtool.results import load_result, make_result
+
+        merged = merge_segments([(str(p), load_result(p)) for p in results])
+        render_bench(merged, err_console if as_json else console)
+        emit_result(make_result("bench.k6", merged), as_json=as_json, out=out)
+        _fail_if_nothing_succeeded(merged)
+
+    @bench_app.callback(invoke_without_command=True, help="Load-test gateway vs direct vs direct streaming with "
+                        "k6 (open model)." + BENCH_EXAMPLES)
     def bench(
+        ctx: typer.Context,
         direct: str | None = typer.Option(None, "--direct", help="Engine target (name or URL)."),
         gateway: str | None = typer.Option(None, "--gateway", help="Gateway target in front of it."),
         start: bool = typer.Option(False, "--start", help="Start the local stack (null model) and bench it."),
@@ -40,10 +76,28 @@ def register(app: typer.Typer) -> None:
         config: Path | None = typer.Option(None, "--config", help="zgtool.toml with named targets."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the result to FILE."),
+        segment: str | None = typer.Option(None, "--segment", help="Run slice i of N of the load (k6 execution "
+                                           "segments, e.g. 1/3); start all N at once, then `zgtool bench merge`."),
+        k8s: int | None = typer.Option(None, "--k8s", help="Write a k6-operator TestRun with parallelism N (and "
+                                       "its ConfigMap and Secret) instead of running k6 here."),
+        k8s_out: Path = typer.Option(Path("k8s"), "--k8s-out", help="With --k8s: where the manifests go."),
     ) -> None:
-        """Load-test gateway vs direct vs direct streaming with k6 (open model)."""
+        if ctx.invoked_subcommand is not None:
+            return
+        from zgtool.errors import UsageError
         from zgtool.loadtest.config import BenchConfig, RampConfig, parse_duration_s, parse_rates
+        from zgtool.loadtest.segments import Segment
 
+        seg = Segment.parse(segment) if segment is not None else None
+        if (seg or k8s is not None) and (ramp or start):
+            raise UsageError("--segment and --k8s split a constant-rate run against --direct/--gateway targets; "
+                             "not with --ramp or --start")
+        if k8s is not None:
+            cfg_k = BenchConfig(rate_rps=rate, duration_s=parse_duration_s(duration), pre_allocated_vus=pre_vus,
+                                max_vus=max_vus, scenarios=tuple(x.strip() for x in scenarios.split(",") if x.strip()),
+                                sequential=not together, api=api, payload=payload, arrivals=arrivals)
+            write_k8s(cfg_k, direct, gateway, config, k8s, k8s_out)
+            return
         k6_path = _find_k6(k6)
         opts = BenchOpts(direct, gateway, start, via, model, config, k6_path, run_dir, not no_progress,
                          as_json, out)
@@ -59,7 +113,7 @@ def register(app: typer.Typer) -> None:
             cfg_b = BenchConfig(rate_rps=rate, duration_s=parse_duration_s(duration), pre_allocated_vus=pre_vus,
                                 max_vus=max_vus, scenarios=tuple(s.strip() for s in scenarios.split(",") if s.strip()),
                                 sequential=not together, api=api, payload=payload, arrivals=arrivals)
-            run_bench_command(cfg_b, opts)
+            run_bench_command(cfg_b, opts, seg)
 
 
 @dataclass(frozen=True)
@@ -105,7 +159,7 @@ def _stack(opts: BenchOpts, paths: tuple[str, ...]):  # noqa: ANN202 - a context
     return LocalStack(StackConfig(model=opts.model, paths=paths))
 
 
-def run_bench_command(cfg, opts: BenchOpts) -> None:  # noqa: ANN001 - BenchConfig
+def run_bench_command(cfg, opts: BenchOpts, segment=None) -> None:  # noqa: ANN001 - BenchConfig, Segment
     from contextlib import nullcontext
 
     from zgtool.errors import UsageError
@@ -129,11 +183,38 @@ def run_bench_command(cfg, opts: BenchOpts) -> None:  # noqa: ANN001 - BenchConf
             direct = _resolve(opts.direct, opts.config, cfg.api)
             gateway = _resolve(opts.gateway, opts.config, cfg.api) if opts.gateway else None
         result = run_bench(cfg, direct=direct, gateway=gateway, k6=opts.k6, run_dir=opts.run_dir,
-                           progress=opts.progress)
+                           progress=opts.progress, segment=segment)
     from zgtool.results import make_result
 
     render_bench(result, err_console if opts.as_json else console)
     emit_result(make_result("bench.k6", result, target=direct.public()), as_json=opts.as_json, out=opts.out)
+    _fail_if_nothing_succeeded(result)
+
+
+def _fail_if_nothing_succeeded(result) -> None:  # noqa: ANN001 - BenchResult
+    """A run whose every request failed measured nothing: never exit 0 (the result is still written)."""
+    from zgtool.errors import MeasurementUnreliable
+
+    if result.requests == 0 or result.failures >= result.requests:
+        raise MeasurementUnreliable(f"bench: all {result.requests} requests failed; the figures measure nothing "
+                                    "(see the result's per-scenario failures and k6.log in --run-dir)")
+
+
+def write_k8s(cfg, direct: str | None, gateway: str | None, config: Path | None, parallelism: int,  # noqa: ANN001
+              out_dir: Path) -> None:
+    from zgtool.errors import UsageError
+    from zgtool.loadtest.bench import k8s_manifests
+    from zgtool.loadtest.k8s import write_manifests
+    from zgtool.output import console
+
+    if not direct:
+        raise UsageError("--k8s needs --direct TARGET (and --gateway TARGET): URLs the cluster's pods can reach")
+    files = k8s_manifests(cfg, direct=_resolve(direct, config, cfg.api),
+                          gateway=_resolve(gateway, config, cfg.api) if gateway else None, parallelism=parallelism)
+    for p in write_manifests(out_dir, files):
+        console.print(f"wrote {p}")
+    console.print(f"apply with: kubectl apply -f {out_dir}  (k6-operator runs it on {parallelism} runner pods, "
+                  "each on its own execution segment)")
 
 
 def run_ramp_command(cfg, opts: BenchOpts) -> None:  # noqa: ANN001 - RampConfig

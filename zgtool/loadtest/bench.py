@@ -13,7 +13,9 @@ from zgtool.errors import TargetUnreachable, UsageError
 from zgtool.loadtest import scripts
 from zgtool.loadtest.config import BenchConfig, RampConfig, k6_duration
 from zgtool.loadtest.k6bin import k6_version
+from zgtool.loadtest.points import read_points
 from zgtool.loadtest.runner import K6Run, run_k6
+from zgtool.loadtest.segments import Segment
 from zgtool.loadtest.summary import BenchResult, RampPath, ramp_path, run_duration_s, scenario_stats
 from zgtool.loadtest.ttft import TtftAtRate, poisson_ttft
 from zgtool.targets import Target
@@ -36,16 +38,9 @@ def _headers_json(target: Target) -> str:
     return json.dumps(target.auth_headers())
 
 
-def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6: Path,
-              run_dir: Path | None = None, progress: bool = True) -> BenchResult:
-    if "gateway" in config.scenarios and gateway is None:
-        raise UsageError("the gateway scenario needs --gateway TARGET (or --start, or --scenarios direct,...)")
-    needs_direct = any(s.startswith("direct") for s in config.scenarios)
-    for t in ([direct] if needs_direct else []) + ([gateway] if gateway and "gateway" in config.scenarios else []):
-        check_reachable(t)
-    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="zgtool-bench-"))
-    payload = Path(config.payload or scripts.payload(config.api)).resolve()
-    env = {
+def bench_env(config: BenchConfig, direct: Target, gateway: Target | None, payload: Path) -> dict[str, str]:
+    """The k6 script's settings (k6/gateway_vs_direct.js reads them from its environment)."""
+    return {
         "DIRECT_URL": direct.base_url,
         "GATEWAY_URL": gateway.base_url if gateway else "",
         "ENDPOINT": scripts.ENDPOINTS[config.api],
@@ -61,9 +56,37 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
         "DIRECT_HEADERS": _headers_json(direct),
         "GATEWAY_HEADERS": _headers_json(gateway) if gateway else "{}",
     }
+
+
+def k8s_manifests(config: BenchConfig, *, direct: Target, gateway: Target | None, parallelism: int,
+                  name: str = "zgtool-bench") -> dict[str, str]:
+    """The same scenario as a k6-operator TestRun (see zgtool/loadtest/k8s.py)."""
+    from zgtool.loadtest.k8s import manifests
+
+    if "gateway" in config.scenarios and gateway is None:
+        raise UsageError("the gateway scenario needs --gateway TARGET (or --scenarios direct,...)")
+    payload = Path(config.payload or scripts.payload(config.api))
+    return manifests(name=name, parallelism=parallelism,
+                     script=scripts.script(scripts.GATEWAY_VS_DIRECT).read_text(), payload=payload.read_text(),
+                     env=bench_env(config, direct, gateway, payload))
+
+
+def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6: Path,
+              run_dir: Path | None = None, progress: bool = True, segment: Segment | None = None) -> BenchResult:
+    if "gateway" in config.scenarios and gateway is None:
+        raise UsageError("the gateway scenario needs --gateway TARGET (or --start, or --scenarios direct,...)")
+    needs_direct = any(s.startswith("direct") for s in config.scenarios)
+    for t in ([direct] if needs_direct else []) + ([gateway] if gateway and "gateway" in config.scenarios else []):
+        check_reachable(t)
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="zgtool-bench-"))
+    payload = Path(config.payload or scripts.payload(config.api)).resolve()
+    env = bench_env(config, direct, gateway, payload)
+    points_file = run_dir.resolve() / "points.csv.gz"
+    extra = (*segment.k6_args(), "--out", f"csv={points_file}") if segment else ()
     run = K6Run(k6=k6, script=scripts.script(scripts.GATEWAY_VS_DIRECT), env=env, run_dir=run_dir,
-                expected_s=config.expected_s, timeout_s=config.expected_s + 120)
-    out = run_k6(run, progress=progress, label="k6 " + " → ".join(config.scenarios))
+                expected_s=config.expected_s, timeout_s=config.expected_s + 120, extra_args=extra)
+    label = "k6 " + " → ".join(config.scenarios) + (f" (segment {segment.label})" if segment else "")
+    out = run_k6(run, progress=progress, label=label)
     urls = {"gateway": gateway.base_url if gateway else "", "direct": direct.base_url,
             "direct_stream": direct.base_url}
     stats = {
@@ -90,6 +113,8 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
         failure_rate=failures / requests if requests else float("nan"),
         dropped_iterations=dropped, load_generator_saturated=dropped > 0,
         test_run_s=run_duration_s(out.summary), notes=notes,
+        segment=segment.label if segment else None,
+        points=read_points(points_file) if segment else None,
     )
 
 

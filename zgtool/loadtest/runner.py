@@ -30,6 +30,7 @@ class K6Run:
     expected_s: float  # for the progress bar
     summary_name: str = "summary.json"
     timeout_s: float | None = None
+    extra_args: tuple[str, ...] = ()  # e.g. execution segments, --out csv=...
 
     @property
     def summary_path(self) -> Path:
@@ -54,7 +55,7 @@ def run_k6(run: K6Run, *, progress: bool = True, label: str = "k6") -> K6Output:
     env = {**os.environ, "K6_NO_USAGE_REPORT": "true", **run.env, "SUMMARY": str(run.summary_path.resolve())}
     if run.summary_path.exists():
         run.summary_path.unlink()
-    cmd = [str(run.k6), "run", "--quiet", "--no-usage-report", "--no-color", str(run.script)]
+    cmd = [str(run.k6), "run", "--quiet", "--no-usage-report", "--no-color", *run.extra_args, str(run.script)]
     t0 = time.monotonic()
     with open(log_path, "wb") as log, open(out_path, "wb") as out:
         # own process group: Ctrl-C in the terminal reaches zgtool, which stops k6 itself

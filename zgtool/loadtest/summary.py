@@ -72,6 +72,8 @@ class BenchResult:
     test_run_s: float
     ttft_ms: None = None  # k6 cannot see the first SSE event; see notes
     notes: list[str] = field(default_factory=list)
+    segment: str | None = None  # "i/N" when this run was one k6 execution segment of N
+    points: dict[str, dict[str, list[float]]] | None = None  # segments: raw ms per path and phase, for merge
 
 
 def _metric(summary: dict[str, Any], name: str) -> dict[str, Any] | None:
