@@ -27,6 +27,7 @@ class Step:
     cut_after: int | None = None          # send this many SSE events, then drop the connection
     close_after: int | None = None        # send this many SSE events, then end the body cleanly
     delay_s: float = 0.0                  # wait before answering (drives client timeouts)
+    content_type: str = "application/json"  # e.g. text/html for a proxy's error page (body as bytes)
 
 
 @dataclass
@@ -141,7 +142,7 @@ class ScriptedServer:
                 payload = openai_completion(model) if is_openai else anthropic_message(model)
             data = json.dumps(payload).encode() if not isinstance(payload, bytes) else payload
             h.send_response(step.status)
-            h.send_header("content-type", "application/json")
+            h.send_header("content-type", step.content_type)
             h.send_header("content-length", str(len(data)))
             for k, v in step.headers.items():
                 h.send_header(k, v)

@@ -8,12 +8,15 @@ Headers are read through the SDKs' raw-response APIs (`with_raw_response`,
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from zgtool.client.retry import CONNECT, CONNECTION_LOST, STATUS, TIMEOUT, Failure
+from zgtool.client.retry import CONNECT, CONNECTION_LOST, STATUS, TIMEOUT, TLS_VERIFY, Failure
 from zgtool.targets import Target
+from zgtool.tlsverify import CERT_HINT, is_cert_failure
 
 TextCallback = Callable[[str], None]
 BAD_RESPONSE = "bad_response"  # the server answered something the SDK could not parse: never retried
@@ -69,6 +72,22 @@ def _error_type(body: Any) -> str | None:
     return None
 
 
+def server_message(status: int, body: Any, fallback: str) -> str:
+    """The server's own error message: error.message of a JSON error, the title/text of an HTML page
+    (a proxy's 502 page), never the whole page."""
+    if isinstance(body, dict):
+        err = body.get("error")
+        msg = err.get("message") if isinstance(err, dict) else body.get("message")
+        if isinstance(msg, str) and msg:
+            return f"{status}: {msg}"
+    text = body if isinstance(body, str) else fallback
+    if "<" in text and re.search(r"(?is)<(html|!doctype|body|title|h1)\b", text):
+        title = re.search(r"(?is)<title[^>]*>(.*?)</title>", text) or re.search(r"(?is)<h1[^>]*>(.*?)</h1>", text)
+        text = title.group(1) if title else re.sub(r"(?s)<[^>]+>", " ", text)
+        text = f"{status}: {html.unescape(' '.join(text.split()))} (an HTML page)"
+    return " ".join(text.split())[:200]
+
+
 def failure_from(exc: BaseException, sdk: Any, *, delivered: bool = False, partial: str = "",
                  headers: dict[str, str] | None = None) -> Failure:
     """SDK or transport exception -> Failure. Unknown exceptions are programming errors: re-raised."""
@@ -89,7 +108,10 @@ def failure_from(exc: BaseException, sdk: Any, *, delivered: bool = False, parti
 
     if isinstance(exc, sdk.APIStatusError):
         h = _headers(exc.response.headers) if exc.response is not None else None
-        return fail(STATUS, str(exc.message), status=exc.status_code, error_type=_error_type(exc.body), hdrs=h)
+        return fail(STATUS, server_message(exc.status_code, exc.body, str(exc.message)), status=exc.status_code,
+                    error_type=_error_type(exc.body), hdrs=h)
+    if is_cert_failure(exc):
+        return fail(TLS_VERIFY, f"the TLS certificate did not verify ({CERT_HINT})")
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__
         if isinstance(cause, http.ConnectError | http.ConnectTimeout):
@@ -112,7 +134,7 @@ def failure_from(exc: BaseException, sdk: Any, *, delivered: bool = False, parti
 class AnthropicBackend:
     api = "anthropic"
 
-    def __init__(self, target: Target, timeout_s: float) -> None:
+    def __init__(self, target: Target, timeout_s: float, verify: bool | str = True) -> None:
         import anthropic
 
         self._sdk_mod = anthropic
@@ -122,7 +144,8 @@ class AnthropicBackend:
             default_headers.setdefault("X-Api-Key", anthropic.omit)
             default_headers.setdefault("Authorization", anthropic.omit)
         self._sdk = anthropic.Anthropic(base_url=target.base_url, api_key=key or None, max_retries=0,
-                                        timeout=timeout_s, default_headers=default_headers)
+                                        timeout=timeout_s, default_headers=default_headers,
+                                        http_client=_http_client(anthropic, verify))
 
     def close(self) -> None:
         self._sdk.close()
@@ -185,14 +208,15 @@ class AnthropicBackend:
 class OpenAIBackend:
     api = "openai"
 
-    def __init__(self, target: Target, timeout_s: float) -> None:
+    def __init__(self, target: Target, timeout_s: float, verify: bool | str = True) -> None:
         import openai
 
         self._sdk_mod = openai
         base = target.base_url if target.base_url.endswith("/v1") else target.base_url + "/v1"
         # The SDK refuses to start without a key; keyless servers (vLLM, the engine) ignore it.
         self._sdk = openai.OpenAI(base_url=base, api_key=target.api_key() or "unused", max_retries=0,
-                                  timeout=timeout_s, default_headers=dict(target.headers))
+                                  timeout=timeout_s, default_headers=dict(target.headers),
+                                  http_client=_http_client(openai, verify))
 
     def close(self) -> None:
         self._sdk.close()
@@ -250,5 +274,13 @@ class OpenAIBackend:
                          output_tokens)
 
 
-def make_backend(target: Target, timeout_s: float) -> Backend:
-    return AnthropicBackend(target, timeout_s) if target.api == "anthropic" else OpenAIBackend(target, timeout_s)
+def make_backend(target: Target, timeout_s: float, verify: bool | str = True) -> Backend:
+    """verify: True (system CAs), False (--insecure) or a CA bundle path (--cacert)."""
+    if target.api == "anthropic":
+        return AnthropicBackend(target, timeout_s, verify)
+    return OpenAIBackend(target, timeout_s, verify)
+
+
+def _http_client(sdk: Any, verify: bool | str) -> Any:
+    """The SDK's own default HTTP client with our TLS setting (None: the SDK's default)."""
+    return None if verify is True else sdk.DefaultHttpxClient(verify=verify)

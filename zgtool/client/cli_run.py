@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from zgtool.errors import TargetUnreachable, UsageError
+from zgtool.client.retry import NEVER_RETRIED_STATUSES
+from zgtool.errors import MissingCapability, TargetUnreachable, UsageError
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class AskOptions:
     config: Path | None = None
     as_json: bool = False
     out: Path | None = None
+    verify: bool | str = True  # TLS: system CAs, False (--insecure) or a CA bundle path (--cacert)
 
 
 def run_ask(opts: AskOptions) -> None:
@@ -57,7 +59,7 @@ def run_ask(opts: AskOptions) -> None:
     def show(piece: str) -> None:
         console.print(piece, end="", markup=False, highlight=False, soft_wrap=True)
 
-    with Client(target, policy=policy, retry=retry, timeout_s=opts.timeout_s) as client:
+    with Client(target, policy=policy, retry=retry, timeout_s=opts.timeout_s, verify=opts.verify) as client:
         try:
             result = client.ask(opts.prompt, max_tokens=opts.max_tokens, system=opts.system, stream=opts.stream,
                                 on_text=show if live else None, idempotent=opts.idempotent)
@@ -77,4 +79,6 @@ def run_ask(opts: AskOptions) -> None:
         status = f.effective_status
         if status is not None and 400 <= status < 500 and status not in (408, 409, 429):
             raise UsageError(f"{target.base_url} refused the request: {f.message} ({status}); not retried")
+        if status in NEVER_RETRIED_STATUSES:
+            raise MissingCapability(f"{target.base_url} does not implement this request: {f.message}; not retried")
         raise TargetUnreachable(f"{target.base_url}: {failed}")

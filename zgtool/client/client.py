@@ -66,7 +66,8 @@ class Client:
 
     def __init__(self, target: Target | str, *, policy: AutoFallbackPolicy | None = None,
                  retry: RetryConfig | None = None, timeout_s: float = 60.0, backend: Backend | None = None,
-                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
+                 verify: bool | str = True) -> None:
         if isinstance(target, str):
             from zgtool.targets import resolve
 
@@ -77,7 +78,7 @@ class Client:
         self.policy = policy
         self.retry = retry or RetryConfig()
         self.timeout_s = timeout_s
-        self._backend = backend or make_backend(target, timeout_s)
+        self._backend = backend or make_backend(target, timeout_s, verify)
         self._sleep = sleep
         self._rng = rng or random.Random()
 

@@ -21,6 +21,9 @@ from zgtool.client.hints import LoadHint, header_value
 RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every status >= 500 (529 included)
 # Statuses that mean "rejected before any work was done": safe even for non-idempotent requests.
 NOT_PROCESSED_STATUSES = frozenset({429, 503, 529})
+# 5xx that say "this server cannot do that" rather than "try again": 501 Not Implemented,
+# 505 HTTP Version Not Supported. A retry gets the same answer.
+NEVER_RETRIED_STATUSES = frozenset({501, 505})
 # Mid-stream `event: error` bodies carry a type, not a status; map the official types back.
 ERROR_TYPE_STATUS = {
     "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
@@ -34,6 +37,7 @@ CONNECT = "connect"              # no connection: the server never saw the reque
 TIMEOUT = "timeout"              # sent, no (complete) answer within the attempt timeout
 CONNECTION_LOST = "connection_lost"  # connection dropped or stream ended early
 STATUS = "status"                # an HTTP error status (or an error event in a stream)
+TLS_VERIFY = "tls_verify"        # the server's certificate did not verify: the same on every attempt
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,8 @@ def _retryable(failure: Failure, idempotent: bool) -> tuple[bool, str]:
         return False, "server sent x-should-retry: false"
     if should == "true":
         return True, "server sent x-should-retry: true"
+    if failure.kind == TLS_VERIFY:
+        return False, "the certificate did not verify; a retry gets the same certificate"
     if failure.kind == CONNECT:
         return True, "connection failed before the request was sent"
     if failure.kind in (TIMEOUT, CONNECTION_LOST):
@@ -152,6 +158,8 @@ def _retryable(failure: Failure, idempotent: bool) -> tuple[bool, str]:
     status = failure.effective_status
     if status is None:
         return False, f"not retryable: {failure.message}"
+    if status in NEVER_RETRIED_STATUSES:
+        return False, f"{status} is not retryable: the server does not implement this"
     if status in RETRYABLE_STATUSES or status >= 500:
         if not idempotent and status not in NOT_PROCESSED_STATUSES:
             return False, f"{status} on a non-idempotent request (it may have run)"

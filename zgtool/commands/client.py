@@ -34,12 +34,22 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, "--config", help="zgtool.toml to read."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         out: Path = typer.Option(None, "-o", "--output", help="Write the JSON result to this file."),
+        insecure: bool = typer.Option(False, "--insecure", "-k", help="Do not verify TLS certificates."),
+        cacert: Path = typer.Option(None, "--cacert", help="CA bundle for a self-signed target (serve --tls)."),
     ) -> None:
-        """Send one prompt through the policy; show attempts, waits, the chosen model and the load hint."""
+        """Send one prompt through the policy; show attempts, waits, the chosen model and the load hint.
+
+        \b
+        Examples:
+          zgtool client ask http://127.0.0.1:8000 "Say hello" --stream
+          zgtool client ask https://127.0.0.1:8443 "Hi" --cacert /tmp/tls/cert.pem
+          zgtool client ask vllm "Hi" --api openai --fallback small-model --max-attempts 3
+        """
         from zgtool.client.cli_run import AskOptions, run_ask
+        from zgtool.tlsverify import verify_setting
 
         run_ask(AskOptions(target=target, prompt=prompt, stream=stream, fallback=tuple(fallback or ()),
                            model=model, api=api, system=system, max_tokens=max_tokens, timeout_s=timeout_s,
                            max_attempts=max_attempts, max_wait_s=max_wait_s, util_threshold_pct=util_threshold,
                            fallback_after=fallback_after, idempotent=not not_idempotent, config=config,
-                           as_json=as_json, out=out))
+                           as_json=as_json, out=out, verify=verify_setting(insecure, cacert)))

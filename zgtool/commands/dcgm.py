@@ -76,6 +76,8 @@ def register(app: typer.Typer) -> None:
         rules_file: Path = typer.Option(None, "--rules", help="Rules TOML (default: the shipped rules)."),
         no_rules: bool = typer.Option(False, "--no-rules", help="Evaluate no rules."),
         fail_on_alert: bool = typer.Option(False, "--fail-on-alert", help="Exit 1 if any rule fired."),
+        insecure: bool = typer.Option(False, "--insecure", "-k", help="Do not verify TLS certificates."),
+        cacert: Path = typer.Option(None, "--cacert", help="CA bundle for a self-signed https source."),
     ) -> None:
         from zgtool.dcgm.rules import load_rules
         from zgtool.dcgm.sources import open_source
@@ -88,8 +90,10 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--rules and --no-rules exclude each other")
         config = WatchConfig(interval_s=interval, duration_s=duration, once=once)
         rules = [] if no_rules else load_rules(rules_file)
+        from zgtool.tlsverify import verify_setting
+
         source = open_source(endpoint=endpoint, prometheus=prometheus, engine=engine, nvml=nvml,
-                             selector=selector)
+                             selector=selector, verify=verify_setting(insecure, cacert))
         try:
             if as_json or once:
                 state = watch(source, rules, config)
@@ -120,15 +124,19 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the engine."),
         as_json: bool = typer.Option(False, "--json", help="Print the defrag result as JSON."),
         out: Path = typer.Option(None, "-o", "--output", help="Write the defrag result here."),
+        insecure: bool = typer.Option(False, "--insecure", "-k", help="Do not verify TLS certificates."),
+        cacert: Path = typer.Option(None, "--cacert", help="CA bundle for a self-signed engine (serve --tls)."),
     ) -> None:
         from zgtool.dcgm.defrag import ADMIN_KEY_ENV, DefragRequest, run_defrag
         from zgtool.output import console, emit_result
         from zgtool.results import make_result
+        from zgtool.tlsverify import verify_setting
 
         key = admin_key or os.environ.get(ADMIN_KEY_ENV) or None
         url = engine if "://" in engine else "http://" + engine
         data = run_defrag(DefragRequest(url, dry_run=dry_run, drop_prefix_cache=drop_prefix_cache,
-                                        admin_key=key, timeout_s=timeout))
+                                        admin_key=key, timeout_s=timeout,
+                                        verify=verify_setting(insecure, cacert)))
         if not as_json:
             from zgtool.dcgm.render import defrag_table
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from zgtool.errors import MissingCapability, TargetUnreachable, UsageError
 from zgtool.targets import validate_url
+from zgtool.tlsverify import CERT_HINT, is_cert_failure
 
 ADMIN_KEY_ENV = "ZGTOOL_ADMIN_KEY"
 
@@ -24,6 +25,7 @@ class DefragRequest:
     drop_prefix_cache: bool = False
     admin_key: str | None = None
     timeout_s: float = 60.0  # compaction copies KV between steps; give it time
+    verify: bool | str = True  # TLS: system CAs, False (--insecure) or a CA bundle (--cacert)
 
     def __post_init__(self) -> None:
         validate_url(self.engine_url)
@@ -32,12 +34,12 @@ class DefragRequest:
 
 
 class AdminClient:
-    def __init__(self, base_url: str, admin_key: str | None, timeout_s: float) -> None:
+    def __init__(self, base_url: str, admin_key: str | None, timeout_s: float, verify: bool | str = True) -> None:
         import httpx  # lazy: CLI start-up stays light
 
         self.base_url = base_url.rstrip("/")
         headers = {"x-api-key": admin_key} if admin_key else {}
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, verify=verify)
         self._has_key = bool(admin_key)
 
     def close(self) -> None:
@@ -64,6 +66,8 @@ class AdminClient:
         except httpx.TimeoutException as exc:
             raise TargetUnreachable(f"engine {url} timed out: {exc}") from exc
         except httpx.HTTPError as exc:
+            if is_cert_failure(exc):
+                raise TargetUnreachable(f"{self.base_url}: the TLS certificate did not verify; {CERT_HINT}") from exc
             raise TargetUnreachable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
         detail = _error_message(resp)
         if resp.status_code in (401, 403):
@@ -106,7 +110,7 @@ def _error_message(resp: Any) -> str:
 
 def run_defrag(req: DefragRequest) -> dict[str, Any]:
     """Ask the engine to defrag (or dry-run) and return the "defrag" result payload."""
-    with AdminClient(req.engine_url, req.admin_key, req.timeout_s) as client:
+    with AdminClient(req.engine_url, req.admin_key, req.timeout_s, req.verify) as client:
         before_kv = client.kv()  # also checks reachability and the key before acting
         resp = client.defrag(req.dry_run, req.drop_prefix_cache)
         before = resp.get("before")

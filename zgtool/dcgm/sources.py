@@ -20,6 +20,7 @@ from zgtool.dcgm.metrics import (
 )
 from zgtool.errors import MissingCapability, TargetUnreachable, UsageError
 from zgtool.targets import validate_url
+from zgtool.tlsverify import CERT_HINT, is_cert_failure
 
 REMOTE_OPTIONS = (
     "--endpoint URL (a dcgm-exporter /metrics, default port 9400), "
@@ -54,11 +55,11 @@ class _HttpSource:
     kind = "http"
     what = "endpoint"
 
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 5.0, verify: bool | str = True) -> None:
         import httpx  # lazy: keeps `zgtool --help` fast
 
         self.url = url
-        self._client = httpx.Client(timeout=timeout_s)
+        self._client = httpx.Client(timeout=timeout_s, verify=verify)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "url": self.url}
@@ -74,6 +75,8 @@ class _HttpSource:
         except httpx.TimeoutException as exc:
             raise TargetUnreachable(f"{self.what} {url} timed out: {exc}") from exc
         except httpx.HTTPError as exc:
+            if is_cert_failure(exc):
+                raise TargetUnreachable(f"{self.what} {url}: the TLS certificate did not verify; {CERT_HINT}") from exc
             raise TargetUnreachable(f"cannot reach {self.what} {url}: {exc}") from exc
         return resp
 
@@ -84,8 +87,8 @@ class ExporterSource(_HttpSource):
     kind = "exporter"
     what = "dcgm-exporter"
 
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
-        super().__init__(_metrics_url(url, default_port=9400), timeout_s)
+    def __init__(self, url: str, timeout_s: float = 5.0, verify: bool | str = True) -> None:
+        super().__init__(_metrics_url(url, default_port=9400), timeout_s, verify)
 
     def read(self) -> list[GpuReading]:
         resp = self._get(self.url)
@@ -106,11 +109,11 @@ class PrometheusSource(_HttpSource):
     kind = "prometheus"
     what = "Prometheus"
 
-    def __init__(self, url: str, selector: str = "", timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, selector: str = "", timeout_s: float = 5.0, verify: bool | str = True) -> None:
         if "://" not in url:
             url = "http://" + url
         validate_url(url)
-        super().__init__(url.rstrip("/"), timeout_s)
+        super().__init__(url.rstrip("/"), timeout_s, verify)
         self.selector = selector.strip().strip("{}").strip()
         names = "|".join(DCGM_SAMPLE_NAMES)
         extra = f",{self.selector}" if self.selector else ""
@@ -153,8 +156,8 @@ class EngineSource(_HttpSource):
     kind = "engine"
     what = "engine"
 
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
-        super().__init__(_metrics_url(url), timeout_s)
+    def __init__(self, url: str, timeout_s: float = 5.0, verify: bool | str = True) -> None:
+        super().__init__(_metrics_url(url), timeout_s, verify)
         self.key = urlsplit(self.url).netloc
 
     def read(self) -> list[GpuReading]:
@@ -246,7 +249,8 @@ def load_nvml() -> Any:
 
 
 def open_source(
-    *, endpoint: str | None, prometheus: str | None, engine: str | None, nvml: bool, selector: str = ""
+    *, endpoint: str | None, prometheus: str | None, engine: str | None, nvml: bool, selector: str = "",
+    verify: bool | str = True,
 ) -> Source:
     """Exactly one source; with none given, NVML if a driver is present, else exit 4 listing options."""
     given = [name for name, v in (("--endpoint", endpoint), ("--prometheus", prometheus),
@@ -256,11 +260,11 @@ def open_source(
     if selector and not prometheus:
         raise UsageError("--selector only applies to --prometheus")
     if endpoint:
-        return ExporterSource(endpoint)
+        return ExporterSource(endpoint, verify=verify)
     if prometheus:
-        return PrometheusSource(prometheus, selector=selector)
+        return PrometheusSource(prometheus, selector=selector, verify=verify)
     if engine:
-        return EngineSource(engine)
+        return EngineSource(engine, verify=verify)
     if nvml:
         return NvmlSource()
     try:
