@@ -637,12 +637,17 @@ def cpu_has_avx2_fma() -> bool:
     return False
 
 
-@functools.cache
 def library() -> ctypes.CDLL:
     """The compiled kernels (built on first use; concurrent builders each write a temp file and
-    rename it into place, so a reader never sees half a library)."""
+    rename it into place, so a reader never sees half a library). ZGTOOL_NO_KERNELS is read on
+    every call, so a model built after it is set runs on torch even when the library is loaded."""
     if os.environ.get("ZGTOOL_NO_KERNELS"):
         raise KernelsUnavailable("disabled by ZGTOOL_NO_KERNELS")
+    return _built_library()
+
+
+@functools.cache
+def _built_library() -> ctypes.CDLL:
     if not cpu_has_avx2_fma():
         raise KernelsUnavailable("this CPU lacks AVX2/FMA (needed by the int8 kernels)")
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")

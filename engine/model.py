@@ -288,8 +288,12 @@ class LlamaModel:
         # and the fp32 lm_head runs on the C GEMM (SmolLM2, 16 rows: ~30 ms vs MKL's ~50; rows never
         # mix, so deterministic mode needs no padded tiles for it)
         self.fast_lm_head = self.fast_norm and not self.quantized
-        # f32_gemm's per-channel scale: ones, as long as the widest output (the vocabulary or a projection)
-        widest = max(spec.vocab_size, (self.num_heads + 2 * self.num_kv_heads) * self.head_dim, spec.intermediate_size)
+        # f32_gemm's per-channel scale: ones, as long as the widest output of any GEMM it scales (the
+        # vocabulary, qkv, gate_up = 2 x intermediate, o/down = hidden). The C step reads N scales per
+        # GEMM with no length to check against: a short table was read past its end, which gave NaN
+        # logits on every checkpoint whose vocabulary is smaller than 2 x intermediate (issue 26).
+        widest = max(spec.vocab_size, (self.num_heads + 2 * self.num_kv_heads) * self.head_dim,
+                     2 * spec.intermediate_size, spec.hidden_size)
         self._lm_ones = torch.ones(widest) if (self.fast_lm_head or self.f32_kernel) else None
         inv = rope_inv_freq(spec)
         pos = torch.arange(spec.max_position_embeddings, dtype=torch.float32)

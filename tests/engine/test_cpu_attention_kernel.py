@@ -79,11 +79,11 @@ def test_fused_residual_add_and_rms_norm_equals_torch(rows: int) -> None:
 
 
 def test_without_the_kernels_fp32_falls_back_to_torch_and_int8_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    from zgtool.engine.cpu_kernels import library
+    from zgtool.engine.cpu_kernels import _built_library
     from zgtool.engine.errors import ModelLoadError
 
     monkeypatch.setenv("ZGTOOL_NO_KERNELS", "1")
-    library.cache_clear()
+    _built_library.cache_clear()
     try:
         e = Engine(EngineConfig(model="dummy:tiny", dtype="float32", device="cpu"))
         assert e.model is not None and not e.model.attn_kernel and not e.model.fast_norm
@@ -92,7 +92,7 @@ def test_without_the_kernels_fp32_falls_back_to_torch_and_int8_says_why(monkeypa
             Engine(EngineConfig(model="dummy:tiny", dtype="int8", device="cpu"))
     finally:
         monkeypatch.delenv("ZGTOOL_NO_KERNELS")
-        library.cache_clear()
+        _built_library.cache_clear()
 
 
 def test_fp32_gemm_equals_torch_and_keeps_rows_independent() -> None:
