@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 from dataclasses import dataclass
@@ -98,6 +99,9 @@ class EngineConfig:
             raise InvalidRequest("batch_window_ms must be >= 0")
 
 
+GREEDY_BELOW_TEMPERATURE = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 128
@@ -111,16 +115,18 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if self.temperature < 0:
-            raise InvalidRequest("temperature must be >= 0")
-        if not 0 < self.top_p <= 1:
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise InvalidRequest(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not math.isfinite(self.top_p) or not 0 < self.top_p <= 1:
             raise InvalidRequest("top_p must be in (0, 1]")
         if self.top_k < 0:
             raise InvalidRequest("top_k must be >= 0")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        """Below GREEDY_BELOW_TEMPERATURE a temperature is greedy (vLLM's _SAMPLING_EPS): dividing
+        logits by 1e-300 overflows to inf and softmax gives NaN."""
+        return self.temperature < GREEDY_BELOW_TEMPERATURE or self.top_k == 1
 
 
 def engine_choice(model: str, dtype: str = "auto", device: str = "auto", num_threads: int | None = None,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import os
 import threading
 import time
@@ -40,11 +41,21 @@ from zgtool.engine import kvpool
 from zgtool.engine.block_manager import BlockManager
 from zgtool.engine.config import EngineConfig, SamplingParams
 from zgtool.engine.detok import detokenize_step, emittable, find_stop
-from zgtool.engine.errors import ContextLengthExceeded, EngineStopped, InvalidRequest, Overloaded
+from zgtool.engine.errors import (
+    ContextLengthExceeded,
+    EngineStopped,
+    InvalidRequest,
+    Overloaded,
+    SequenceFault,
+)
 from zgtool.engine.outputs import RequestOutput, RequestTimings, Usage
 from zgtool.engine.scheduler import Scheduler
 from zgtool.engine.sequence import Sequence, Status
 from zgtool.engine.stream import RequestStream
+
+log = logging.getLogger("zgtool.engine")
+# Faults no single sequence causes: every in-flight request fails (and the engine goes on).
+ENGINE_WIDE_FAULTS: tuple[type[BaseException], ...] = (MemoryError,)
 
 TICK_BUDGET_S = 0.0005   # loop driver: longest run of steps before the loop polls I/O again
 DELIVERY_WAIT_S = 0.002  # thread driver, one running sequence: longest wait for the loop's write
@@ -235,7 +246,14 @@ class Engine:
         for seq in batch.seqs:
             if seq.timings.first_scheduled_s is None:
                 seq.timings.first_scheduled_s = t0
-        sampled = self.runner.execute(batch)
+        try:
+            sampled = self.runner.execute(batch)
+        except ENGINE_WIDE_FAULTS:
+            raise
+        except SequenceFault as fault:
+            return outputs + self._fail_seqs([batch.seqs[i] for i in fault.rows], fault.message)
+        except Exception as exc:  # noqa: BLE001 - find the sequence(s) that cause it
+            return outputs + self._isolate(batch, exc)
         t1 = time.perf_counter()
         step_ms = (t1 - t0) * 1e3
         self.last_step_ms = step_ms
@@ -356,7 +374,7 @@ class Engine:
         try:
             outputs = self.step()
         except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
-            outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
+            outputs = self._fail_step(exc)
         streams = self._streams
         for out in outputs:                 # _deliver, inlined (one call per output saved)
             stream = streams.get(out.request_id)
@@ -398,7 +416,7 @@ class Engine:
             try:
                 outputs = self.step()
             except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
-                outputs = self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
+                outputs = self._fail_step(exc)
             if outputs:
                 self._outbox.extend(outputs)
             if self._defer or not self._outbox:
@@ -436,11 +454,54 @@ class Engine:
         self._delivered.wait(DELIVERY_WAIT_S)
         self._await_delivery = False
 
+    def _fail_seqs(self, seqs: list[Sequence], message: str) -> list[RequestOutput]:
+        """Fail these sequences alone (their blocks go back to the pool). Every other sequence of
+        the step was not advanced: the next step computes its tokens again, writing the same KV
+        to the same slots, so its output is what it would have been without the failed ones."""
+        outs = []
+        for seq in seqs:
+            log.error("request %s failed in the engine step: %s", seq.request_id, message)
+            self._finish(seq, "abort")
+            outs.append(RequestOutput(seq.request_id, [], "", True, "abort",
+                                      error=f"engine error in request {seq.request_id}: {message}"))
+        return outs
+
+    def _isolate(self, batch: Any, exc: Exception) -> list[RequestOutput]:
+        """A step raised without naming its sequences: run each sequence of it alone to find the
+        ones that fail by themselves, and fail only those. When none does (the fault needs the
+        batch, or is gone), every sequence of the step fails: a fault we cannot pin on one request."""
+        from zgtool.engine.scheduler import ScheduledBatch
+
+        culprits = []
+        # the trial runs must not consume seeded generators: the real step samples again later
+        gens: list[tuple[Any, Any]] = [(g, g.get_state()) for s in batch.seqs if (g := s.generator) is not None]
+        if len(batch.seqs) > 1:
+            for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+                try:
+                    self.runner.execute(ScheduledBatch([seq], [n]))
+                except ENGINE_WIDE_FAULTS:
+                    raise
+                except Exception:  # noqa: BLE001 - this one fails alone
+                    culprits.append(seq)
+        for g, state in gens:
+            g.set_state(state)
+        log.error("engine step of %d sequence(s) failed (requests %s)", len(batch.seqs),
+                  ", ".join(s.request_id for s in (culprits or batch.seqs)), exc_info=exc)
+        return self._fail_seqs(culprits or list(batch.seqs), f"the step failed ({type(exc).__name__})")
+
+    def _fail_step(self, exc: BaseException) -> list[RequestOutput]:
+        """An engine-wide fault (out of memory, a scheduler bug): the traceback is logged once with
+        the request ids; clients get a generic message with their request id, not the exception."""
+        ids = [s.request_id for s in list(self.scheduler.running) + list(self.scheduler.waiting)]
+        log.error("engine step failed; failing requests %s", ", ".join(ids) or "(none)", exc_info=exc)
+        return self._fail_all("internal engine error")
+
     def _fail_all(self, message: str) -> list[RequestOutput]:
         outs = []
         for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
             self._finish(seq, "abort")
-            outs.append(RequestOutput(seq.request_id, [], "", True, "abort", error=message))
+            outs.append(RequestOutput(seq.request_id, [], "", True, "abort",
+                                      error=f"{message} (request {seq.request_id})"))
         return outs
 
     def _dispatch(self) -> None:

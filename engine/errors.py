@@ -8,6 +8,8 @@
     ├── ModelLoadError              500 (at start-up: missing files, unsupported architecture)
     │   └── ModelUnavailable        a packaged model's package is missing or its file damaged (CLI exit 4)
     ├── Overloaded                  529 overloaded_error       (KV pool and waiting queue saturated)
+    ├── SequenceFault               500 for the sequences named, only (non-finite logits, a step that
+    │                                   fails with one sequence in it): the rest of the batch goes on
     └── EngineStopped               503 / 529                  (shutting down)
 """
 
@@ -50,6 +52,16 @@ class ModelUnavailable(ModelLoadError):
 
 class Overloaded(EngineError):
     pass
+
+
+class SequenceFault(EngineError):
+    """A step failed because of some of its sequences (`rows`: indices into the step's batch): those
+    requests fail, the others are computed again without them (engine.py)."""
+
+    def __init__(self, rows: list[int], message: str) -> None:
+        super().__init__(message)
+        self.rows = rows
+        self.message = message
 
 
 class EngineStopped(EngineError):

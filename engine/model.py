@@ -270,6 +270,7 @@ class LlamaModel:
             ))
         self._scratch: dict[str, torch.Tensor] = {}  # grow-only step buffers (decode KV gathers)
         self._tokens = torch.empty(64, dtype=torch.long)  # greedy_tokens' output, grow-only
+        self._argmax_shape = (0, 0)  # (rows, vocab) of the last greedy_tokens call
         # fp32 on CPU: decode attention reads the paged KV in place with a C kernel
         # (engine/cpu_kernels.py) instead of gathering padded blocks for SDPA; off without gcc/AVX2
         self.attn_kernel = (device.type == "cpu" and dtype == torch.float32 and self.head_dim % 8 == 0
@@ -515,7 +516,16 @@ class LlamaModel:
         library().lm_head_argmax(hidden.data_ptr(), m, hid, w.data_ptr(), scale.data_ptr(), int8,
                                  self._buf("logits", m * vocab).data_ptr(), vocab, toks.data_ptr(),
                                  torch.get_num_threads())
+        self._argmax_shape = (m, vocab)
         return toks[:m].tolist()
+
+    def nonfinite_greedy_rows(self, m: int) -> list[int]:
+        """Rows of the last greedy_tokens call whose logits were not all finite (the C argmax
+        would have answered token 0 for a NaN row): one isfinite pass over the logits buffer."""
+        rows, vocab = self._argmax_shape
+        logits = self._scratch["logits"][:rows * vocab].view(rows, vocab)
+        ok = torch.isfinite(logits).all(dim=-1)
+        return [] if bool(ok.all()) else [int(i) for i in (~ok).nonzero().flatten().tolist()]
 
     def _silu_mul(self, gu: torch.Tensor) -> torch.Tensor:
         """gu [T, 2I] (gate | up) -> silu(gate) * up [T, I]"""

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import torch
 
+from zgtool.engine.errors import SequenceFault
 from zgtool.engine.model import AttnMeta, LlamaModel, build_attn_meta
 from zgtool.engine.sampling import sample
 from zgtool.engine.scheduler import ScheduledBatch
@@ -75,13 +76,20 @@ class ModelRunner:
         if all(batch.seqs[i].params.greedy for i in which):
             toks = self.model.greedy_tokens(hidden)  # the lm_head and argmax in one C call
             if toks is not None:
+                bad = self.model.nonfinite_greedy_rows(len(toks))
+                if bad:
+                    raise SequenceFault([list(which)[r] for r in bad], "non-finite logits")
                 for i, tok in zip(which, toks, strict=True):
                     sampled[i] = tok
                 return sampled
         logits = self.model.logits(hidden)
         params = [batch.seqs[i].params for i in which]
         gens = [batch.seqs[i].generator for i in which]  # type: ignore[misc]
-        for i, tok in zip(which, sample(logits, params, gens), strict=True):  # type: ignore[arg-type]
+        try:
+            tokens = sample(logits, params, gens)  # type: ignore[arg-type]
+        except SequenceFault as fault:  # rows of `which` -> rows of the batch
+            raise SequenceFault([list(which)[r] for r in fault.rows], fault.message) from None
+        for i, tok in zip(which, tokens, strict=True):
             sampled[i] = tok
         return sampled
 

@@ -5,6 +5,15 @@ from __future__ import annotations
 import torch
 
 from zgtool.engine.config import SamplingParams
+from zgtool.engine.errors import SequenceFault
+
+
+def check_finite(logits: torch.Tensor) -> None:
+    """Rows whose logits are not all finite (a model fault, never a token 0): SequenceFault."""
+    ok = torch.isfinite(logits).all(dim=-1)
+    if not bool(ok.all()):
+        rows = [int(i) for i in (~ok).nonzero().flatten().tolist()]
+        raise SequenceFault(rows, "non-finite logits")
 
 
 def make_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
@@ -14,7 +23,10 @@ def make_generator(params: SamplingParams, device: torch.device) -> torch.Genera
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> list[int]:
-    """logits [N, V] float32 -> one token id per row."""
+    """logits [N, V] float32 -> one token id per row. Finite logits never give NaN probabilities:
+    each row is shifted by its max before the temperature divides it, so the top logit maps to
+    exp(0) = 1 and the sum is >= 1 whatever the temperature."""
+    check_finite(logits)
     greedy_rows = [i for i, p in enumerate(params) if p.greedy]
     if len(greedy_rows) == len(params):  # all greedy: one argmax, one host copy
         return [int(t) for t in logits.argmax(dim=-1).tolist()]
@@ -26,7 +38,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     for i, p in enumerate(params):
         if p.greedy:
             continue
-        row = logits[i] / p.temperature
+        row = logits[i].float()
+        row = (row - row.max()) / p.temperature
         if p.top_k > 0 and p.top_k < row.shape[-1]:
             kth = torch.topk(row, p.top_k).values[-1]
             row = row.masked_fill(row < kth, float("-inf"))

@@ -210,8 +210,12 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self._what = ""
         self._write_timer: TimerHandle | None = None
         self._in_head = True
-        self._head_bytes = 0      # bytes of earlier reads of the head being parsed
-        self._read_bytes = 0      # bytes of the read being parsed
+        # Header bytes come from the parser's own callbacks (request line and every field of the
+        # message being parsed), never from read sizes: a read that holds a whole request, or
+        # several pipelined ones, also holds bodies (issue 22: 42 KB prompts got 431).
+        self._head_bytes = 0      # url + header fields of the current message, from the callbacks
+        self._raw_head_bytes = 0  # whole reads spent inside one head (a field the parser still buffers)
+        self._boundary_in_read = False  # a message began or its head completed during this read
 
     # -- connection ----------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -283,8 +287,7 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
     # -- parsing -------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
-        was_head = self._in_head
-        self._read_bytes = len(data)
+        self._boundary_in_read = False
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -300,31 +303,40 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._reject(400, f"malformed HTTP request: {exc}")
             return
-        if was_head and self._in_head:
-            # Still inside the head: everything read so far is request line + headers, which
-            # the parser buffers; cap it before it can grow.
-            self._head_bytes += len(data)
-            if self._head_bytes > self.max_header_bytes:
-                self._reject(431, f"request headers exceed {self.max_header_bytes} bytes")
+        if self._in_head and not self._boundary_in_read:
+            # the whole read went into one unfinished head (a long field the parser buffers):
+            # cap it before it can grow; a read that also held a boundary is counted by fields
+            self._raw_head_bytes += len(data)
+        if self._in_head and max(self._head_bytes, self._raw_head_bytes) > self.max_header_bytes:
+            self._reject(431, f"request headers exceed {self.max_header_bytes} bytes")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
+        self._head_bytes = self._raw_head_bytes = 0
+        self._boundary_in_read = True
         self._arm(self.header_timeout_s, "headers")
+
+    def on_url(self, url: bytes) -> None:
+        self._head_bytes += len(url) + 16   # + method, version and CRLF
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4   # ": " and CRLF
+        if self._head_bytes > self.max_header_bytes:
+            raise _Reject(431, f"request line and headers exceed {self.max_header_bytes} bytes")
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         # Before the request starts: the field count, and the exact head size when the head may
         # have come whole in a read over the cap (data_received caps heads spread over reads).
         if len(self.headers) > self.max_headers:
             raise _Reject(431, f"request has more than {self.max_headers} header fields")
-        if self._head_bytes + self._read_bytes > self.max_header_bytes:
-            size = len(self.url)
-            for name, value in self.headers:
-                size += len(name) + len(value) + 4
-            if size > self.max_header_bytes:
-                raise _Reject(431, f"request line and headers exceed {self.max_header_bytes} bytes")
+        if self._head_bytes > self.max_header_bytes:
+            raise _Reject(431, f"request line and headers exceed {self.max_header_bytes} bytes")
         self._in_head = False
-        self._head_bytes = 0
+        self._boundary_in_read = True
+        self._head_bytes = self._raw_head_bytes = 0
         self._arm(self.body_timeout_s, "body")
         super().on_headers_complete()
         cycle = self.cycle
@@ -337,6 +349,8 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         super().on_message_complete()
         self._in_head = True
+        self._boundary_in_read = True   # the rest of this read (if any) is a new message's
+        self._head_bytes = self._raw_head_bytes = 0
 
     # -- writing -------------------------------------------------------------
     def pause_writing(self) -> None:

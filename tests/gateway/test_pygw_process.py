@@ -364,3 +364,18 @@ def test_sigterm_past_grace_ends_an_openai_stream_with_an_error_chunk(upstream: 
         assert "Traceback" not in log and "CancelledError" not in log, log
     finally:
         child.stop()
+
+
+def test_by_default_pygw_sends_a_failing_request_upstream_exactly_once(start_pygw, upstream: FakeUpstream) -> None:
+    gw = start_pygw(upstream.url)  # no --max-retries: retries are off
+    text = f"FAIL529 n=1 {uuid.uuid4().hex}"
+    r = httpx.post(gw + "/v1/messages", json=_msg(text), headers=A_HDRS)
+    assert r.status_code == 529 and r.headers["x-gateway-retries"] == "0"
+    assert upstream.calls[text] == 1
+
+
+def test_a_500_is_never_retried_even_with_retries_on(pygw: str, upstream: FakeUpstream) -> None:
+    text = f"FAIL500 always {uuid.uuid4().hex}"
+    r = httpx.post(pygw + "/v1/messages", json=_msg(text), headers=A_HDRS)  # this pygw has --max-retries 2
+    assert r.status_code == 500 and r.headers["x-gateway-retries"] == "0"
+    assert upstream.calls[text] == 1

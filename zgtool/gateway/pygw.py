@@ -51,7 +51,10 @@ from zgtool.http.keys import api_key
 from zgtool.http.servertiming import server_timing
 
 log = logging.getLogger("pygw")
-RETRY_STATUSES = frozenset({500, 502, 503, 504, 529})
+# With --max-retries N (off by default): what a retry may fix. Never a 500: the upstream ran the
+# request and failed on it, and a gateway that resends it multiplies a poison request (issue 22:
+# one bad parameter killed every in-flight request, three times over through pygw's retries).
+RETRY_STATUSES = frozenset({502, 503, 504, 529})
 # hop-by-hop or rewritten by pygw: never copied from the upstream answer
 _DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"server", b"date",
                    b"x-request-id", b"via", b"server-timing", b"content-encoding"})
@@ -65,7 +68,7 @@ class GatewayConfig:
     policy: Policy
     redis_url: str | None = None
     cache_ttl_s: float = 300.0
-    max_retries: int = 2
+    max_retries: int = 0     # off by default: a gateway's retries are a behaviour to measure, not to copy
     retry_base_s: float = 0.1
     max_retry_wait_s: float = 10.0
     max_connections: int = 256
