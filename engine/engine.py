@@ -137,6 +137,9 @@ class Engine:
         self._max_waiting = cfg.max_waiting
         self._batch_window_s = cfg.batch_window_ms / 1e3
         self.num_steps = 0
+        # progress watch (/health, zg_engine_stalled_seconds): when a step last began or ended with
+        # work, and when work last arrived at an idle engine
+        self.last_progress_s = self.last_idle_s = time.perf_counter()
         self.finished_by_reason: dict[str, int] = {}
         self.last_step_ms = 0.0
         self._pending: list[RequestOutput] = []
@@ -236,6 +239,8 @@ class Engine:
 
     def step(self) -> list[RequestOutput]:
         """One iteration: schedule, run, postprocess. Returns the deltas it produced."""
+        if not self.scheduler.has_work:
+            self.last_idle_s = time.perf_counter()
         self._pending = []
         self._drain()
         outputs = self._pending
@@ -243,6 +248,7 @@ class Engine:
         if batch.is_empty:
             return outputs
         t0 = time.perf_counter()
+        self.last_progress_s = t0
         for seq in batch.seqs:
             if seq.timings.first_scheduled_s is None:
                 seq.timings.first_scheduled_s = t0
@@ -257,6 +263,7 @@ class Engine:
         t1 = time.perf_counter()
         step_ms = (t1 - t0) * 1e3
         self.last_step_ms = step_ms
+        self.last_progress_s = t1
         self.num_steps += 1
         tok = self.tokenizer
         eos = self.eos_token_ids
@@ -602,10 +609,17 @@ class Engine:
         return self._seqs.get(request_id)
 
     # -- introspection ----------------------------------------------------
+    def stalled_s(self) -> float:
+        """Seconds the engine has had work without scheduling any (0 when idle or progressing)."""
+        if not (self.scheduler.has_work or self._inbox):
+            return 0.0
+        return max(0.0, time.perf_counter() - max(self.last_progress_s, self.last_idle_s))
+
     def stats(self) -> dict[str, Any]:
         bm = self.block_manager
         gpu = kvpool.gpu_figures(self.device)
         return {
+            "stalled_s": self.stalled_s(),
             "kv_blocks_total": bm.num_blocks,
             "kv_blocks_used": bm.num_used_blocks,
             "kv_util": bm.usage(),

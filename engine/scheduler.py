@@ -95,9 +95,11 @@ class Scheduler:
                 self.bm.match_prefix(seq, align_tokens=align)
             n = self._chunk(seq, budget)
             if n == 0 or not self.bm.allocate(seq, n):
-                if not self.running and not batch.seqs and n > 0 and self.bm.num_used_blocks == len(seq.block_table):
-                    # nothing else holds blocks and it still does not fit: it never will
-                    break
+                # A waiting sequence holds no blocks it cannot run with: the prefix it attached
+                # goes back (still cached, evictable). Kept, such blocks piled up across
+                # preemptions until waiting sequences held the whole pool and nothing ran (issue 22).
+                if seq.block_table:
+                    self.bm.free_seq(seq)
                 break
             self.waiting.popleft()
             seq.status = Status.RUNNING

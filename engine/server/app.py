@@ -277,9 +277,20 @@ class ServerApp:
 
 # -- small routes -------------------------------------------------------------
 
+# /health answers 503 "degraded" (what Kubernetes probes and load balancers act on) once the engine
+# has had work and run no step for this long: a wedged engine must not look healthy.
+STALLED_AFTER_S = 30.0
+
+
 async def _health(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     if app.draining:
         await app.send_json(ctx, send, 503, b'{"status":"draining"}')
+        return
+    stalled = app.engine.stalled_s() if hasattr(app.engine, "stalled_s") else 0.0
+    if stalled > STALLED_AFTER_S:
+        body = json.dumps({"status": "degraded", "reason": f"the engine has had work and made no progress "
+                                                           f"for {stalled:.0f} s"}).encode()
+        await app.send_json(ctx, send, 503, body)
         return
     await app.send_json(ctx, send, 200, b'{"status":"ok"}')
 

@@ -57,6 +57,8 @@ class _EngineCollector(Collector):
                       s.get("prefix_cache_queries"))
         yield counter("zg_prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.get("prefix_cache_hits"))
         yield counter("zg_num_preemptions", "Sequences preempted (recompute).", s.get("num_preemptions"))
+        yield gauge("zg_engine_stalled_seconds", "Seconds the engine has had work but run no step (0: progressing "
+                    "or idle); /health says degraded past its threshold.", s.get("stalled_s"))
         if s.get("sm_util") is not None:
             yield gauge("zg_gpu_sm_util", "GPU SM utilisation as reported by the engine.", s["sm_util"])
         if s.get("vram_free_gb") is not None:
