@@ -38,10 +38,15 @@ def find_stop(seq: Sequence, delta_len: int) -> str | None:
     return best[1]
 
 
-def emittable(seq: Sequence, finished: bool) -> str:
-    """Text not yet handed out; while running, hold back what could start a stop string."""
+def emittable(seq: Sequence, finished: bool, safe_limit: int | None = None) -> str:
+    """Text not yet handed out; while running, hold back what could start a stop string.
+    `safe_limit` (the safety filter's cleared length) caps it too: text a stop may end, so the
+    filter can never see its continuation, is never handed out before it is cleared."""
     hold = 0 if finished or not seq.params.stop else max(len(s) for s in seq.params.stop) - 1
-    end = max(seq.emitted_chars, len(seq.output_text) - hold)
+    end = len(seq.output_text) - hold
+    if safe_limit is not None:
+        end = min(end, safe_limit)
+    end = max(seq.emitted_chars, end)
     text = seq.output_text[seq.emitted_chars:end]
     seq.emitted_chars = end
     return text

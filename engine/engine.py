@@ -301,20 +301,29 @@ class Engine:
             delta_len = len(detokenize_step(tok, seq)) if reason is None else 0
             td = perf()
             tm.detok_ms += (td - now) * 1e3
-            if reason is None and params.stop and (stop_str := find_stop(seq, delta_len)) is not None:
-                reason = "stop"
+            # the safety filter sees every character before a stop string can cut it: cut first,
+            # "Pa" of a denied "Paris" left as the answer to stop ["ris"], and a stop equal to
+            # denied text answered yes/no about it (issue 22)
             if seq.output_filter is not None and delta_len:
                 verdict = seq.output_filter(seq.output_text)
                 tm.safety_ms += (perf() - td) * 1e3
                 if verdict is not None:
                     reason, error = "content_filter", verdict
                     seq.emitted_chars = len(seq.output_text)  # the offending text is never delivered
+            if reason is None and params.stop and (stop_str := find_stop(seq, delta_len)) is not None:
+                reason = "stop"
+                # what the filter still held back could start denied text that the stop cut
+                # short: it is never released ("zgto" of a denied "zgtool null" with stop "ol n")
+                safe = getattr(seq.output_filter, "safe_chars", None)
+                if safe is not None and safe < len(seq.output_text):
+                    seq.output_text = seq.output_text[:safe]
             if reason is None and len(ids) - num_prompt >= params.max_tokens:
                 reason = "length"
             if reason == "content_filter":
                 text = ""
             elif params.stop:
-                text = emittable(seq, reason is not None)
+                cleared = None if reason not in (None, "stop") else getattr(seq.output_filter, "safe_chars", None)
+                text = emittable(seq, reason is not None, cleared)
             else:   # emittable() without stop strings: everything not yet handed out
                 text = seq.output_text[seq.emitted_chars:]
                 seq.emitted_chars = len(seq.output_text)

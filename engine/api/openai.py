@@ -81,10 +81,16 @@ def _messages(obj: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:
     return out, ("\n".join(system) if system else None)
 
 
+OPENAI_MAX_STOP = 4  # OpenAI's documented limit for `stop` (up to 4 sequences)
+
+
 def _stop(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,) if value else ()
-    return str_list(value, "stop")
+    stops = str_list(value, "stop")
+    if len(stops) > OPENAI_MAX_STOP:
+        raise InvalidRequest(f"stop: at most {OPENAI_MAX_STOP} sequences, got {len(stops)}")
+    return stops
 
 
 def parse_chat(obj: dict[str, Any], max_tokens_limit: int) -> ChatRequest:

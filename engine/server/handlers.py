@@ -333,7 +333,12 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
         tail += anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids),
                                  stream.usage.cached_tokens)
     reason = stream.finish_reason
-    if reason not in ("content_filter", "abort"):
+    if reason == "stop" and hold is not None:
+        # a stop string ended it: only text the filter cleared leaves (engine.py caps the output)
+        rest_text = hold.feed(last.text if last is not None else "")
+        if rest_text:
+            group.parts.append(rest_text)
+    elif reason not in ("content_filter", "abort"):
         rest_text = (hold.release() if hold is not None else "") + (last.text if last is not None else "")
         if rest_text:
             group.parts.append(rest_text)

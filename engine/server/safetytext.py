@@ -1,9 +1,15 @@
 """Text normalisation for safety matching and the per-request streaming output filter.
 
-Matching runs on normalised text, so trivial edits do not bypass a rule: Unicode NFKC
-(full-width letters, ligatures, NBSP -> space), zero-width characters removed, every
-whitespace run (spaces, tabs, newlines, NBSP) folded to one space, lower-cased unless the
-policy is case-sensitive. Rules are normalised the same way when the policy loads.
+Matching runs on normalised text, so trivial edits do not bypass a rule: Unicode NFKD
+(full-width letters, ligatures, NBSP -> space, accented letters -> base letter + mark), then
+every invisible code point removed (Unicode Default_Ignorable_Code_Point, format characters
+(Cf) and combining marks (Mn): zero-width and bidi controls, U+2062 invisible times, U+034F,
+variation selectors, tag characters, U+180B, U+3164 ...), every whitespace run folded to one
+space, lower-cased unless the policy is case-sensitive. Rules, prompts and output go through
+the same per-character function: NFKD followed by dropping marks gives the same result
+character by character as on the whole string, so a decomposed "cafe\u0301" in a stream
+matches a "café" rule (per-character NFKC did not compose it). Accents therefore do not
+matter to a rule.
 
 ``OutputFilter`` is the engine's ``output_filter`` hook (called in the step thread with
 the whole output so far) and also tells the stream how much of that output is safe to
@@ -19,16 +25,27 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e")
+import regex
+
+# invisible to a reader, so never part of what a rule matches
+INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}\p{Cf}\p{Mn}]")
 _ASCII_SLOW = re.compile(r"[\t\n\r\x0b\x0c\x1c-\x1f]|  ")     # ASCII that folds (whitespace other than one space)
 
 
+def norm_char(c: str, fold_case: bool) -> str:
+    """One raw character's normalised form ("" for an invisible one), before whitespace folding."""
+    if c.isascii():
+        return c.lower() if fold_case else c
+    n = unicodedata.normalize("NFKD", c)
+    if fold_case:
+        n = n.lower()
+    return INVISIBLE.sub("", n)
+
+
 def normalize(text: str, fold_case: bool) -> str:
-    """The whole-string form (rules, prompts)."""
-    out = unicodedata.normalize("NFKC", text)
-    out = "".join(c for c in out if c not in ZERO_WIDTH)
-    out = " ".join(out.split())
-    return out.lower() if fold_case else out
+    """The whole-string form (rules, prompts): the same per-character function as the output."""
+    out = "".join(norm_char(c, fold_case) for c in text)
+    return " ".join(out.split())
 
 
 @dataclass(frozen=True)
@@ -90,18 +107,13 @@ class OutputFilter:
         norm: list[str] = []
         for i in range(start, len(text)):
             c = text[i]
-            if c in ZERO_WIDTH:
-                continue
             if c.isspace():
                 if not last_space:
                     norm.append(" ")
                     src.append(i)
                     last_space = True
                 continue
-            n = unicodedata.normalize("NFKC", c) if not c.isascii() else c
-            if fold:
-                n = n.lower()
-            for ch in n:
+            for ch in norm_char(c, fold):
                 if ch.isspace():
                     if last_space:
                         continue
