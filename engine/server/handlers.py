@@ -17,11 +17,12 @@ from zgtool.engine.api import openai as oai
 from zgtool.engine.api.common import ChatRequest
 from zgtool.engine.config import SamplingParams
 from zgtool.engine.errors import ContextLengthExceeded, ModelNotFound
+from zgtool.engine.server import intake
 from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
 from zgtool.engine.server.safetytext import Holdback
 from zgtool.engine.server.sse import TokenGrouper
-from zgtool.http.body import ClientGone, dumps, load_json_object, read_body
+from zgtool.http.body import ClientGone, dumps, read_body
 from zgtool.http.errors import error_payload
 from zgtool.http.sse import SSE_HEADERS
 
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
 
 # Server-Timing of every answer: these parts in this order (app.SERVER_TIMING_FMT formats them)
 SERVER_TIMING_KEYS = ("queue", "prefill", "decode", "detok", "safety", "total")
-
-LONG_PROMPT_CHARS = 32_768   # tokenize longer prompts off the loop so other streams keep flowing
-
 
 class Flight:
     """One generation request in flight: what the disconnect hook and the drain act on."""
@@ -62,18 +60,19 @@ class Flight:
 
 async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
-    req = anth.parse_messages(load_json_object(body), app.engine.max_model_len)
+    req = await intake.parse_body(anth.parse_messages, body, app.engine.max_model_len)
     await _generate(app, ctx, scope, req, receive, send)
 
 
 async def chat_completions(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
-    req = oai.parse_chat(load_json_object(body), app.engine.max_model_len)
+    req = await intake.parse_body(oai.parse_chat, body, app.engine.max_model_len)
     await _generate(app, ctx, scope, req, receive, send)
 
 
 async def count_tokens(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     obj = await app.read_json(ctx, receive)
+    intake.check_message_count(obj)
     req = anth.parse_count_tokens(obj)
     _check_model(app, req.model)
     ids = await _tokenize(app, req)
@@ -86,16 +85,9 @@ def _check_model(app: ServerApp, model: str) -> None:
         raise ModelNotFound(f"model {model!r} is not served here; served models: {', '.join(dict.fromkeys(names))}")
 
 
-def _is_long(req: ChatRequest) -> bool:
-    n = len(req.system or "")
-    for m in req.messages:
-        n += len(m["content"])
-    return n > LONG_PROMPT_CHARS
-
-
 async def _tokenize(app: ServerApp, req: ChatRequest) -> list[int]:
     tok = app.engine.tokenizer
-    if _is_long(req):
+    if intake.is_heavy(req):
         return await asyncio.to_thread(tok.apply_chat_template, messages=req.messages, system=req.system)
     return tok.apply_chat_template(messages=req.messages, system=req.system)  # type: ignore[no-any-return]
 
@@ -162,10 +154,12 @@ async def _watch_disconnect(receive: Any, on_gone: Any) -> None:
 async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRequest, receive: Any,
                     send: Any) -> None:
     _check_model(app, req.model)
+    heavy = intake.is_heavy(req)
     safety = app.safety
     if safety is not None and not safety.input.empty:
         t = time.perf_counter()
-        hit = safety.check_input(req.input_text())
+        text = req.input_text()
+        hit = await asyncio.to_thread(safety.check_input, text) if heavy else safety.check_input(text)
         ctx.safety_ms += (time.perf_counter() - t) * 1e3
         if hit is not None:
             raise content_policy(hit)
@@ -179,7 +173,7 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
         watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, flight.on_gone))
     app.inflight[ctx.rid] = flight
     try:
-        if _is_long(req):
+        if heavy:
             prompt = await asyncio.to_thread(app.engine.tokenizer.apply_chat_template, messages=req.messages,
                                              system=req.system)
             if flight.gone:

@@ -1,0 +1,115 @@
+"""One request's work on the event loop is bounded by what it costs (issue 22: 200,000 empty
+messages froze the loop for 17 s because the off-loop decision counted characters). Checked by
+state, not by speed: an over-cap request is refused before any per-message work, and a large
+body's parsing and templating run in a worker thread while /health is answered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from zgtool.engine.api import anthropic as anth
+from zgtool.engine.api import openai as oai
+from zgtool.engine.server import intake
+
+ANTH = {"anthropic-version": "2023-06-01"}
+
+
+@pytest.fixture(scope="module")
+def server(start_server):
+    """The null model with a context that holds tens of thousands of messages."""
+    with start_server(max_model_len=2_000_000) as s:
+        yield s
+
+
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _body(n_messages: int, content: str = "") -> dict[str, Any]:
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": content} for i in range(n_messages)]
+    return {"model": "null", "max_tokens": 2, "messages": msgs}
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/chat/completions", "/v1/messages/count_tokens"])
+def test_more_messages_than_the_cap_is_a_400_before_any_message_is_validated(server, monkeypatch, path: str):
+    calls: list[int] = []
+    for mod, name in ((anth, "parse_messages"), (oai, "parse_chat"), (anth, "parse_count_tokens")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _r=real, **k: (calls.append(1), _r(*a, **k))[1])
+    body = json.dumps(_body(intake.MAX_MESSAGES + 1)).encode()
+    r = httpx.post(server.url + path, content=body, headers={**ANTH, "content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert f"at most {intake.MAX_MESSAGES} messages" in err["message"]
+    if path.startswith("/v1/chat"):
+        assert err["param"] == "messages" and err["type"] == "invalid_request_error"
+    else:
+        assert r.json()["type"] == "error" and err["type"] == "invalid_request_error"
+    assert calls == []
+
+
+def test_a_large_body_is_parsed_off_the_loop_while_health_is_answered(server, monkeypatch):
+    entered, release = threading.Event(), threading.Event()
+    where: list[bool] = []
+    real = anth.parse_messages
+
+    def gated(obj: dict[str, Any], max_len: int) -> Any:
+        where.append(_on_loop())
+        entered.set()
+        release.wait(30)
+        return real(obj, max_len)
+
+    monkeypatch.setattr(anth, "parse_messages", gated)
+    body = _body(20_000)              # ~600 KB of empty messages: 0 characters of content
+    assert len(json.dumps(body)) > intake.OFFLOAD_BODY_BYTES
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(
+        httpx.post(server.url + "/v1/messages", json=body, headers=ANTH, timeout=60).status_code))
+    t.start()
+    try:
+        assert entered.wait(30), "the request never reached the parser"
+        # the parser is blocked mid-request: the loop must still answer
+        assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+    finally:
+        release.set()
+        t.join(60)
+    assert where == [False]
+    assert done == [200]
+
+
+def test_many_empty_messages_are_templated_off_the_loop(server, monkeypatch):
+    tok = server.engine.tokenizer
+    where: list[bool] = []
+    real = tok.apply_chat_template
+
+    def spy(*a: Any, **k: Any) -> Any:
+        where.append(_on_loop())
+        return real(*a, **k)
+
+    monkeypatch.setattr(tok, "apply_chat_template", spy)
+    small = _body(600)                 # under the body cap, over the cost cap: 0 chars of content
+    assert len(json.dumps(small)) < intake.OFFLOAD_BODY_BYTES
+    assert intake.MESSAGE_COST_CHARS * 600 > intake.OFFLOAD_COST_CHARS
+    r = httpx.post(server.url + "/v1/messages", json=small, headers=ANTH, timeout=60)
+    assert r.status_code == 200
+    r = httpx.post(server.url + "/v1/messages", json=_body(1, "hi"), headers=ANTH, timeout=60)
+    assert r.status_code == 200
+    assert where == [False, True]      # the cheap one stays on the loop (no thread hop)
+
+
+def test_prompt_cost_counts_messages_not_only_characters():
+    from zgtool.engine.api.common import ChatRequest
+    empty = ChatRequest(api="anthropic", model="m", messages=[{"role": "user", "content": ""}] * 10_000)
+    assert intake.is_heavy(empty)
+    assert not intake.is_heavy(ChatRequest(api="anthropic", model="m", messages=[{"role": "user", "content": "x"}]))
