@@ -158,6 +158,39 @@ class SplitConfig:
                 "seed": self.seed, "slo": self.slo.public() if self.slo else None, "quick": self.quick}
 
 
+# where each engine clock starts (EngineTiming.ttft_start / total_start)
+FROM_ARRIVAL = "from arrival"          # the request reached the engine's server
+FROM_SCHEDULING = "from scheduling"    # the scheduler first ran it (queue time excluded)
+
+
+@dataclass(frozen=True)
+class EngineTiming:
+    """The engine's own account of one request, in ms, as one adapter read it (zgtool.latency.adapters).
+
+    Phases the engine does not report are None, never 0. `source` names the adapter ("vLLM per-request
+    metrics", "llama.cpp timings", "Server-Timing", "TGI headers", ...); `ttft_start`/`total_start` say
+    where that clock starts (FROM_ARRIVAL / FROM_SCHEDULING). `other_ms` holds further engine parts
+    (zgtool's detok/safety, vLLM's mean_itl, Ollama's load) that are not queue/prefill/decode.
+    """
+
+    source: str
+    queue_ms: float | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    total_ms: float | None = None
+    ttft_ms: float | None = None
+    ttft_start: str | None = None
+    total_start: str | None = None
+    other_ms: dict[str, float] = field(default_factory=dict)
+
+    def phases(self) -> dict[str, float]:
+        """queue/prefill/decode (+ other parts) that are set: disjoint parts inside total_ms."""
+        out = {k: v for k, v in (("queue", self.queue_ms), ("prefill", self.prefill_ms),
+                                 ("decode", self.decode_ms)) if v is not None}
+        out.update(self.other_ms)
+        return out
+
+
 @dataclass
 class RequestSample:
     """One measured request. Phases that did not happen are None, not 0."""
@@ -189,6 +222,11 @@ class RequestSample:
     rx_clock: str = "client"            # "kernel": receive times are the socket's own timestamps
     client_lag_ms: float | None = None  # how late this client may have seen response bytes (its CPU wait)
     lagged: bool = False                # client_lag_ms over the tolerance: receive times not vouched for
+    trace_id: str | None = None         # the W3C traceparent's trace id this request carried (32 hex)
+    engine: EngineTiming | None = None  # the engine's own timing, from whichever adapter applied
+    hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms
+    engine_warnings: list[str] = field(default_factory=list)     # why an engine report was ignored
+    error_detail: str | None = None     # the server's error body, trimmed to one line
 
 
 @dataclass
@@ -247,6 +285,8 @@ class TargetResult:
     phases: list[PhaseStats] = field(default_factory=list)
     throughput: Throughput | None = None
     cpu_ms_per_request: dict[str, float] | None = None   # local process group -> CPU ms per request
+    attribution_warnings: dict[str, int] = field(default_factory=dict)  # engine reports ignored: reason -> n
+    detected: dict[str, str] | None = None                # api/model found by probing (zgtool.latency.detect)
 
 
 @dataclass
