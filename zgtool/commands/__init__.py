@@ -13,6 +13,7 @@ from zgtool.commands import (
     gate,
     gateway,
     generate,
+    grafana,
     latency,
     probe,
     report,
@@ -34,4 +35,5 @@ REGISTRY: list[Callable[[typer.Typer], None]] = [
     report.register,
     verify.register,
     client.register,
+    grafana.register,
 ]

@@ -1,0 +1,1 @@
+"""A Grafana dashboard for zgtool's engine and the GPUs under it (dcgm-exporter's golden metrics)."""
