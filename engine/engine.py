@@ -170,14 +170,17 @@ class Engine:
             raise Overloaded("the waiting queue is full")
 
     def _new_seq(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None,
-                 output_filter: Callable[[str], str | None] | None) -> Sequence:
+                 output_filter: Callable[[str], str | None] | None, tenant: str | None = None,
+                 tenant_weight: float = 1.0) -> Sequence:
         if not isinstance(params, SamplingParams):
             raise InvalidRequest("params must be a SamplingParams")
         self.validate(prompt_token_ids, params)     # reads only; Sequence copies the list
         rid = request_id or uuid.uuid4().hex[:24]
         if rid in self._seqs:
             raise InvalidRequest(f"request id {rid!r} is already in use")
-        seq = Sequence(rid, list(prompt_token_ids), params, output_filter)
+        if not (isinstance(tenant_weight, (int, float)) and 0 < tenant_weight < float("inf")):
+            raise InvalidRequest(f"tenant_weight must be a positive number, got {tenant_weight!r}")
+        seq = Sequence(rid, list(prompt_token_ids), params, output_filter, tenant, float(tenant_weight))
         seq.timings.arrival_s = time.perf_counter()
         if params.seed is not None and not params.greedy and self.model is not None:
             from zgtool.engine.sampling import make_generator
@@ -187,13 +190,18 @@ class Engine:
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *, request_id: str | None = None,
                     output_filter: Callable[[str], str | None] | None = None,
-                    step_now: bool = False) -> RequestStream:
+                    step_now: bool = False, tenant: str | None = None,
+                    tenant_weight: float = 1.0) -> RequestStream:
         """Queue a request for the step thread (call on the event loop thread after start()).
+
+        ``tenant``/``tenant_weight``: the client key and its tier's weight; running seats are
+        shared between keys in proportion to the weights (engine/scheduler.py). None: one
+        shared key (first come, first served).
 
         ``step_now``: the caller knows no other request is about to arrive (nothing to batch
         with); on the loop driver, an idle engine then takes this request's first step at once,
         in the caller, instead of one loop iteration later."""
-        seq = self._new_seq(prompt_token_ids, params, request_id, output_filter)
+        seq = self._new_seq(prompt_token_ids, params, request_id, output_filter, tenant, tenant_weight)
         stream = RequestStream(seq, self._loop)
         self._seqs[seq.request_id] = seq
         self._streams[seq.request_id] = stream

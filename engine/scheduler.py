@@ -1,5 +1,14 @@
 """Continuous batching: waiting/running queues, a per-step token budget with chunked
-prefill, a cap on running sequences, FCFS, preemption by recompute (plain Python)."""
+prefill, a cap on running sequences, preemption by recompute (plain Python).
+
+Seats are shared between client keys (``Sequence.tenant``, weighted by ``tenant_weight``):
+the next waiting sequence admitted is the oldest of the key with the fewest running
+sequences per unit of weight, and when the batch is full a key below its quota
+(``max_num_seqs`` split in proportion to the weights of the keys with work) takes a seat from
+a key above its own, whose newest sequence is preempted. One key filling every seat pushed
+another key's first token back until one of its long streams ended (issue 22: ~10 ms -> 18-20 s
+of TTFT); now it is admitted in the next step. Sequences of one key (or none) stay FCFS.
+"""
 
 from __future__ import annotations
 
@@ -87,9 +96,14 @@ class Scheduler:
                 i += 1
                 continue
             # seq itself was preempted; the list shrank, do not advance i
-        # 2) admit waiting sequences FCFS while budget, seats and blocks last
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
+        # 2) admit waiting sequences while budget, seats and blocks last, sharing seats by key
+        while self.waiting and budget > 0:
+            seq = self._next_waiting()
+            if len(self.running) >= self.max_num_seqs:
+                donor = self._seat_donor(seq)
+                if donor is None:
+                    break
+                budget += self._preempt(donor, batch)
             if not seq.block_table:
                 align = self.prefill_chunk or 1
                 self.bm.match_prefix(seq, align_tokens=align)
@@ -101,7 +115,7 @@ class Scheduler:
                 if seq.block_table:
                     self.bm.free_seq(seq)
                 break
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             seq.status = Status.RUNNING
             self.running.append(seq)
             batch.seqs.append(seq)
@@ -109,18 +123,72 @@ class Scheduler:
             budget -= n
         return batch
 
-    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
+    # -- sharing seats between keys ----------------------------------------
+    def _next_waiting(self) -> Sequence:
+        """The oldest waiting sequence of the key with the fewest running sequences per unit of
+        weight (ties: the key whose oldest waiting sequence is older). One key: the queue's head."""
+        head = self.waiting[0]
+        firsts: dict[str | None, Sequence] = {}
+        for s in self.waiting:
+            if s.tenant not in firsts:
+                firsts[s.tenant] = s
+        if len(firsts) == 1:
+            return head
+        counts = self._running_per_key()
+        best = head
+        best_load = counts.get(head.tenant, 0) / head.tenant_weight
+        for key, s in firsts.items():
+            load = counts.get(key, 0) / s.tenant_weight
+            if load < best_load:
+                best, best_load = s, load
+        return best
+
+    def _running_per_key(self) -> dict[str | None, int]:
+        counts: dict[str | None, int] = {}
+        for s in self.running:
+            counts[s.tenant] = counts.get(s.tenant, 0) + 1
+        return counts
+
+    def _quotas(self) -> dict[str | None, int]:
+        """Seats per key with work: max_num_seqs in proportion to the weights, at least 1."""
+        weights: dict[str | None, float] = {}
+        for s in self.running:
+            weights.setdefault(s.tenant, s.tenant_weight)
+        for s in self.waiting:
+            weights.setdefault(s.tenant, s.tenant_weight)
+        total = sum(weights.values())
+        return {k: max(1, int(self.max_num_seqs * w / total)) for k, w in weights.items()}
+
+    def _seat_donor(self, seq: Sequence) -> Sequence | None:
+        """The batch is full: the running sequence to preempt so `seq` gets a seat, or None.
+        Only a key below its quota takes a seat, and only from a key above its own (the newest
+        sequence of the key furthest above): seats never ping-pong between keys."""
+        quotas = self._quotas()
+        counts = self._running_per_key()
+        if counts.get(seq.tenant, 0) >= quotas[seq.tenant]:
+            return None
+        over = {k: n - quotas[k] for k, n in counts.items() if n > quotas[k]}
+        if not over:
+            return None
+        key = max(over, key=lambda k: over[k])
+        return next(s for s in reversed(self.running) if s.tenant == key)
+
+    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> int:
+        """Back to the head of the waiting queue, its blocks freed (recomputed when it runs
+        again). Returns the tokens it had been given in this step's batch (0 if none)."""
         self.running.remove(seq)
+        given = 0
         if seq in batch.seqs:
             j = batch.seqs.index(seq)
             batch.seqs.pop(j)
-            batch.num_new_tokens.pop(j)
+            given = batch.num_new_tokens.pop(j)
         self.bm.free_seq(seq)
         seq.status = Status.WAITING
         seq.num_preemptions += 1
         self.num_preemptions += 1
         batch.preempted.append(seq)
         self.waiting.appendleft(seq)
+        return given
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """Finish or abort a sequence wherever it is; its blocks go back to the pool."""

@@ -22,6 +22,8 @@ class Sequence:
     prompt_token_ids: list[int]
     params: SamplingParams
     output_filter: Callable[[str], str | None] | None = None
+    tenant: str | None = None                              # the client key the scheduler shares seats by
+    tenant_weight: float = 1.0                             # its tier's weight (seats in proportion)
     status: Status = Status.WAITING
     token_ids: list[int] = field(default_factory=list)     # prompt + output
     num_computed_tokens: int = 0                           # tokens whose KV is in the pool
