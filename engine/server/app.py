@@ -25,6 +25,7 @@ from zgtool.engine.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from zgtool.engine.server.metrics import ServerMetrics
 from zgtool.engine.server.protocol import RESPOND
 from zgtool.engine.server.safety import SafetyPolicy
+from zgtool.engine.server.tracing import SpanExporter, parse_traceparent, response_headers
 from zgtool.http.body import ClientGone, load_json_object, read_body
 from zgtool.http.errors import error_body
 
@@ -46,7 +47,7 @@ class Ctx:
     """Per-request state shared by the handlers."""
 
     __slots__ = ("rid", "api", "t0", "headers", "principal", "started", "safety_ms", "status", "log", "error_type",
-                 "respond")
+                 "respond", "trace")
 
     def __init__(self, rid: str, api: str, t0: float, headers: dict[bytes, bytes], respond: Any = None) -> None:
         self.rid = rid
@@ -60,6 +61,8 @@ class Ctx:
         self.log: dict[str, Any] | None = None     # access-log record being built (generation routes)
         self.error_type: str | None = None
         self.respond = respond        # our protocol's one-write answer (protocol.RESPOND), or None
+        tp = headers.get(b"traceparent")
+        self.trace = None if tp is None else parse_traceparent(tp, headers.get(b"tracestate"))
 
 
 class ServerApp:
@@ -80,6 +83,7 @@ class ServerApp:
         # run.py: uvicorn's set of request tasks (all connections); one alone means a request
         # has nothing to be batched with and may take its first engine step at once
         self.request_tasks: set[Any] | None = None
+        self.tracer: SpanExporter | None = None    # run.py: --otlp-endpoint
         self.created = int(time.time())
         self.metrics = ServerMetrics(cfg.model, engine.stats,
                                      extra=lambda: {"zg_admission_cap_factor": admission.cap_factor})
@@ -119,6 +123,8 @@ class ServerApp:
             elif msg["type"] == "lifespan.shutdown":
                 self.draining = True
                 await self.engine.shutdown(self.cfg.grace_s)
+                if self.tracer is not None:
+                    await asyncio.to_thread(self.tracer.close)
                 if self.access_log is not None:
                     self.access_log.close()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -240,13 +246,16 @@ class ServerApp:
             # Before (or without) an engine request: the same names, so parsers see one shape.
             timing = (0.0, 0.0, 0.0, 0.0, ctx.safety_ms, (time.perf_counter() - ctx.t0) * 1e3)
         rid = ctx.rid.encode()
-        return [
+        headers = [
             SERVER_HEADER,
             (b"request-id", b"req_" + rid),
             (b"x-request-id", b"inference-" + rid),
             (b"server-timing", SERVER_TIMING_FMT % timing),
             (b"x-gpu-load-hint", self.load_hint()),
         ]
+        if ctx.trace is not None:
+            headers += response_headers(ctx.trace)
+        return headers
 
     async def send_json(self, ctx: Ctx, send: Any, status: int, body: bytes,
                         extra: list[tuple[bytes, bytes]] | None = None, *,

@@ -45,6 +45,7 @@ class ServeConfig:
     safety_policy: Path | None = None
     access_log: Path | None = None
     log_level: str = "warning"
+    otlp_endpoint: str | None = None    # OTLP/HTTP collector: one span per request (JSON encoding)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -68,6 +69,9 @@ class ServeConfig:
             raise UsageError("--batch-window-ms must be >= 0")
         if self.num_threads is not None and self.num_threads < 1:
             raise UsageError("--num-threads must be >= 1")
+        if self.otlp_endpoint is not None and not self.otlp_endpoint.startswith(("http://", "https://")):
+            raise UsageError(f"--otlp-endpoint must be an http(s) URL such as http://127.0.0.1:4318, "
+                             f"not {self.otlp_endpoint!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16", "int8"):
             raise UsageError(f"--dtype must be auto, float32, bfloat16, float16 or int8, not {self.dtype!r}")
 

@@ -22,6 +22,7 @@ from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
 from zgtool.engine.server.safetytext import Holdback
 from zgtool.engine.server.sse import TokenGrouper
+from zgtool.engine.server.tracing import make_span
 from zgtool.http.body import ClientGone, dumps, read_body
 from zgtool.http.errors import error_payload
 from zgtool.http.sse import SSE_HEADERS
@@ -188,6 +189,8 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
                 await _complete(app, ctx, req, stream, send, flight)
         finally:
             _finished(app, ctx, stream, flight)
+            if app.tracer is not None:
+                app.tracer.submit(_span(app, ctx, req, stream))
     finally:
         flight.done = True
         del app.inflight[ctx.rid]
@@ -214,6 +217,9 @@ def _admit(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, prompt: l
     adm.admit(principal, len(prompt), stats, now)
     ctx.log = {"request_id": ctx.rid, "key": principal.name, "api": req.api, "model": req.model,
                "stream": req.stream, "prompt_tokens": len(prompt)} if app.access_log is not None else None
+    if ctx.log is not None and ctx.trace is not None:
+        ctx.log["trace_id"] = ctx.trace.trace_id
+        ctx.log["parent_span_id"] = ctx.trace.parent_span_id
     filt = app.safety.output_filter() if app.safety is not None else None
     tasks = app.request_tasks
     try:
@@ -244,6 +250,41 @@ def _finished(app: ServerApp, ctx: Ctx, stream: Any, flight: Flight) -> None:
                        completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
                        ttft_ms=None if t.ttft_ms is None else round(t.ttft_ms, 3),
                        **_timing_fields(_timing(ctx, stream)))
+
+
+def _span(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any) -> dict[str, Any]:
+    """The request's OTLP span: GenAI attributes under vLLM's names, in seconds. Queue, prefill and
+    decode are the engine's (as in Server-Timing); TTFT and e2e run from the server's receipt."""
+    now = time.perf_counter()
+    t = stream.timings
+    u = stream.usage
+    wall_ns = time.time_ns()
+    first = t.first_token_s
+    attrs: dict[str, Any] = {
+        "gen_ai.system": "zgtool",
+        "gen_ai.request.id": "inference-" + ctx.rid,
+        "gen_ai.request.model": req.model,
+        "gen_ai.response.model": app.cfg.model,
+        "gen_ai.request.max_tokens": req.max_tokens,
+        "gen_ai.request.temperature": float(req.temperature),
+        "gen_ai.request.top_p": float(req.top_p),
+        "gen_ai.request.top_k": req.top_k or None,
+        "gen_ai.request.n": 1,
+        "gen_ai.request.stream": req.stream,
+        "gen_ai.response.finish_reasons": [stream.finish_reason or "unknown"],
+        "gen_ai.usage.prompt_tokens": u.prompt_tokens or len(stream.prompt_token_ids),
+        "gen_ai.usage.completion_tokens": u.completion_tokens,
+        "gen_ai.usage.cached_tokens": u.cached_tokens,
+        "gen_ai.latency.time_in_queue": t.queue_ms / 1e3,
+        "gen_ai.latency.time_to_first_token": None if first is None else first - ctx.t0,
+        "gen_ai.latency.time_in_model_prefill": t.prefill_ms / 1e3,
+        "gen_ai.latency.time_in_model_decode": t.decode_ms / 1e3,
+        "gen_ai.latency.time_in_model_inference": (t.prefill_ms + t.decode_ms) / 1e3,
+        "gen_ai.latency.e2e": now - ctx.t0,
+    }
+    reason = stream.finish_reason
+    error = f"request ended with {reason}" if reason in ("abort", "error") else None
+    return make_span(ctx.trace, "llm_request", wall_ns - int((now - ctx.t0) * 1e9), wall_ns, attrs, error)
 
 
 def _usage(req: ChatRequest, stream: Any) -> dict[str, Any]:

@@ -90,6 +90,7 @@ PLAIN_HEADER_NAMES = frozenset({
     b"anthropic-ratelimit-requests-reset", b"anthropic-ratelimit-tokens-limit",
     b"anthropic-ratelimit-tokens-remaining", b"anthropic-ratelimit-tokens-reset",
     b"x-ratelimit-concurrency-limit", b"x-ratelimit-concurrency-remaining",
+    b"x-zgtool-trace-id", b"x-zgtool-parent-span-id",
 })
 # what uvicorn refuses in a header value (its HEADER_VALUE_RE), CR and LF included
 _CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F])

@@ -164,6 +164,11 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
         raise UsageError(f"cannot load model {cfg.model!r}: {exc}") from exc
     access = AccessLog(cfg.access_log) if cfg.access_log is not None else None
     app = ServerApp(engine, cfg, Admission(keys), policy, access)
+    if cfg.otlp_endpoint is not None:
+        from zgtool import __version__
+        from zgtool.engine.server.tracing import SpanExporter
+
+        app.tracer = SpanExporter(cfg.otlp_endpoint, __version__)
     return Built(app, engine, tls_files, sock, cfg)
 
 

@@ -47,6 +47,7 @@ def serve(
     safety_policy: Path = typer.Option(None, "--safety-policy", help="policy.toml: deny phrases/regexes (see examples/safety-policy.toml)."),
     access_log: Path = typer.Option(None, "--access-log", help="Append one JSON line per request with its timings."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+    otlp_endpoint: str = typer.Option(None, "--otlp-endpoint", help="OTLP/HTTP collector (e.g. http://127.0.0.1:4318): one span per request with the GenAI latency attributes, in the trace of the incoming traceparent."),
     gateway: str = typer.Option("none", "--gateway", help="none | nginx | pygw | stack | haproxy | caddy | litellm | varnish | squid: put that gateway in front."),
     gateway_port: int = typer.Option(None, "--gateway-port", help="Port of the gateway front (with --gateway)."),
     nginx_mode: str = typer.Option("streaming", "--nginx-mode", "--buffering", help="streaming | buffered (with --gateway nginx/stack/haproxy/caddy)."),
@@ -70,6 +71,7 @@ def serve(
         write_timeout_s=write_timeout_s, max_header_bytes=max_header_bytes, max_headers=max_headers,
         metrics_require_key=metrics_key,
         tls_dir=tls_dir, keys=keys, safety_policy=safety_policy, access_log=access_log, log_level=log_level,
+        otlp_endpoint=otlp_endpoint,
     )
     if gateway != "none":
         _serve_with_gateway(cfg, gateway, gateway_port, nginx_mode, redis)
@@ -92,7 +94,7 @@ def _engine_args(cfg: object) -> tuple[str, ...]:
                        ("num_threads", "--num-threads"),
                        ("stream_interval", "--stream-interval"), ("max_body_bytes", "--max-body-bytes"),
                        ("grace_s", "--grace-s"), ("safety_policy", "--safety-policy"),
-                       ("access_log", "--access-log")):
+                       ("access_log", "--access-log"), ("otlp_endpoint", "--otlp-endpoint")):
         value = getattr(cfg, name)
         if value is not None and value != getattr(defaults, name):
             args += [flag, str(value)]
