@@ -49,6 +49,7 @@ from zgtool.http.body import ClientGone, load_json_object, read_body
 from zgtool.http.errors import ApiError, error_body, parse_error_body
 from zgtool.http.keys import api_key
 from zgtool.http.servertiming import server_timing
+from zgtool.http.sse import DONE
 
 log = logging.getLogger("pygw")
 # With --max-retries N (off by default): what a retry may fix. Never a 500: the upstream ran the
@@ -521,8 +522,8 @@ def _error_event(front: str, err_type: str = "overloaded_error",
     """A stream's last event when it cannot finish: Anthropic `event: error`, or for OpenAI a
     data line with the error object (what the openai SDK raises as APIError)."""
     err = ApiError(529 if err_type == "overloaded_error" else 500, err_type, message)
-    if front == "openai":
-        return b"data: " + error_body(err, "openai", "") + b"\n\n"
+    if front == "openai":  # then [DONE], as the engine's (and vLLM's) stream errors end
+        return b"data: " + error_body(err, "openai", "") + b"\n\n" + DONE
     return b"event: error\ndata: " + json.dumps({"type": "error", "error": {"type": err_type, "message": message}},
                                                 separators=(",", ":")).encode() + b"\n\n"
 

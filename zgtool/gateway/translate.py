@@ -14,6 +14,13 @@ OpenAI parameters and what pygw does with them:
     seed                    a 64-bit integer, forwarded as `seed` (zgtool's engine honours it)
     stream_options          an object (null allowed) with a boolean include_usage (else 400)
     user                    forwarded as metadata.user_id
+    top_k                   an integer >= 0, forwarded (the Anthropic API has it)
+    ignore_eos              a boolean (else 400, as the engine answers); true is forwarded as the
+                            zgtool extension `ignore_eos`
+    tools, logprobs, response_format, penalties, logit_bias, ... (UNTRANSLATED): no Anthropic
+                            form here. At a value that changes nothing they are accepted; at any
+                            other a 400 in the engine's own words (code unsupported_parameter),
+                            never silently dropped (the client would get an answer it did not ask for)
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import math
 import time
 from typing import Any
 
+from zgtool.http.body import type_name
 from zgtool.http.errors import ApiError, error_payload, parse_error_body
 from zgtool.http.finish import openai_from_anthropic
 from zgtool.http.sse import SSEParser, comment
@@ -35,8 +43,41 @@ SEED_MAX = 2**63 - 1
 class TranslationError(ApiError):
     """The front request cannot be expressed upstream (400 invalid_request_error)."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(400, "invalid_request_error", message, param=param)
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(400, "invalid_request_error", message, param=param, code=code)
+
+
+def _zero(v: Any) -> bool:
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v == 0)
+
+
+# OpenAI parameters with no translation to the upstream's Anthropic API: accepted only at a value
+# that changes nothing (the same table as zgtool's engine's OpenAI API, checked against it by
+# tests/gateway/test_pygw_openai_params.py; vLLM and OpenAI also answer 400 unsupported_parameter)
+UNTRANSLATED: dict[str, Any] = {
+    "tools": lambda v: not v,
+    "tool_choice": lambda v: v in (None, "none", "auto"),
+    "functions": lambda v: not v,
+    "function_call": lambda v: v in (None, "none", "auto"),
+    "parallel_tool_calls": lambda v: True,
+    "logprobs": lambda v: v in (None, False),
+    "top_logprobs": lambda v: v in (None, 0),
+    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+    "presence_penalty": _zero,
+    "frequency_penalty": _zero,
+    "logit_bias": lambda v: not v,
+    "audio": lambda v: v is None,
+    "modalities": lambda v: v is None or v == ["text"],
+    "prediction": lambda v: v is None,
+    "web_search_options": lambda v: v is None,
+}
+
+
+def _reject_untranslated(req: dict[str, Any]) -> None:
+    for param, ok in UNTRANSLATED.items():
+        if param in req and not ok(req[param]):
+            raise TranslationError(f"{param}: this parameter is not supported by this server; "
+                                   f"remove it or leave it at its default", param, "unsupported_parameter")
 
 
 def upstream_error_to_openai(body: bytes, status: int) -> bytes:
@@ -138,6 +179,7 @@ def openai_to_anthropic(req: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
     if not isinstance(model, str):
         raise TranslationError("model: must be a string", "model")
     body: dict[str, Any] = {"model": model, "messages": out, "max_tokens": _max_tokens(req)}
+    _reject_untranslated(req)
     adjusted: list[str] = []
     if system:
         body["system"] = "\n\n".join(system)
@@ -158,6 +200,17 @@ def openai_to_anthropic(req: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
         if not _is_int(seed) or not -SEED_MAX - 1 <= seed <= SEED_MAX:
             raise TranslationError("seed: must be a 64-bit integer", "seed")
         body["seed"] = seed
+    top_k = req.get("top_k")
+    if top_k is not None:
+        if not _is_int(top_k) or top_k < 0:
+            raise TranslationError(f"top_k: must be an integer >= 0, got {top_k!r}", "top_k")
+        body["top_k"] = top_k
+    ignore_eos = req.get("ignore_eos")
+    if ignore_eos is not None:
+        if not isinstance(ignore_eos, bool):
+            raise TranslationError(f"ignore_eos: must be a boolean, not {type_name(ignore_eos)}", "ignore_eos")
+        if ignore_eos:
+            body["ignore_eos"] = True
     _stream_options(req)
     stream = req.get("stream")
     if stream is not None and not isinstance(stream, bool):
@@ -307,5 +360,6 @@ class OpenAIStream:
             return tail + b"data: [DONE]\n\n"
         if typ == "error":
             err = ev.get("error") or {}
-            return b"data: " + upstream_error_to_openai(json.dumps({"error": err}).encode(), 500) + b"\n\n"
+            return (b"data: " + upstream_error_to_openai(json.dumps({"error": err}).encode(), 500) + b"\n\n"
+                    + b"data: [DONE]\n\n")
         return b""  # ping, content_block_start/stop, timing
