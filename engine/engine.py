@@ -31,7 +31,6 @@ import os
 import threading
 import time
 import uuid
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from typing import Any
 from zgtool.engine import kvpool
 from zgtool.engine.block_manager import BlockManager
 from zgtool.engine.config import EngineConfig, SamplingParams
-from zgtool.engine.detok import detokenize_step, emittable, find_stop
+from zgtool.engine.detok import emittable
 from zgtool.engine.errors import (
     ContextLengthExceeded,
     EngineStopped,
@@ -49,6 +48,7 @@ from zgtool.engine.errors import (
     SequenceFault,
 )
 from zgtool.engine.outputs import RequestOutput, RequestTimings, Usage
+from zgtool.engine.postprocess import Postprocessor
 from zgtool.engine.scheduler import Scheduler
 from zgtool.engine.sequence import Sequence, Status
 from zgtool.engine.stream import RequestStream
@@ -59,7 +59,6 @@ ENGINE_WIDE_FAULTS: tuple[type[BaseException], ...] = (MemoryError,)
 
 TICK_BUDGET_S = 0.0005   # loop driver: longest run of steps before the loop polls I/O again
 DELIVERY_WAIT_S = 0.002  # thread driver, one running sequence: longest wait for the loop's write
-HANDBACK_MODES = ("serial", "deferred", "immediate")   # ZGTOOL_HANDBACK, for A/B runs; serial default
 
 
 @dataclass
@@ -117,6 +116,7 @@ class Engine:
         self.eos_token_ids = set(self.tokenizer.eos_token_ids)
         self._vocab_size = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        self.postprocess = Postprocessor(self.tokenizer, self.eos_token_ids, self.block_manager, self._finish)
         chunk = max(cfg.block_size, 64) if cfg.deterministic else None
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens, chunk)
         self._seqs: dict[str, Sequence] = {}
@@ -147,7 +147,6 @@ class Engine:
         self._handback_pending = False
         self._delivered = threading.Event()   # set on the loop once a serial hand-back is written
         self._await_delivery = False
-        self._handback_mode = "serial"
         self._defer = False             # the outbox waits for the next step's _prepared (thread driver)
         self.last_request_timings = RequestTimings()
 
@@ -246,15 +245,28 @@ class Engine:
         self.finished_by_reason[reason] = self.finished_by_reason.get(reason, 0) + 1
 
     def step(self) -> list[RequestOutput]:
-        """One iteration: schedule, run, postprocess. Returns the deltas it produced."""
+        """One iteration: schedule, execute, postprocess (engine/postprocess.py). Returns the
+        deltas it produced (aborts drained before it included)."""
+        outputs = self._admit()
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            return outputs
+        sampled, step_ms, failed = self._execute(batch)
+        if failed is not None:
+            return outputs + failed
+        return outputs + self.postprocess(batch, sampled, step_ms)
+
+    def _admit(self) -> list[RequestOutput]:
+        """Arrivals, aborts and admin calls queued since the last step; the aborts' outputs."""
         if not self.scheduler.has_work:
             self.last_idle_s = time.perf_counter()
         self._pending = []
         self._drain()
-        outputs = self._pending
-        batch = self.scheduler.schedule()
-        if batch.is_empty:
-            return outputs
+        return self._pending
+
+    def _execute(self, batch: Any) -> tuple[list[int | None], float, list[RequestOutput] | None]:
+        """Run the model on a batch: (sampled tokens, step ms, None), or the outputs of the requests
+        failed when the step raised for some of its sequences (the rest are recomputed next step)."""
         t0 = time.perf_counter()
         self.last_progress_s = t0
         for seq in batch.seqs:
@@ -265,83 +277,15 @@ class Engine:
         except ENGINE_WIDE_FAULTS:
             raise
         except SequenceFault as fault:
-            return outputs + self._fail_seqs([batch.seqs[i] for i in fault.rows], fault.message)
+            return [], 0.0, self._fail_seqs([batch.seqs[i] for i in fault.rows], fault.message)
         except Exception as exc:  # noqa: BLE001 - find the sequence(s) that cause it
-            return outputs + self._isolate(batch, exc)
+            return [], 0.0, self._isolate(batch, exc)
         t1 = time.perf_counter()
         step_ms = (t1 - t0) * 1e3
         self.last_step_ms = step_ms
         self.last_progress_s = t1
         self.num_steps += 1
-        tok = self.tokenizer
-        eos = self.eos_token_ids
-        cache_full_blocks = self.block_manager.cache_full_blocks
-        perf = time.perf_counter
-        seqs = batch.seqs
-        if len(sampled) != len(seqs) or len(batch.num_new_tokens) != len(seqs):
-            raise RuntimeError(f"the runner sampled {len(sampled)} tokens for {len(seqs)} sequences")
-        for seq, n, new_tok in zip(seqs, batch.num_new_tokens, sampled):  # noqa: B905 - lengths checked above
-            tm = seq.timings
-            ids = seq.token_ids
-            num_tokens = len(ids)
-            num_prompt = len(seq.prompt_token_ids)
-            # prefilling (more than the one new token to compute) or no output yet: a prefill step
-            if num_tokens - seq.num_computed_tokens > 1 or num_tokens == num_prompt:
-                tm.prefill_ms += step_ms
-            else:
-                tm.decode_ms += step_ms
-            seq.num_computed_tokens += n
-            cache_full_blocks(seq)
-            if new_tok is None:
-                continue
-            ids.append(new_tok)
-            now = perf()
-            if tm.first_token_s is None:
-                tm.first_token_s = now
-            tm.token_times_s.append(now)
-            params = seq.params
-            reason: str | None = None
-            stop_str: str | None = None
-            error: str | None = None
-            if new_tok in eos and not params.ignore_eos:
-                reason = "stop"
-                ids.pop()  # EOS is not part of the output
-            delta_len = len(detokenize_step(tok, seq)) if reason is None else 0
-            td = perf()
-            tm.detok_ms += (td - now) * 1e3
-            # the safety filter sees every character before a stop string can cut it: cut first,
-            # "Pa" of a denied "Paris" left as the answer to stop ["ris"], and a stop equal to
-            # denied text answered yes/no about it (issue 22)
-            if seq.output_filter is not None and delta_len:
-                verdict = seq.output_filter(seq.output_text)
-                tm.safety_ms += (perf() - td) * 1e3
-                if verdict is not None:
-                    reason, error = "content_filter", verdict
-                    seq.emitted_chars = len(seq.output_text)  # the offending text is never delivered
-            if reason is None and params.stop and (stop_str := find_stop(seq, delta_len)) is not None:
-                reason = "stop"
-                # what the filter still held back could start denied text that the stop cut
-                # short: it is never released ("zgto" of a denied "zgtool null" with stop "ol n")
-                safe = getattr(seq.output_filter, "safe_chars", None)
-                if safe is not None and safe < len(seq.output_text):
-                    seq.output_text = seq.output_text[:safe]
-            if reason is None and len(ids) - num_prompt >= params.max_tokens:
-                reason = "length"
-            if reason == "content_filter":
-                text = ""
-            elif params.stop:
-                cleared = None if reason not in (None, "stop") else getattr(seq.output_filter, "safe_chars", None)
-                text = emittable(seq, reason is not None, cleared)
-            else:   # emittable() without stop strings: everything not yet handed out
-                text = seq.output_text[seq.emitted_chars:]
-                seq.emitted_chars = len(seq.output_text)
-            if reason is not None:
-                seq.stop_sequence = stop_str
-                seq.error = error
-                self._finish(seq, reason)
-            outputs.append(RequestOutput(seq.request_id, [new_tok] if reason != "stop" or stop_str else [],
-                                         text, reason is not None, reason, stop_str, error))
-        return outputs
+        return sampled, step_ms, None
 
     # -- thread + handoff --------------------------------------------------
     @property
@@ -360,14 +304,8 @@ class Engine:
             self._inline = True
             self._loop_tid = threading.get_ident()
             return
-        self._handback_mode = os.environ.get("ZGTOOL_HANDBACK", "serial")
-        if self._handback_mode not in HANDBACK_MODES:
-            warnings.warn(f"ZGTOOL_HANDBACK={self._handback_mode!r} is not one of {', '.join(HANDBACK_MODES)}: "
-                          "using serial", stacklevel=2)
-            self._handback_mode = "serial"
-        if hasattr(self.runner, "prepared") and self._handback_mode != "immediate":
-            # engine/handback.py: the deferred hand-back; ZGTOOL_HANDBACK=deferred (never
-            # serial) or =immediate (after each step, the old way) for A/B
+        if hasattr(self.runner, "prepared"):
+            # engine/handback.py: a step's outputs go back once the next step's inputs are ready
             self.runner.prepared = self._prepared
         self._thread = threading.Thread(target=self._run, name="zgtool-step", daemon=True)
         self._thread.start()
@@ -469,7 +407,7 @@ class Engine:
         loop's work per step grows with them and overlaps the C call as before."""
         if not self._defer:
             return
-        if len(self.scheduler.running) != 1 or self._handback_mode != "serial":
+        if len(self.scheduler.running) != 1:
             self._hand_back()
             return
         self._delivered.clear()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 
 GREEDY = dict(temperature=0, ignore_eos=True)
@@ -82,10 +80,7 @@ def test_a_step_that_fails_before_computing_still_hands_back_the_deferred_output
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("mode", ["immediate", "deferred", "serial"])
-def test_every_hand_back_mode_delivers_every_token(monkeypatch, mode):
-    monkeypatch.setenv("ZGTOOL_HANDBACK", mode)
-
+def test_one_and_several_streams_get_every_token_through_the_hand_back():
     async def main() -> None:
         e = Engine(EngineConfig(model="dummy:tiny"))
         e.start()
@@ -97,23 +92,6 @@ def test_every_hand_back_mode_delivers_every_token(monkeypatch, mode):
             assert not e._defer and not e._await_delivery
             one = await _collect(e.add_request([256, 4], SamplingParams(max_tokens=15, **GREEDY)))
             assert sum(len(o.token_ids) for o in one) == 15 and one[-1].finish_reason == "length"
-        finally:
-            await e.shutdown(1.0)
-
-    asyncio.run(main())
-
-
-def test_an_unknown_hand_back_mode_warns_and_runs_serial(monkeypatch):
-    monkeypatch.setenv("ZGTOOL_HANDBACK", "bogus")
-
-    async def main() -> None:
-        e = Engine(EngineConfig(model="dummy:tiny"))
-        with pytest.warns(UserWarning, match="ZGTOOL_HANDBACK='bogus'"):
-            e.start()
-        try:
-            assert e._handback_mode == "serial"
-            out = await _collect(e.add_request([256, 4], SamplingParams(max_tokens=5, **GREEDY)))
-            assert sum(len(o.token_ids) for o in out) == 5
         finally:
             await e.shutdown(1.0)
 
