@@ -32,6 +32,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from zgtool import __version__
+from zgtool.engine.server.idle import IdlePool
 from zgtool.http.errors import ApiError, error_body
 
 # ASGI scope key (an extension of ours): a callable run once if the client goes away
@@ -203,6 +204,7 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
     write_timeout_s: float = 30.0
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100
+    idle_pool: IdlePool | None = None     # per server (protocol_class): idle keep-alive connections
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -229,6 +231,18 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
                 pass
         # A connection that never sends a complete request line is bounded too.
         self._arm(self.header_timeout_s, "headers")
+        if self.idle_pool is not None:
+            self.idle_pool.make_room(len(self.connections))
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None and self.idle_pool is not None:   # idle now
+            self.idle_pool.add(self, self.client[0] if self.client else "")
+
+    def _unset_keepalive_if_required(self) -> None:
+        if self.timeout_keep_alive_task is not None and self.idle_pool is not None:
+            self.idle_pool.discard(self)
+        super()._unset_keepalive_if_required()
 
     def _arm(self, seconds: float, what: str) -> None:
         due = self.loop.time() + seconds
@@ -384,6 +398,8 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_deadline()
+        if self.idle_pool is not None:
+            self.idle_pool.discard(self)
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None
@@ -397,4 +413,4 @@ def protocol_class(header_timeout_s: float, body_timeout_s: float, *, write_time
     return type("ZgHttpProtocol", (DeadlineHttpToolsProtocol,), {
         "header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s,
         "write_timeout_s": write_timeout_s, "max_header_bytes": max_header_bytes,
-        "max_headers": max_headers})
+        "max_headers": max_headers, "idle_pool": IdlePool()})
