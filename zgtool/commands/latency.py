@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from zgtool.latency.model import TargetResult
 
 HELP = """Per-phase latency decomposition with server-side attribution, side by side.
 
@@ -85,6 +89,13 @@ def _cpu_groups(specs: list[str]) -> dict[str, int]:
     return out
 
 
+def _all_failed(t: TargetResult) -> str:
+    """'NAME: all N requests failed (http_404 x2): <the server's own words>'."""
+    line = f"{t.name}: all {t.num_error} requests failed ({', '.join(f'{k} x{v}' for k, v in t.errors.items())})"
+    said = next((s.error_detail for s in t.samples if s.error_detail), None)
+    return line + (f": the server said {said!r}" if said else "")
+
+
 def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup: int = 2, stream: bool = True,
         prompt: str = "short", prompt_file: Path | None = None, max_tokens: str = "short",
         new_connection: bool = False, api: str | None = None, model: str | None = None,
@@ -131,6 +142,10 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
 
     samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu)
     res = analyse(resolved, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
+    from zgtool.latency.adapters import count_warnings
+
+    for tr, per_target in zip(res.targets, samples, strict=True):
+        tr.attribution_warnings = count_warnings(per_target)
     data = result_data(res)
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
     if not as_json:
@@ -144,9 +159,7 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
     emit_result(result, as_json=as_json, out=out)
     dead = [t for t in res.targets if t.num_ok == 0]
     if dead:
-        detail = "; ".join(f"{t.name}: all {t.num_error} requests failed "
-                           f"({', '.join(f'{k} x{v}' for k, v in t.errors.items())})" for t in dead)
-        raise VerdictFailed(detail)
+        raise VerdictFailed("; ".join(_all_failed(t) for t in dead))
     return result
 
 

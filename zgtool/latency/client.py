@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 import ssl
 from collections.abc import Callable, Iterable
@@ -19,6 +20,8 @@ from typing import Any
 
 import httpcore
 
+from zgtool.http.sse import Event, SSEParser
+from zgtool.latency.adapters import Evidence, attach
 from zgtool.latency.model import RequestSample, SplitConfig
 from zgtool.latency.servertiming import TIMING_KEYS, parse_timing_event, timing_from_headers
 from zgtool.latency.transport import LAG_FLAG_NS, MARKS, make_pool
@@ -31,6 +34,7 @@ _SEND_DONE = "http11.send_request_body.complete"
 _HEADERS_DONE = "http11.receive_response_headers.complete"
 _BODY_DONE = "http11.receive_response_body.complete"
 _ERROR_BODY_LIMIT = 64 * 1024
+ERROR_DETAIL_CHARS = 300
 
 
 class _Trace:
@@ -50,6 +54,13 @@ class _Trace:
                 self.local_port = int(info["return_value"].get_extra_info("client_addr")[1])
             except Exception:  # a backend without client_addr: the port is only informational
                 self.local_port = None
+
+
+def trace_headers() -> tuple[str, list[tuple[bytes, bytes]]]:
+    """A fresh W3C trace context (version 00, sampled): (trace id, [traceparent, tracestate])."""
+    trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
+    return trace_id, [(b"traceparent", f"00-{trace_id}-{span_id}-01".encode()),
+                      (b"tracestate", f"zgtool={span_id}".encode())]
 
 
 def is_ip_literal(host: str) -> bool:
@@ -150,6 +161,9 @@ class Session:
     def measure(self, index: int, worker: int, rnd: int, t_run0_ns: int) -> RequestSample:
         ep = self.ep
         sample = RequestSample(index=index, worker=worker, round=rnd, ok=False)
+        sample.trace_id, trace = trace_headers()
+        headers = self.headers + trace
+        ev = Evidence(stream=ep.stream)
         rec = _Trace()
         t0 = perf_counter_ns()
         sample.start_s = (t0 - t_run0_ns) / 1e9
@@ -172,10 +186,10 @@ class Session:
         MARKS.reset(has_body=bool(ep.body))
         MARKS.armed = True
         try:
-            resp = self.pool.handle_request(httpcore.Request("POST", self.url or "", headers=self.headers,
+            resp = self.pool.handle_request(httpcore.Request("POST", self.url or "", headers=headers,
                                                              content=ep.body, extensions=ext))
             try:
-                end_ns = self._read(resp, sample, content_ns, rec)
+                end_ns = self._read(resp, sample, content_ns, rec, ev)
             finally:
                 resp.close()
         except httpcore.TimeoutException as exc:
@@ -208,30 +222,34 @@ class Session:
         if sample.connect_ms is not None and m.connect_start_ns is not None and m.connect_end_ns is not None:
             sample.connect_ms = (m.connect_end_ns - m.connect_start_ns) / 1e6
         sample.ok = sample.error is None
+        attach(sample, ev)
         return sample
 
     def _note_first_content(self) -> None:
         self.lag_at_content_ns = MARKS.lag_ns
 
-    def _read(self, resp: httpcore.Response, sample: RequestSample, content_ns: list[int], rec: _Trace) -> int:
+    def _read(self, resp: httpcore.Response, sample: RequestSample, content_ns: list[int], rec: _Trace,
+              ev: Evidence) -> int:
         """Read the answer to its end; returns the body-complete timestamp."""
         ep = self.ep
         sample.status = resp.status
         for k, v in resp.headers:
             if k.lower() in (b"request-id", b"x-request-id") and sample.request_id is None:
                 sample.request_id = v.decode("latin-1")
+        ev.headers = Evidence.from_headers(resp.headers).headers
         # Server-Timing, and the engine's timing under a gateway's name for it (LiteLLM)
         parts = timing_from_headers(resp.headers)
         chunks: Iterable[bytes] = resp.stream  # type: ignore[assignment]
         if resp.status >= 400:
-            sample.error = _http_error(resp.status, chunks)
+            sample.error, sample.error_detail = _http_error(resp.status, chunks)
         elif ep.stream:
             sample.error, event_parts, sample.output_tokens, sample.input_tokens = _read_stream(
-                chunks, ep.target.api, content_ns, self._note_first_content)
+                chunks, ep.target.api, content_ns, self._note_first_content, ev)
             parts.update(event_parts)
         else:
-            sample.error, sample.output_tokens, sample.input_tokens = _read_body(chunks, ep.target.api)
+            sample.error, sample.output_tokens, sample.input_tokens = _read_body(chunks, ep.target.api, ev)
         sample.server_timing = parts
+        ev.server_timing = parts
         if MARKS.last_read_ns is not None:      # when the body's last bytes arrived, not when h11 said so
             return MARKS.last_read_ns
         return rec.t.get(_BODY_DONE) or perf_counter_ns()
@@ -261,8 +279,31 @@ def _fill_phases(s: RequestSample, rec: _Trace, t0: int, end_ns: int, content_ns
             s.tpot_ms = (s.total_ms - s.ttft_ms) / (n - 1)
 
 
-def _http_error(status: int, chunks: Iterable[bytes]) -> str:
-    """`http_<status>` plus the API's own error type when the body has one."""
+def error_detail(raw: bytes) -> str | None:
+    """The server's error text on one line, trimmed: the API's error message when the body is JSON, else
+    the body itself (an HTML page's tags stripped)."""
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        doc = None
+    if isinstance(doc, dict):
+        err = doc.get("error", doc.get("detail", doc.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message") or err
+        text = err if isinstance(err, str) else json.dumps(err if err is not None else doc)
+    elif "<" in text:
+        import re
+
+        text = re.sub(r"<[^>]*>", " ", text)
+    line = " ".join(text.split())
+    if not line:
+        return None
+    return line if len(line) <= ERROR_DETAIL_CHARS else line[:ERROR_DETAIL_CHARS - 1] + "…"
+
+
+def _http_error(status: int, chunks: Iterable[bytes]) -> tuple[str, str | None]:
+    """(`http_<status>` plus the API's own error type when the body has one, the server's text)."""
     raw = b""
     for chunk in chunks:
         raw += chunk
@@ -276,10 +317,11 @@ def _http_error(status: int, chunks: Iterable[bytes]) -> str:
             kind = str(err.get("type") or err.get("code") or "")
     except (json.JSONDecodeError, UnicodeDecodeError):
         pass
-    return f"http_{status}" + (f":{kind}" if kind else "")
+    return f"http_{status}" + (f":{kind}" if kind else ""), error_detail(raw)
 
 
-def _read_body(chunks: Iterable[bytes], api: str) -> tuple[str | None, int | None, int | None]:
+def _read_body(chunks: Iterable[bytes], api: str, ev: Evidence | None = None,
+               ) -> tuple[str | None, int | None, int | None]:
     raw = b"".join(chunks)
     try:
         doc = json.loads(raw)
@@ -287,6 +329,8 @@ def _read_body(chunks: Iterable[bytes], api: str) -> tuple[str | None, int | Non
         return "bad_body:not_json", None, None
     if not isinstance(doc, dict):
         return "bad_body:not_object", None, None
+    if ev is not None:
+        ev.note_doc(doc)
     usage = doc.get("usage") or {}
     tokens = usage.get("output_tokens" if api == "anthropic" else "completion_tokens")
     prompt = usage.get("input_tokens" if api == "anthropic" else "prompt_tokens")
@@ -299,20 +343,19 @@ def _read_body(chunks: Iterable[bytes], api: str) -> tuple[str | None, int | Non
 
 
 def _read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int],
-                 on_first_content: Callable[[], None] | None = None,
+                 on_first_content: Callable[[], None] | None = None, ev: Evidence | None = None,
                  ) -> tuple[str | None, dict[str, float], int | None, int | None]:
     """Read SSE to the end, stamping each content delta with the time its bytes arrived: the
-    receive loop (transport.py) stamps every read before h11 or this parser see it."""
+    receive loop (transport.py) stamps every read before h11 or this parser see it. Events are cut by
+    the http kit's parser, which keeps a CRLF split between two reads one line end."""
     parts: dict[str, float] = {}
     state: dict[str, Any] = {"tokens": None, "input": None, "done": False, "error": None}
-    buf = b""
+    parser = SSEParser()
     for chunk in chunks:
         now = MARKS.last_read_ns or perf_counter_ns()
-        buf += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
         had_content = bool(content_ns)
-        while (i := buf.find(b"\n\n")) >= 0:
-            block, buf = buf[:i], buf[i + 2:]
-            _handle_event(block, api, now, content_ns, parts, state)
+        for event in parser.feed(chunk):
+            _handle_event(event, api, now, content_ns, parts, state, ev)
         if content_ns and not had_content and on_first_content is not None:
             on_first_content()
     if state["error"]:
@@ -322,24 +365,24 @@ def _read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int],
     return None, parts, state["tokens"], state["input"]
 
 
-def _handle_event(block: bytes, api: str, now: int, content_ns: list[int],
-                  parts: dict[str, float], state: dict[str, Any]) -> None:
-    name = b""
-    data_lines: list[bytes] = []
-    for line in block.split(b"\n"):
-        if line.startswith(b"event:"):
-            name = line[6:].strip()
-        elif line.startswith(b"data:"):
-            data_lines.append(line[5:].lstrip())
-        elif line.startswith(b": zgtool-timing "):     # the engine's timing rides in an SSE comment
-            parts.update(parse_timing_event(line[16:].decode(errors="replace")))
-    data = b"\n".join(data_lines)
+def _handle_event(event: Event, api: str, now: int, content_ns: list[int], parts: dict[str, float],
+                  state: dict[str, Any], ev: Evidence | None = None) -> None:
+    timing = event.timing                 # the engine's timing rides in an SSE comment
+    if timing is not None:
+        parts.update(parse_timing_event(timing))
+    if not event.event:
+        return                            # a block of comments only
+    name = event.event.encode()
+    data = event.data.encode()
     if api == "anthropic":
         # The event name equals data.type in the Messages API, so deltas need no JSON parse.
         if name == b"content_block_delta":
             content_ns.append(now)
         elif name == b"message_delta":
-            usage = _json(data).get("usage") or {}
+            doc = _json(data)
+            if ev is not None:
+                ev.note_doc(doc)
+            usage = doc.get("usage") or {}
             if isinstance(usage.get("output_tokens"), int):
                 state["tokens"] = usage["output_tokens"]
             if isinstance(usage.get("input_tokens"), int):
@@ -350,6 +393,8 @@ def _handle_event(block: bytes, api: str, now: int, content_ns: list[int],
                 state["input"] = usage["input_tokens"]
         elif name == b"message_stop":
             state["done"] = True
+            if ev is not None:
+                ev.note_doc(_json(data))
         elif name == b"error":
             err = _json(data).get("error") or {}
             state["error"] = f"stream_error:{err.get('type', 'unknown')}"
@@ -363,9 +408,14 @@ def _handle_event(block: bytes, api: str, now: int, content_ns: list[int],
     if b"timing" in name:
         parts.update(parse_timing_event(doc))
         return
+    if ev is not None:
+        ev.note_doc(doc)
     for key in TIMING_KEYS:
-        if isinstance(doc.get(key), dict | str):
-            parts.update(parse_timing_event({key: doc[key]}))
+        val = doc.get(key)
+        if isinstance(val, dict) and ("prompt_ms" in val or "predicted_ms" in val):
+            continue                      # llama.cpp's timings: its adapter reads them, they are not parts
+        if isinstance(val, dict | str):
+            parts.update(parse_timing_event({key: val}))
     if isinstance(doc.get("error"), dict):
         state["error"] = f"stream_error:{doc['error'].get('type') or doc['error'].get('code') or 'unknown'}"
         return

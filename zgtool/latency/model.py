@@ -170,7 +170,8 @@ class EngineTiming:
     Phases the engine does not report are None, never 0. `source` names the adapter ("vLLM per-request
     metrics", "llama.cpp timings", "Server-Timing", "TGI headers", ...); `ttft_start`/`total_start` say
     where that clock starts (FROM_ARRIVAL / FROM_SCHEDULING). `other_ms` holds further engine parts
-    (zgtool's detok/safety, vLLM's mean_itl, Ollama's load) that are not queue/prefill/decode.
+    (zgtool's detok/safety, TGI's validation/inference, Ollama's load) that are not queue/prefill/decode;
+    `info` holds figures that are not parts of the total (vLLM's mean_itl_ms, llama.cpp's cache_n tokens).
     """
 
     source: str
@@ -182,6 +183,7 @@ class EngineTiming:
     ttft_start: str | None = None
     total_start: str | None = None
     other_ms: dict[str, float] = field(default_factory=dict)
+    info: dict[str, float] = field(default_factory=dict)
 
     def phases(self) -> dict[str, float]:
         """queue/prefill/decode (+ other parts) that are set: disjoint parts inside total_ms."""
