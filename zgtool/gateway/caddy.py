@@ -7,6 +7,7 @@ which read a whole body into memory before passing it on."""
 
 from __future__ import annotations
 
+from zgtool.gateway.admin_deny import ADMIN_DENIED_JSON, ADMIN_RAW_PATH_RE
 from zgtool.gateway.binaries import find_binary
 from zgtool.gateway.kinds import Launch, LaunchRequest, render_template
 
@@ -22,7 +23,7 @@ def launch(req: LaunchRequest) -> Launch:
     config = req.run_dir / f"{req.path}.Caddyfile"
     access_log = req.run_dir / f"{req.path}-access.log"
     config.write_text(render_template(
-        "Caddyfile.tmpl", mode="buffered" if req.buffered else "streaming", config=config, host=req.host,
+        "Caddyfile.tmpl", admin_json=ADMIN_DENIED_JSON, admin_re=ADMIN_RAW_PATH_RE, mode="buffered" if req.buffered else "streaming", config=config, host=req.host,
         port=req.port, upstream=f"{up_host}:{up_port}", access_log=access_log,
         buffering=_BUFFERED if req.buffered else _STREAMING,
     ))

@@ -10,6 +10,7 @@ as shipped, for the probes that must tell its coalesced SSE apart."""
 
 from __future__ import annotations
 
+from zgtool.gateway.admin_deny import ADMIN_DENIED_JSON, ADMIN_RAW_PATH_RE
 from zgtool.gateway.binaries import find_binary
 from zgtool.gateway.kinds import Launch, LaunchRequest, render_template
 
@@ -35,7 +36,7 @@ def launch(req: LaunchRequest) -> Launch:
     up_host, up_port = req.upstream_host_port
     config = req.run_dir / f"{req.path}.cfg"
     config.write_text(render_template(
-        "haproxy.cfg.tmpl", mode=req.path, config=config,
+        "haproxy.cfg.tmpl", admin_json=ADMIN_DENIED_JSON, admin_re=ADMIN_RAW_PATH_RE, mode=req.path, config=config,
         host=req.host, port=req.port, upstream=f"{up_host}:{up_port}", buffering=_buffering(req.path),
     ))
     return Launch(argv=(binary, "-db", "-f", str(config)), config=config)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zgtool.errors import MissingCapability, UsageError
+from zgtool.gateway.admin_deny import ADMIN_DENIED_JSON
 
 NGINX_MODES = ("buffered", "streaming")
 INSTALL_HINT = "install it with: sudo apt-get install -y nginx"
@@ -36,6 +37,7 @@ class NginxServer:
     host: str = "127.0.0.1"
     tls: bool = False
     basic_auth: bool = False
+    deny_admin: bool = True  # False only where the upstream is pygw, which checks admin keys itself
 
     def __post_init__(self) -> None:
         if self.mode not in NGINX_MODES:
@@ -88,12 +90,20 @@ def _server_block(s: NginxServer, run_dir: Path, upstream_name: str) -> str:
         )
     else:
         buffering = "        proxy_buffering off;\n        proxy_request_buffering off;\n        proxy_cache off;\n"
+    # /admin/* of the engine: never through this public front (nginx holds no keys); operators use
+    # the engine's own port. nginx matches locations on the decoded, normalised path (/%61dmin/,
+    # //admin/, /x/../admin/ all land here), which is also what the engine routes on.
+    admin = (f"""        location ^~ /admin/ {{
+            default_type application/json;
+            return 403 '{ADMIN_DENIED_JSON}';
+        }}
+""" if s.deny_admin else "")
     return f"""
     # {s.name}: {s.mode}{', tls' if s.tls else ''}{', basic auth' if s.basic_auth else ''}
     server {{
         {listen}
 {tls}        client_max_body_size 32m;
-        location / {{
+{admin}        location / {{
             proxy_pass http://{upstream_name};
             proxy_http_version 1.1;
             proxy_set_header Connection "";

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from zgtool.gateway.admin_deny import ADMIN_DENIED_MESSAGE
 from zgtool.gateway.policy import KeyPolicy, KeyRing, Policy
 from zgtool.gateway.state import (
     CachedResponse,
@@ -480,11 +481,15 @@ class Gateway:
         await _respond(send, resp.status_code, data, hdrs, content_type=False)
 
     async def forward_admin(self, scope: dict, receive: Any, send: Any, rid: str) -> None:
-        """/admin/*: only admin keys (when keyed), passed through with the admin's own key."""
+        """/admin/*: only a configured admin key that is presented, passed through with that key. An
+        open gateway (no keys file, or one without [admin] keys) never serves it: it is the public
+        front, and the engine's own port is where an operator without keys goes."""
         body = await read_body(receive, self.cfg.max_body_bytes, _header(scope, b"content-length"))
         presented = api_key(scope["headers"])
         ring = self.cfg.keys
-        if not ring.open and not ring.is_admin(presented):
+        if not ring.admin:
+            raise ApiError(403, "permission_error", ADMIN_DENIED_MESSAGE + " (no admin key is configured at pygw)")
+        if not ring.is_admin(presented):
             if ring.lookup(presented) is None:
                 raise ApiError(401, "authentication_error", "invalid or missing API key")
             raise ApiError(403, "permission_error", "/admin/* needs an admin key")

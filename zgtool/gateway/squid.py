@@ -14,6 +14,7 @@ import pwd
 import stat
 from pathlib import Path
 
+from zgtool.gateway.admin_deny import ADMIN_DENIED_JSON, ADMIN_RAW_PATH_RE
 from zgtool.gateway.binaries import find_binary
 from zgtool.gateway.kinds import Launch, LaunchRequest, render_template
 
@@ -65,7 +66,7 @@ def launch(req: LaunchRequest) -> Launch:
         logs = (f"access_log stdio:{files[0]}\ncache_log {files[1]}\npid_filename {folder / 'squid.pid'}\n"
                 f"coredump_dir {folder}\n")
     config.write_text(render_template(
-        "squid.conf.tmpl", config=config, host=req.host, port=req.port, upstream_host=up_host,
+        "squid.conf.tmpl", admin_json=ADMIN_DENIED_JSON, admin_re=ADMIN_RAW_PATH_RE, config=config, host=req.host, port=req.port, upstream_host=up_host,
         upstream_port=up_port, logs=logs,
     ))
     # its own service name: shared-memory segments (/dev/shm/<name>-*) of two Squids never collide

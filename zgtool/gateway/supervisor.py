@@ -235,7 +235,8 @@ class LocalStack:
         for path in cfg.nginx_fronts:
             mode = "buffered" if path == "nginx-buffered" else cfg.nginx_mode
             target = f"{host}:{pygw_port}" if path == "stack" else up_addr
-            servers.append(NginxServer(path, front_port(path), target, mode, host, cfg.tls, bool(cfg.basic_auth)))
+            servers.append(NginxServer(path, front_port(path), target, mode, host, cfg.tls, bool(cfg.basic_auth),
+                                       deny_admin=path != "stack"))
         if servers:
             if cfg.upstream and cfg.upstream.startswith("https://"):
                 raise UsageError("nginx fronts a plaintext upstream; give an http:// upstream URL")

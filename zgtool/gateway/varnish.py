@@ -6,6 +6,7 @@ before delivering it.
 
 from __future__ import annotations
 
+from zgtool.gateway.admin_deny import ADMIN_DENIED_JSON, ADMIN_RAW_PATH_RE
 from zgtool.gateway.binaries import find_binary
 from zgtool.gateway.kinds import Launch, LaunchRequest, render_template
 
@@ -18,7 +19,8 @@ def launch(req: LaunchRequest) -> Launch:
     up_host, up_port = req.upstream_host_port
     config = req.run_dir / f"{req.path}.vcl"
     config.write_text(render_template(
-        "varnish.vcl.tmpl", config=config, host=req.host, port=req.port, upstream_host=up_host,
+        "varnish.vcl.tmpl", admin_json=ADMIN_DENIED_JSON.replace('"}', '" }'),  # a VCL {"..."} string ends at "}
+        admin_re=ADMIN_RAW_PATH_RE, config=config, host=req.host, port=req.port, upstream_host=up_host,
         upstream_port=up_port, mode="buffered: beresp.do_stream off" if req.buffered else "streaming (do_stream on)",
         backend_response=_BUFFERED if req.buffered else "",
     ))
