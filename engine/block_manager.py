@@ -1,21 +1,35 @@
 """The KV block pool: ref counts, per-sequence block tables, prefix caching (plain Python).
 
-Prefix caching: every full block gets a chain hash (parent hash + its token ids). A block
-whose ref count drops to zero goes to the tail of the free queue but keeps its hash, so a
-later request with the same prefix can take it back; blocks are evicted (hash dropped)
-only when popped from the head of the free queue for reuse — LRU among free blocks.
+Prefix caching: every full block gets a chain hash (sha256 over the parent's hash and its
+token ids, as vLLM does by default). A block whose ref count drops to zero goes to the tail of
+the free queue but keeps its hash, so a later request with the same prefix can take it back;
+blocks are evicted (hash dropped) only when popped from the head of the free queue for reuse —
+LRU among free blocks.
+
+A hash match alone never attaches a block: its token ids must equal the request's, and it must
+have been computed after the very block the request matched just before it (each cached block
+records its parent's content id, a number never reused). Python's builtin ``hash()`` of a tuple
+is the same in every process on Debian's Python, so colliding prompts could be searched for
+offline and read another request's KV (the pattern of vLLM's GHSA-rm76-4mrf-v9r8).
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence as Seq
+from typing import Any
 
 from zgtool.engine.sequence import Sequence
 
+ROOT_HASH = b""     # the parent of a sequence's first block
 
-def chain_hash(parent: int | None, token_ids: Seq[int]) -> int:
-    return hash((parent, tuple(token_ids)))
+
+def chain_hash(parent: bytes | None, token_ids: Seq[int]) -> bytes:
+    """sha256(parent hash || token ids as int64): a block's identity with everything before it."""
+    return hashlib.sha256((parent or ROOT_HASH) + array("q", token_ids).tobytes()).digest()
 
 
 class BlockManager:
@@ -26,9 +40,15 @@ class BlockManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_cnt = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
+        self.block_hash: list[bytes | None] = [None] * num_blocks
+        # what a cached block holds, checked on every hit: its token ids, a content id never
+        # reused, and the content id of the block before it (None for a first block)
+        self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks
+        self.block_cid: list[int | None] = [None] * num_blocks
+        self.block_parent_cid: list[int | None] = [None] * num_blocks
+        self._cids = itertools.count()
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
-        self.hash_to_block: dict[int, int] = {}
+        self.hash_to_block: dict[bytes, int] = {}
         self.prefix_queries = 0   # prompt tokens looked up
         self.prefix_hits = 0      # prompt tokens found
 
@@ -69,10 +89,10 @@ class BlockManager:
         ids = seq.token_ids
         num_tokens = len(ids)
         max_full = (num_tokens - 1) // bs
-        hashes: list[int] = []
-        parent: int | None = None
+        hashes: list[bytes] = []
+        parent: bytes | None = None
         for i in range(0, num_tokens - bs + 1, bs):
-            parent = hash((parent, tuple(ids[i:i + bs])))    # chain_hash, inlined: the per-request hot path
+            parent = chain_hash(parent, ids[i:i + bs])
             hashes.append(parent)
         seq.block_hashes = hashes
         if not self.enable_prefix_caching:
@@ -80,11 +100,15 @@ class BlockManager:
         self.prefix_queries += num_tokens
         hits: list[int] = []
         lookup = self.hash_to_block.get
-        for h in hashes[:max_full]:
+        parent_cid: int | None = None
+        for i, h in enumerate(hashes[:max_full]):
             b = lookup(h)
-            if b is None:
+            # a hash is only a hint: the block must hold these tokens, computed after the block matched before
+            if (b is None or self.block_parent_cid[b] != parent_cid
+                    or self.block_tokens[b] != tuple(ids[i * bs:(i + 1) * bs])):
                 break
             hits.append(b)
+            parent_cid = self.block_cid[b]
         num_hit_tokens = len(hits) * bs
         num_hit_tokens -= num_hit_tokens % max(align_tokens, bs) if align_tokens > bs else 0
         hits = hits[: num_hit_tokens // bs]
@@ -109,12 +133,17 @@ class BlockManager:
             seq.block_hashes.append(chain_hash(parent, seq.token_ids[i * bs:(i + 1) * bs]))
         if not self.enable_prefix_caching:
             return
+        table = seq.block_table
         for i in range(seq.num_cached_blocks, num_full):
-            b = seq.block_table[i]
+            b = table[i]
             h = seq.block_hashes[i]
-            if self.block_hash[b] is None and h not in self.hash_to_block:
+            parent_cid = self.block_cid[table[i - 1]] if i else None
+            if self.block_hash[b] is None and h not in self.hash_to_block and (i == 0 or parent_cid is not None):
                 self.block_hash[b] = h
                 self.hash_to_block[h] = b
+                self.block_tokens[b] = tuple(seq.token_ids[i * bs:(i + 1) * bs])
+                self.block_cid[b] = next(self._cids)
+                self.block_parent_cid[b] = parent_cid
         seq.num_cached_blocks = max(seq.num_cached_blocks, num_full)
 
     # -- allocation -------------------------------------------------------
@@ -122,11 +151,15 @@ class BlockManager:
         b, _ = self.free.popitem(last=False)
         h = self.block_hash[b]
         if h is not None:  # evict the cached prefix this block held
-            self.block_hash[b] = None
-            if self.hash_to_block.get(h) == b:
-                del self.hash_to_block[h]
+            self._forget(b)
         self.ref_cnt[b] = 1
         return b
+
+    def _forget(self, b: int) -> None:
+        h = self.block_hash[b]
+        if h is not None and self.hash_to_block.get(h) == b:
+            del self.hash_to_block[h]
+        self.block_hash[b] = self.block_tokens[b] = self.block_cid[b] = self.block_parent_cid[b] = None
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Reserve blocks so num_new_tokens more tokens fit; False (nothing changed) if the pool is short."""
@@ -152,10 +185,8 @@ class BlockManager:
         """Forget every evictable prefix (free blocks holding hashes). Returns how many."""
         n = 0
         for b in self.free:
-            h = self.block_hash[b]
-            if h is not None:
-                self.block_hash[b] = None
-                self.hash_to_block.pop(h, None)
+            if self.block_hash[b] is not None:
+                self._forget(b)
                 n += 1
         return n
 
@@ -181,16 +212,21 @@ class BlockManager:
         if not mapping:
             return
         ref = list(self.ref_cnt)
-        hsh = list(self.block_hash)
+        content: list[list[Any]] = [list(self.block_hash), list(self.block_tokens), list(self.block_cid),
+                                    list(self.block_parent_cid)]
+        tables: list[list[Any]] = [self.block_hash, self.block_tokens, self.block_cid, self.block_parent_cid]
         perm = {**{n: o for o, n in mapping.items()}}
-        # every id either keeps its content or receives content from perm[new]
+        # every id either keeps its content or receives content from perm[new] (content ids
+        # travel with the content: a moved block's children still find their parent)
         moved_out = set(mapping) - set(mapping.values())
         for new, old in perm.items():
             self.ref_cnt[new] = ref[old]
-            self.block_hash[new] = hsh[old]
+            for table, before in zip(tables, content, strict=True):
+                table[new] = before[old]
         for old in moved_out:
             self.ref_cnt[old] = 0
-            self.block_hash[old] = None
+            for table in tables:
+                table[old] = None
         self.hash_to_block = {h: b for b, h in enumerate(self.block_hash) if h is not None}
         used = {b for b in range(self.num_blocks) if self.ref_cnt[b] > 0}
         self.free = OrderedDict((b, None) for b in range(self.num_blocks) if b not in used)

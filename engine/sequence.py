@@ -29,7 +29,7 @@ class Sequence:
     num_computed_tokens: int = 0                           # tokens whose KV is in the pool
     block_table: list[int] = field(default_factory=list)
     num_cached_blocks: int = 0                             # leading blocks registered in the prefix cache
-    block_hashes: list[int] = field(default_factory=list)  # chain hashes of full blocks, in order
+    block_hashes: list[bytes] = field(default_factory=list)  # chain hashes of full blocks, in order
     num_preemptions: int = 0
     finish_reason: str | None = None
     stop_sequence: str | None = None

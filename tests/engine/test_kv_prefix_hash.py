@@ -1,0 +1,89 @@
+"""The prefix cache never attaches another request's KV on a hash match alone (issue 26,
+the pattern of vLLM's GHSA-rm76-4mrf-v9r8): hashes are sha256 chains, and a hit is checked
+against the block's tokens and its parent."""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_block_manager import compute_all, seq
+
+from zgtool.engine import block_manager as bm_mod
+from zgtool.engine.block_manager import BlockManager
+
+
+def test_block_hashes_are_sha256_chains_over_the_parent_and_the_token_ids():
+    bm = BlockManager(num_blocks=8, block_size=4)
+    s = seq([5, 6, 7, 8, 9, 10, 11, 12, 13])
+    bm.match_prefix(s)
+    first = hashlib.sha256(array("q", [5, 6, 7, 8]).tobytes()).digest()
+    second = hashlib.sha256(first + array("q", [9, 10, 11, 12]).tobytes()).digest()
+    assert s.block_hashes == [first, second]
+
+
+@pytest.fixture
+def weak_hash(monkeypatch):
+    """Every block hashes the same: what an attacker who found a collision would get."""
+    monkeypatch.setattr(bm_mod, "chain_hash", lambda parent, token_ids: b"collide")
+
+
+def test_two_different_blocks_with_the_same_hash_never_share_kv(weak_hash):
+    bm = BlockManager(num_blocks=16, block_size=4)
+    victim = seq([1, 2, 3, 4, 5, 6, 7, 8, 9], "victim")
+    bm.match_prefix(victim)
+    compute_all(bm, victim)
+    attacker = seq([40, 41, 42, 43, 44, 45, 46, 47, 48], "attacker")
+    assert bm.match_prefix(attacker) == 0
+    assert not set(attacker.block_table) & set(victim.block_table)
+    compute_all(bm, attacker)
+    assert not set(attacker.block_table) & set(victim.block_table)
+
+
+def test_a_colliding_second_block_after_a_true_first_block_is_not_shared(weak_hash):
+    """Same first block (a real hit), a different second block with the same hash: only the first is shared."""
+    bm = BlockManager(num_blocks=16, block_size=4)
+    a = seq([1, 2, 3, 4, 5, 6, 7, 8, 9], "a")
+    bm.match_prefix(a)
+    compute_all(bm, a)
+    b = seq([1, 2, 3, 4, 50, 60, 70, 80, 9], "b")
+    # the weak hash maps every block to a's first block, whose tokens match b's first block only
+    assert bm.match_prefix(b) == 4
+    assert b.block_table == a.block_table[:1]
+
+
+def test_equal_tokens_after_a_different_parent_are_not_shared(weak_hash):
+    """A block's KV depends on everything before it: equal tokens behind a different prefix miss."""
+    bm = BlockManager(num_blocks=16, block_size=4)
+    a = seq([1, 2, 3, 4, 5, 6, 7, 8, 9], "a")
+    bm.match_prefix(a)
+    compute_all(bm, a)
+    bm.hash_to_block = {b"collide": a.block_table[1]}   # the lookup lands on a's second block
+    b = seq([5, 6, 7, 8, 5, 6, 7, 8, 9], "b")
+    assert bm.match_prefix(b) == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(prompts=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=20), min_size=2, max_size=8))
+def test_under_any_hash_collisions_a_hit_holds_exactly_the_requests_tokens(prompts):
+    """With a 1-bit hash (collisions everywhere), every block a request attaches holds its own
+    prefix: the tokens the block was computed for equal the request's, block by block."""
+    original = bm_mod.chain_hash
+    bm_mod.chain_hash = lambda parent, token_ids: bytes([sum(token_ids) % 2])
+    try:
+        bm = BlockManager(num_blocks=64, block_size=2)
+        computed_for: dict[int, list[int]] = {}     # block -> the full prefix it was computed after
+        for i, p in enumerate(prompts):
+            s = seq(p, f"r{i}")
+            hit = bm.match_prefix(s)
+            for j, b in enumerate(s.block_table[: hit // 2]):
+                assert computed_for[b] == p[: (j + 1) * 2], "attached KV computed for another prefix"
+            compute_all(bm, s)
+            for j in range(hit // 2, len(p) // 2):     # computed now (a reused block holds new KV)
+                computed_for[s.block_table[j]] = p[: (j + 1) * 2]
+            bm.free_seq(s)
+    finally:
+        bm_mod.chain_hash = original
