@@ -4,8 +4,10 @@ Input is checked once before scheduling. Output is checked incrementally inside 
 engine's step thread (the engine's ``output_filter`` hook, zgtool.engine.server.safetytext):
 each call looks only at the text that can contain a new match, so a long answer costs
 O(new text) per token, and the stream sends only text that can no longer start a match.
-Both sides match on normalised text (NFKC, zero-width characters removed, whitespace
-folded, case folded unless ``case_sensitive``).
+Both sides match on text normalised by one per-character function (safetytext.norm_char:
+NFKD, every default-ignorable/format/mark code point removed, whitespace folded, case folded
+unless ``case_sensitive``; look-alike letters folded to ASCII where a section sets
+``fold_confusables = true``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ DEFAULT_MESSAGE = "the request was blocked by the server's content policy"
 class Rules:
     phrases: tuple[str, ...] = ()        # normalised (and lower-cased unless case_sensitive)
     regexes: tuple[Any, ...] = ()        # regex.Pattern
+    fold_confusables: bool = False       # match on text with confusables folded to ASCII (and rules too)
 
     @property
     def empty(self) -> bool:
@@ -43,7 +46,7 @@ class SafetyPolicy:
 
     def check_input(self, text: str) -> str | None:
         """A violation message when the prompt matches, else None."""
-        norm = normalize(text, not self.case_sensitive)
+        norm = normalize(text, not self.case_sensitive, self.input.fold_confusables)
         for p in self.input.phrases:
             if p in norm:
                 return f"{self.message} (input matched a denied phrase)"
@@ -63,7 +66,7 @@ class SafetyPolicy:
         rules = self.__dict__.get("_rules_cache")
         if rules is None:
             rules = OutputRules(self.output.phrases, self.output.regexes, not self.case_sensitive,
-                                self.message, self.regex_lookback_chars)
+                                self.message, self.regex_lookback_chars, self.output.fold_confusables)
             object.__setattr__(self, "_rules_cache", rules)
         return rules
 
@@ -81,7 +84,7 @@ def _rules(section: Any, name: str, case_sensitive: bool) -> Rules:
         return Rules()
     if not isinstance(section, dict):
         raise UsageError(f"safety policy: [{name}] must be a table")
-    unknown = set(section) - {"deny_phrases", "deny_regexes"}
+    unknown = set(section) - {"deny_phrases", "deny_regexes", "fold_confusables"}
     if unknown:
         raise UsageError(f"safety policy: [{name}] has unknown fields {sorted(unknown)}")
     phrases = section.get("deny_phrases", [])
@@ -89,6 +92,9 @@ def _rules(section: Any, name: str, case_sensitive: bool) -> Rules:
     for key, values in (("deny_phrases", phrases), ("deny_regexes", regexes)):
         if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
             raise UsageError(f"safety policy: [{name}] {key} must be a list of non-empty strings")
+    confusables = section.get("fold_confusables", False)
+    if not isinstance(confusables, bool):
+        raise UsageError(f"safety policy: [{name}] fold_confusables must be true or false")
     flags = regex.V0 if case_sensitive else regex.V0 | regex.IGNORECASE
     compiled = []
     for rx in regexes:
@@ -96,8 +102,8 @@ def _rules(section: Any, name: str, case_sensitive: bool) -> Rules:
             compiled.append(regex.compile(rx, flags))
         except regex.error as exc:
             raise UsageError(f"safety policy: [{name}] regex {rx!r} does not compile: {exc}") from exc
-    normed = tuple(p for p in (normalize(p, not case_sensitive) for p in phrases) if p)
-    return Rules(phrases=normed, regexes=tuple(compiled))
+    normed = tuple(p for p in (normalize(p, not case_sensitive, confusables) for p in phrases) if p)
+    return Rules(phrases=normed, regexes=tuple(compiled), fold_confusables=confusables)
 
 
 def load_policy(path: Path) -> SafetyPolicy:

@@ -9,7 +9,10 @@ space, lower-cased unless the policy is case-sensitive. Rules, prompts and outpu
 the same per-character function: NFKD followed by dropping marks gives the same result
 character by character as on the whole string, so a decomposed "cafe\u0301" in a stream
 matches a "café" rule (per-character NFKC did not compose it). Accents therefore do not
-matter to a rule.
+matter to a rule. A rule section with ``fold_confusables`` also maps every non-ASCII character
+whose Unicode confusable prototype is one ASCII letter or digit to it (Cyrillic "а" -> "a",
+engine/server/confusables.py), before case folding, still one character at a time; ASCII is
+never remapped, so patterns written for ASCII keep their meaning.
 
 ``OutputFilter`` is the engine's ``output_filter`` hook (called in the step thread with
 the whole output so far) and also tells the stream how much of that output is safe to
@@ -27,24 +30,32 @@ from typing import Any
 
 import regex
 
+from zgtool.engine.server.confusables import TO_ASCII
+
 # invisible to a reader, so never part of what a rule matches
 INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}\p{Cf}\p{Mn}]")
 _ASCII_SLOW = re.compile(r"[\t\n\r\x0b\x0c\x1c-\x1f]|  ")     # ASCII that folds (whitespace other than one space)
 
 
-def norm_char(c: str, fold_case: bool) -> str:
+def norm_char(c: str, fold_case: bool, confusables: bool = False) -> str:
     """One raw character's normalised form ("" for an invisible one), before whitespace folding."""
     if c.isascii():
         return c.lower() if fold_case else c
-    n = unicodedata.normalize("NFKD", c)
-    if fold_case:
-        n = n.lower()
-    return INVISIBLE.sub("", n)
+    if confusables:
+        proto = TO_ASCII.get(c)     # the look-alike as written (NFKD may turn it into something else)
+        if proto is not None:
+            return proto.lower() if fold_case else proto
+    n = INVISIBLE.sub("", unicodedata.normalize("NFKD", c))
+    if confusables and n:
+        # before case folding: a letter's confusable class depends on its case (Greek "Ν" is an
+        # "N", its lower case "ν" a "v")
+        n = "".join(TO_ASCII.get(ch, ch) for ch in n)
+    return n.lower() if fold_case else n
 
 
-def normalize(text: str, fold_case: bool) -> str:
+def normalize(text: str, fold_case: bool, confusables: bool = False) -> str:
     """The whole-string form (rules, prompts): the same per-character function as the output."""
-    out = "".join(norm_char(c, fold_case) for c in text)
+    out = "".join(norm_char(c, fold_case, confusables) for c in text)
     return " ".join(out.split())
 
 
@@ -55,6 +66,7 @@ class OutputRules:
     fold_case: bool
     message: str
     regex_lookback_chars: int
+    fold_confusables: bool = False
 
     @property
     def prefixes(self) -> frozenset[str]:
@@ -95,7 +107,7 @@ class OutputFilter:
         self.rx_from = [0] * len(self.rx_from)
 
     def _extend(self, text: str, start: int) -> None:
-        src, fold = self.src, self.rules.fold_case
+        src, fold, conf = self.src, self.rules.fold_case, self.rules.fold_confusables
         last_space = self.text.endswith(" ")
         delta = text[start:]
         if delta.isascii() and not _ASCII_SLOW.search(delta) and not (last_space and delta[0] == " "):
@@ -113,7 +125,7 @@ class OutputFilter:
                     src.append(i)
                     last_space = True
                 continue
-            for ch in norm_char(c, fold):
+            for ch in norm_char(c, fold, conf):
                 if ch.isspace():
                     if last_space:
                         continue
