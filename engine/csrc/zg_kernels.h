@@ -1,0 +1,44 @@
+/* The ABI of zgtool's CPU kernels: every function the Python binding (engine/cpu_kernels.py)
+   calls, and nothing else. tests/engine/test_kernel_abi.py parses these prototypes and checks
+   them against the ctypes argtypes/restype, so a change here that the binding does not follow
+   fails a test instead of corrupting arguments. One prototype per line group, ending in ");". */
+#ifndef ZG_KERNELS_H
+#define ZG_KERNELS_H
+
+#include <stdint.h>
+
+/* One decoder layer's weights and KV cache for step_layers (fp32 or int8 weights, per-channel
+   scales: ones for fp32; qkv_bias may be NULL). */
+typedef struct {
+    const float *input_norm, *post_norm;
+    const void *qkv; const float *qkv_scale, *qkv_bias;
+    const void *o; const float *o_scale;
+    const void *gate_up; const float *gate_up_scale;
+    const void *down; const float *down_scale;
+    float *kc, *vc;
+} layer_ptrs;
+
+/* y [M, N] = scale[n] * x [M, K] . w [N, K] (+ bias[n]); K % 8 == 0 */
+void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
+void f32_gemm(const float *x, int64_t M, int64_t K, const float *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
+
+/* one query per row over its paged KV; D % 8 == 0, H % KVH == 0 */
+void paged_decode_attention(const float *q, const float *kc, const float *vc, const int64_t *tables, int64_t width, const int64_t *lens, int64_t B, int64_t H, int64_t KVH, int64_t D, int64_t bs, float scale, float *out, float *scratch, int64_t nt);
+
+/* the glue between a layer's GEMMs */
+void add_rms_norm(float *x, const float *delta, const float *w, float eps, int64_t rows, int64_t n, float *out);
+void silu_mul(const float *gu, int64_t rows, int64_t I, float *out);
+void rope_kv_write(const float *qkv, int64_t T, int64_t H, int64_t KVH, int64_t D, const float *cos_t, const float *sin_t, const int64_t *positions, const int64_t *slots, float *kc, float *vc, float *q_out);
+void w8_dequant(const int8_t *w, const float *scale, int64_t N, int64_t K, float *out);
+
+/* a whole step's layers in one call, and greedy sampling's lm_head + argmax */
+void step_layers(const layer_ptrs *L, int64_t nl, int64_t int8, float *x, int64_t M, int64_t hidden, int64_t H, int64_t KVH, int64_t D, int64_t inter, float eps, const float *final_norm, float *out, const float *cos_t, const float *sin_t, const int64_t *positions, const int64_t *slots, const int64_t *tables, int64_t width, const int64_t *lens, int64_t bs, float scale, float *h, float *qkv, float *q, float *att, float *gu, float *act, float *delta, float *attn_scratch, int64_t nt);
+void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, const float *scale, int64_t int8, float *logits, int64_t V, int64_t *tokens, int64_t nt);
+
+/* the thread pool's counters (per thread id: 0 is the caller): chunks run, and jobs in which
+   the thread ran at least one chunk; a state check that every configured thread takes work */
+int64_t pool_workers(void);
+void pool_counters(int64_t *chunks, int64_t *jobs, int64_t n);
+void pool_reset_counters(void);
+
+#endif
