@@ -386,6 +386,26 @@ class LlamaModel:
             x.add_(self.linear(self._silu_mul(self.linear(h, lw.gate_up)), lw.down))
         return rms_norm(x, self.norm, eps)
 
+    @torch.inference_mode()
+    def nonfinite_layer(self, input_ids: torch.Tensor, meta: AttnMeta) -> int | None:
+        """Diagnosis after non-finite logits: the step again, layer by layer on the same backends,
+        and the first layer whose output has a non-finite value (-1: the embedding itself; None:
+        every layer finite, so the final norm or the lm_head). It writes the step's KV again."""
+        x = torch.index_select(self.embed, 0, input_ids).float()
+        if not bool(torch.isfinite(x).all()):
+            return -1
+        x = x.to(self.dtype)
+        cos = self.cos[meta.positions].unsqueeze(1)
+        sin = self.sin_signed[meta.positions].unsqueeze(1)
+        eps = self.spec.rms_norm_eps
+        for li, lw in enumerate(self.layers):
+            x.add_(self._attention(li, lw, rms_norm(x, lw.input_norm, eps), cos, sin, meta))
+            h = rms_norm(x, lw.post_norm, eps)
+            x.add_(self.linear(self._silu_mul(self.linear(h, lw.gate_up)), lw.down))
+            if not bool(torch.isfinite(x).all()):
+                return li
+        return None
+
     def _one_call(self, t: int, meta: AttnMeta) -> bool:
         """Whether a step of t rows runs all its layers in one C call."""
         return (self._fuses_layers() and meta.row_tables is not None and meta.row_ctx is not None

@@ -59,6 +59,14 @@ class ModelRunner:
         meta = build_attn_meta(pos, slots, dec_idx, dec_tables, dec_lens, prefills, bs, dev)
         return torch.tensor(ids, dtype=torch.long, device=dev), meta, logit_rows
 
+    def _fault(self, rows: list[int], input_ids: torch.Tensor, meta: AttnMeta) -> SequenceFault:
+        """Non-finite logits for these batch rows: the step is run again layer by layer to name where
+        the first non-finite value appears (the message reaches the log and the failed requests)."""
+        where = self.model.nonfinite_layer(input_ids, meta)
+        at = ("in the embedding" if where == -1 else "after the last layer (final norm or lm_head)"
+              if where is None else f"in layer {where}")
+        return SequenceFault(rows, f"non-finite logits {at}")
+
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
         input_ids, meta, logit_rows = self.prepare(batch)
@@ -78,7 +86,7 @@ class ModelRunner:
             if toks is not None:
                 bad = self.model.nonfinite_greedy_rows(len(toks))
                 if bad:
-                    raise SequenceFault([list(which)[r] for r in bad], "non-finite logits")
+                    raise self._fault([list(which)[r] for r in bad], input_ids, meta)
                 for i, tok in zip(which, toks, strict=True):
                     sampled[i] = tok
                 return sampled
@@ -88,7 +96,10 @@ class ModelRunner:
         try:
             tokens = sample(logits, params, gens)  # type: ignore[arg-type]
         except SequenceFault as fault:  # rows of `which` -> rows of the batch
-            raise SequenceFault([list(which)[r] for r in fault.rows], fault.message) from None
+            rows = [list(which)[r] for r in fault.rows]
+            if fault.message != "non-finite logits":
+                raise SequenceFault(rows, fault.message) from None
+            raise self._fault(rows, input_ids, meta) from None
         for i, tok in zip(which, tokens, strict=True):
             sampled[i] = tok
         return sampled
