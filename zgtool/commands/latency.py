@@ -119,9 +119,18 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
     if cacert is not None and not cacert.is_file():
         raise UsageError(f"--cacert {cacert}: no such file")
     resolved = []
+    detected: dict[str, dict[str, str]] = {}
     seen: dict[str, int] = {}
+    verify: bool | str = False if insecure else (str(cacert) if cacert else True)
     for spec in targets:
         t = resolve(spec, config, api=api, model=model)
+        if "://" in spec and (api is None or model is None):
+            from zgtool.latency.detect import detect
+
+            t, found = detect(t, api_known=api is not None, model_known=model is not None,
+                              timeout_s=min(timeout, 10.0), verify=verify)
+            if found is not None:
+                detected[t.name] = found.public()
         seen[t.name] = seen.get(t.name, 0) + 1
         if seen[t.name] > 1:  # the same target twice (an A/A run) still needs distinct names
             from dataclasses import replace
@@ -132,13 +141,20 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
     cfg = SplitConfig(num_requests=requests, concurrency=concurrency, warmup=warmup, stream=stream,
                       new_connection=new_connection, prompt=text, prompt_name=prompt_name,
                       max_tokens=_max_tokens(max_tokens), timeout_s=timeout,
-                      verify=False if insecure else (str(cacert) if cacert else True), rounds=rounds,
+                      verify=verify, rounds=rounds,
                       slo=Slo.parse(slo))
     cpu = CpuWatch(_cpu_groups(cpu_pids)) if cpu_pids else None
 
+    untold = dict(detected)
+
     def progress(name: str, done: int, total: int) -> None:
-        if not as_json:
-            err_console.print(f"[dim]{name}: {done}/{total}[/dim]")
+        if as_json:
+            return
+        while untold:    # once the targets answered (an unreachable one stops the run with one line)
+            tname, found = untold.popitem()
+            err_console.print(f"{tname}: detected the {found['api']} API, model {found['model']!r} "
+                              f"({found['how']}); --api/--model override", highlight=False)
+        err_console.print(f"[dim]{name}: {done}/{total}[/dim]")
 
     samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu)
     res = analyse(resolved, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
@@ -146,6 +162,7 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
 
     for tr, per_target in zip(res.targets, samples, strict=True):
         tr.attribution_warnings = count_warnings(per_target)
+        tr.detected = detected.get(tr.name)
     data = result_data(res)
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
     if not as_json:

@@ -1,0 +1,121 @@
+"""Real local servers for the adapter and detection tests.
+
+    python engine_replay.py replay DIR          a request to /f/NAME/... is answered with the recorded bytes
+                                                of DIR/NAME.txt (after its '#---' line), exactly as recorded
+    python engine_replay.py openai-only MODEL   speaks only GET /v1/models and POST /v1/chat/completions
+                                                (vLLM-style 404 JSON for anything else or another model)
+
+Binds 127.0.0.1 port 0 and prints "PORT <n>" once listening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+SEPARATOR = b"#---\n"
+
+
+def recorded(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return raw[raw.index(SEPARATOR) + len(SEPARATOR):]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _ = lines[0].split(" ", 2)
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return method, target, headers, body
+
+
+def _json_response(status: int, doc: dict, reason: str = "OK") -> bytes:
+    raw = json.dumps(doc).encode()
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(raw)}\r\n"
+            "server: openai-only-fixture\r\n\r\n").encode() + raw
+
+
+class OpenAIOnly:
+    """What vLLM and SGLang look like to a new user: OpenAI routes only, their error shape."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def answer(self, method: str, path: str, body: bytes) -> bytes:
+        if method == "GET" and path == "/v1/models":
+            return _json_response(200, {"object": "list", "data": [
+                {"id": self.model, "object": "model", "created": 0, "owned_by": "fixture"}]})
+        if method == "POST" and path == "/v1/chat/completions":
+            req = json.loads(body)
+            if req.get("model") != self.model:
+                return _json_response(404, {"error": {"message": f"The model `{req.get('model')}` does not exist.",
+                                                      "type": "NotFoundError", "param": "model", "code": 404}},
+                                      "Not Found")
+            if req.get("stream"):
+                return self._stream(req)
+            return _json_response(200, {
+                "id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": self.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}})
+        return _json_response(404, {"detail": "Not Found"}, "Not Found")
+
+    def _stream(self, req: dict) -> bytes:
+        chunks = []
+        for text in ("Hel", "lo", "!"):
+            chunks.append({"id": "c", "object": "chat.completion.chunk", "model": self.model,
+                           "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]})
+        if (req.get("stream_options") or {}).get("include_usage"):
+            chunks.append({"id": "c", "object": "chat.completion.chunk", "model": self.model, "choices": [],
+                           "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+        body = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks) + b"data: [DONE]\r\n\r\n"
+        return (f"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {len(body)}\r\n\r\n"
+                .encode() + body)
+
+
+async def serve(answer: object) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while (req := await _read_request(reader)) is not None:
+                method, target, _headers, body = req
+                out = answer(method, target, body)  # type: ignore[operator]
+                writer.write(out)
+                await writer.drain()
+                if b"\r\nconnection: close" in out.split(b"\r\n\r\n", 1)[0].lower():
+                    break
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    mode, arg = sys.argv[1], sys.argv[2]
+    if mode == "replay":
+        folder = Path(arg)
+
+        def answer(method: str, target: str, body: bytes) -> bytes:
+            parts = target.split("/")
+            if len(parts) < 3 or parts[1] != "f" or not (folder / f"{parts[2]}.txt").is_file():
+                return _json_response(404, {"detail": f"no fixture for {target}"}, "Not Found")
+            return recorded(folder / f"{parts[2]}.txt")
+
+        asyncio.run(serve(answer))
+    elif mode == "openai-only":
+        asyncio.run(serve(OpenAIOnly(arg).answer))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
