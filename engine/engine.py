@@ -48,15 +48,15 @@ from zgtool.engine.errors import (
     SequenceFault,
 )
 from zgtool.engine.outputs import RequestOutput, RequestTimings, Usage
-from zgtool.engine.postprocess import Postprocessor
+from zgtool.engine.postprocess import ENGINE_WIDE_FAULTS, Postprocessor
 from zgtool.engine.scheduler import Scheduler
 from zgtool.engine.sequence import Sequence, Status
 from zgtool.engine.stream import RequestStream
 
 log = logging.getLogger("zgtool.engine")
-# Faults no single sequence causes: every in-flight request fails (and the engine goes on).
-ENGINE_WIDE_FAULTS: tuple[type[BaseException], ...] = (MemoryError,)
 
+INTERNAL_ERROR = "internal engine error"   # what a client hears of a fault; the log has the traceback
+STUCK_BACKOFF_S = 0.01   # a step that could schedule nothing is retried after this (or an arrival)
 TICK_BUDGET_S = 0.0005   # loop driver: longest run of steps before the loop polls I/O again
 DELIVERY_WAIT_S = 0.002  # thread driver, one running sequence: longest wait for the loop's write
 
@@ -116,8 +116,10 @@ class Engine:
         self.eos_token_ids = set(self.tokenizer.eos_token_ids)
         self._vocab_size = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size, cfg.enable_prefix_caching)
-        self.postprocess = Postprocessor(self.tokenizer, self.eos_token_ids, self.block_manager, self._finish)
-        chunk = max(cfg.block_size, 64) if cfg.deterministic else None
+        self.postprocess = Postprocessor(self.tokenizer, self.eos_token_ids, self.block_manager, self._finish,
+                                         self._fail_seqs)
+        # deterministic: fixed chunk boundaries, never wider than a step (a wider one never ran)
+        chunk = min(max(cfg.block_size, 64), cfg.max_num_batched_tokens) if cfg.deterministic else None
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens, chunk)
         self._seqs: dict[str, Sequence] = {}
         self._streams: dict[str, RequestStream] = {}
@@ -141,6 +143,9 @@ class Engine:
         # work, and when work last arrived at an idle engine
         self.last_progress_s = self.last_idle_s = time.perf_counter()
         self.finished_by_reason: dict[str, int] = {}
+        self.num_stuck_steps = 0        # steps that had work and scheduled none (see _note_stuck)
+        self.num_stuck_episodes = 0     # runs of such steps
+        self._stuck = False
         self.last_step_ms = 0.0
         self._pending: list[RequestOutput] = []
         self._outbox: deque[RequestOutput] = deque()
@@ -250,11 +255,26 @@ class Engine:
         outputs = self._admit()
         batch = self.scheduler.schedule()
         if batch.is_empty:
+            if self.scheduler.has_work:     # work pending, nothing could run: the pool is wedged
+                self._note_stuck()
             return outputs
+        self._stuck = False
         sampled, step_ms, failed = self._execute(batch)
         if failed is not None:
             return outputs + failed
         return outputs + self.postprocess(batch, sampled, step_ms)
+
+    def _note_stuck(self) -> None:
+        """A step with work pending that scheduled nothing (never expected: the scheduler admits any
+        request that fits the pool alone, and add_request rejects one that cannot). Counted for
+        /metrics; logged once per episode."""
+        self.num_stuck_steps += 1
+        if not self._stuck:
+            self._stuck = True
+            self.num_stuck_episodes += 1
+            log.error("engine scheduled nothing with %d waiting and %d running (KV %d/%d blocks used)",
+                      len(self.scheduler.waiting), len(self.scheduler.running),
+                      self.block_manager.num_used_blocks, self.block_manager.num_blocks)
 
     def _admit(self) -> list[RequestOutput]:
         """Arrivals, aborts and admin calls queued since the last step; the aborts' outputs."""
@@ -355,6 +375,10 @@ class Engine:
             self._step_deliver()
             if not self._has_work():
                 return
+            if self._stuck:       # nothing could run: look again later, not in a busy loop
+                self._tick_scheduled = True
+                self._loop.call_later(STUCK_BACKOFF_S, self._tick)  # type: ignore[union-attr]
+                return
             if time.perf_counter() >= deadline:
                 self._kick()      # call_soon: the loop polls I/O before the next step
                 return
@@ -375,6 +399,9 @@ class Engine:
                 deadline = time.perf_counter() + window_s
                 while (left := deadline - time.perf_counter()) > 0 and len(self._inbox) < self.config.max_num_seqs:
                     time.sleep(min(left, 0.0005))
+            if self._stuck:     # nothing could run last step: wait for an arrival or abort, not spin
+                self._wake.wait(STUCK_BACKOFF_S)
+                self._wake.clear()
             try:
                 outputs = self.step()
             except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
@@ -416,16 +443,17 @@ class Engine:
         self._delivered.wait(DELIVERY_WAIT_S)
         self._await_delivery = False
 
-    def _fail_seqs(self, seqs: list[Sequence], message: str) -> list[RequestOutput]:
+    def _fail_seqs(self, seqs: list[Sequence], message: str = INTERNAL_ERROR) -> list[RequestOutput]:
         """Fail these sequences alone (their blocks go back to the pool). Every other sequence of
         the step was not advanced: the next step computes its tokens again, writing the same KV
-        to the same slots, so its output is what it would have been without the failed ones."""
+        to the same slots, so its output is what it would have been without the failed ones.
+        `message` reaches the client (with the request id): never an exception's text."""
         outs = []
         for seq in seqs:
             log.error("request %s failed in the engine step: %s", seq.request_id, message)
             self._finish(seq, "abort")
             outs.append(RequestOutput(seq.request_id, [], "", True, "abort",
-                                      error=f"engine error in request {seq.request_id}: {message}"))
+                                      error=f"{message} (request {seq.request_id})"))
         return outs
 
     def _isolate(self, batch: Any, exc: Exception) -> list[RequestOutput]:
@@ -449,14 +477,14 @@ class Engine:
             g.set_state(state)
         log.error("engine step of %d sequence(s) failed (requests %s)", len(batch.seqs),
                   ", ".join(s.request_id for s in (culprits or batch.seqs)), exc_info=exc)
-        return self._fail_seqs(culprits or list(batch.seqs), f"the step failed ({type(exc).__name__})")
+        return self._fail_seqs(culprits or list(batch.seqs))
 
     def _fail_step(self, exc: BaseException) -> list[RequestOutput]:
         """An engine-wide fault (out of memory, a scheduler bug): the traceback is logged once with
         the request ids; clients get a generic message with their request id, not the exception."""
         ids = [s.request_id for s in list(self.scheduler.running) + list(self.scheduler.waiting)]
         log.error("engine step failed; failing requests %s", ", ".join(ids) or "(none)", exc_info=exc)
-        return self._fail_all("internal engine error")
+        return self._fail_all(INTERNAL_ERROR)
 
     def _fail_all(self, message: str) -> list[RequestOutput]:
         outs = []
@@ -575,6 +603,8 @@ class Engine:
         gpu = kvpool.gpu_figures(self.device)
         return {
             "stalled_s": self.stalled_s(),
+            "stuck_steps": self.num_stuck_steps,
+            "stuck_episodes": self.num_stuck_episodes,
             "kv_blocks_total": bm.num_blocks,
             "kv_blocks_used": bm.num_used_blocks,
             "kv_util": bm.usage(),

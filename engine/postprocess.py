@@ -10,6 +10,7 @@ says yes or no about blocked text), and text the filter still holds is never rel
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 
@@ -20,16 +21,22 @@ from zgtool.engine.scheduler import ScheduledBatch
 from zgtool.engine.sequence import Sequence
 from zgtool.engine.tokenizer import Tokenizer
 
+log = logging.getLogger("zgtool.engine")
+# Faults no single sequence causes: every in-flight request fails (and the engine goes on).
+ENGINE_WIDE_FAULTS: tuple[type[BaseException], ...] = (MemoryError,)
+
 
 class Postprocessor:
     """Turns one step's sampled tokens into RequestOutputs; ``finish(seq, reason)`` ends a request."""
 
     def __init__(self, tokenizer: Tokenizer, eos_token_ids: Iterable[int], block_manager: BlockManager,
-                 finish: Callable[[Sequence, str], None]) -> None:
+                 finish: Callable[[Sequence, str], None],
+                 fail: Callable[[list[Sequence]], list[RequestOutput]]) -> None:
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
         self.block_manager = block_manager
         self.finish = finish
+        self.fail = fail    # a request whose own text or filter raised fails alone
 
     def __call__(self, batch: ScheduledBatch, sampled: list[int | None], step_ms: float) -> list[RequestOutput]:
         seqs = batch.seqs
@@ -47,8 +54,15 @@ class Postprocessor:
                 tm.decode_ms += step_ms
             seq.num_computed_tokens += n
             cache_full_blocks(seq)
-            if new_tok is not None:     # None: a prompt chunk that samples nothing yet
+            if new_tok is None:     # a prompt chunk that samples nothing yet
+                continue
+            try:
                 outputs.append(self._token(seq, new_tok))
+            except ENGINE_WIDE_FAULTS:
+                raise
+            except Exception as exc:  # noqa: BLE001 - this request's detok/filter/stop failed: it alone
+                log.error("request %s failed after sampling", seq.request_id, exc_info=exc)
+                outputs += self.fail([seq])
         return outputs
 
     def _token(self, seq: Sequence, new_tok: int) -> RequestOutput:
