@@ -28,14 +28,13 @@ Result data (kind "probe.stream"):
 
 from __future__ import annotations
 
-import codecs
 import json
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from zgtool.http.sse import TIMING_PREFIX
+from zgtool.http.sse import SSEParser as KitParser
 from zgtool.probes.http1 import content_decoder
 from zgtool.probes.request import build, connection_for
 from zgtool.targets import Target
@@ -108,39 +107,20 @@ class StreamResult:
 
 
 class SSEParser:
-    """Incremental text/event-stream parser (WHATWG rules, enough for LLM streams)."""
+    """(event name, data) pairs from the http kit's incremental parser (zgtool.http.sse), the one SSE
+    parser of the package; zgtool's timing comment comes out as a ("zgtool_timing", json) pair."""
 
     def __init__(self) -> None:
-        self._buf = ""
-        self._event = ""
-        self._data: list[str] = []
-        self._cr = ""
+        self._kit = KitParser()
 
-    def feed(self, text: str) -> list[tuple[str, str]]:
-        text = self._cr + text
-        # a CRLF split across two reads must stay one line break
-        self._cr = "\r" if text.endswith("\r") else ""
-        text = text[:-1] if self._cr else text
-        self._buf += text.replace("\r\n", "\n").replace("\r", "\n")
+    def feed(self, chunk: str | bytes) -> list[tuple[str, str]]:
         out = []
-        while "\n" in self._buf:
-            line, self._buf = self._buf.split("\n", 1)
-            if not line:
-                if self._data or self._event:
-                    out.append((self._event or "message", "\n".join(self._data)))
-                self._event, self._data = "", []
-                continue
-            if line.startswith(":"):
-                comment = line[1:].lstrip()
-                if comment.startswith(TIMING_PREFIX):     # zgtool's timing rides in an SSE comment
-                    out.append(("zgtool_timing", comment[len(TIMING_PREFIX):]))
-                continue
-            name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if name == "event":
-                self._event = value
-            elif name == "data":
-                self._data.append(value)
+        for ev in self._kit.feed(chunk.encode() if isinstance(chunk, str) else chunk):
+            timing = ev.timing
+            if timing is not None:        # zgtool's timing rides in an SSE comment
+                out.append(("zgtool_timing", json.dumps(timing)))
+            if ev.event:
+                out.append((ev.event, ev.data))
         return out
 
 
@@ -259,15 +239,13 @@ def probe_stream(target: Target, *, max_tokens: int = 64, timeout_s: float = 30.
         t0 = conn.timings.request_sent_s or time.perf_counter()
         head = conn.read_head()
         decode = content_decoder(head)
-        # incremental: a UTF-8 character may straddle two reads
-        text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
         for piece in conn.iter_body(head):
             t_ms = (piece.t_s - t0) * 1e3
             data = decode(piece.data)
             reads.append(Read(round(t_ms, 3), piece.raw_bytes, len(data)))
             if len(body) < 4096:
                 body += data
-            for name, payload in parser.feed(text(data)):
+            for name, payload in parser.feed(data):
                 nbytes, obj = content_of(name, payload)
                 events.append(Event(round(t_ms, 3), name, nbytes))
                 emission = emission or find_emission(obj)
