@@ -115,8 +115,31 @@ def _server_block(s: NginxServer, run_dir: Path, upstream_name: str) -> str:
             # long generations: an SSE stream may stay open for many minutes
             proxy_read_timeout 3600s;
             proxy_send_timeout 3600s;
+            # its own hop times (SELF_REPORT_MAPS), after the engine's: a second Server-Timing line
+            add_header Server-Timing "${{zg_nginx_upstream_timing}}nginx;dur=$zg_nginx_request_ms" always;
 {auth}{buffering}        }}
     }}
+"""
+
+
+# nginx's own hop times as Server-Timing entries (ms, nginx's 1 ms resolution): nginx-upstream-header
+# = $upstream_header_time (from nginx starting to connect upstream to the upstream's response
+# header) and nginx = $request_time (from the request's first byte to this response's header).
+# Both are read when the header goes out, so for a stream they end at its header, not its last
+# token; whole-response times ($upstream_response_time) exist only after the body, i.e. in the
+# access log or a trailer no client reads. nginx prints seconds ("0.012"): the maps turn them
+# into ms, and a request that never reached an upstream gets no upstream entry.
+SELF_REPORT_MAPS = r"""
+    map $upstream_header_time $zg_nginx_upstream_timing {
+        "~^0\.0{0,2}(?<zg_uh_ms>\d+)$" "nginx-upstream-header;dur=$zg_uh_ms, ";
+        "~^(?<zg_uh_s>[1-9]\d*)\.(?<zg_uh_sms>\d{3})$" "nginx-upstream-header;dur=$zg_uh_s$zg_uh_sms, ";
+        default "";
+    }
+    map $request_time $zg_nginx_request_ms {
+        "~^0\.0{0,2}(?<zg_rt_ms>\d+)$" "$zg_rt_ms";
+        "~^(?<zg_rt_s>[1-9]\d*)\.(?<zg_rt_sms>\d{3})$" "$zg_rt_s$zg_rt_sms";
+        default "0";
+    }
 """
 
 
@@ -162,7 +185,7 @@ http {{
     tcp_nodelay on;
     keepalive_timeout 65s;
     keepalive_requests 100000;
-{ups}{blocks}}}
+{SELF_REPORT_MAPS}{ups}{blocks}}}
 """
 
 
