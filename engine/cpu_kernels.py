@@ -216,13 +216,48 @@ def _built_library(flags: tuple[str, ...]) -> ctypes.CDLL:
     return lib
 
 
+class KernelArgumentError(ValueError):
+    """A tensor a kernel cannot take (dtype, shape, layout): raised before any pointer is passed."""
+
+
+def _need(kernel: str, name: str, t: torch.Tensor, dtype: torch.dtype, shape: tuple[int | None, ...],
+          contiguous: bool = True) -> None:
+    """t must be a CPU tensor of `dtype` and `shape` (None: any size on that axis), contiguous
+    unless told otherwise: the C side reads it as a dense array, so anything else would read the
+    wrong memory (an int32 lens tensor read as int64 crashed the process)."""
+    ok = isinstance(t, torch.Tensor) and t.dtype == dtype and not t.is_cuda and (t.is_contiguous() or not contiguous)
+    if ok:
+        have = t.shape
+        ok = len(have) == len(shape)
+        if ok:
+            for i, want in enumerate(shape):
+                if want is not None and have[i] != want:
+                    ok = False
+                    break
+    if not ok:
+        got = (f"{tuple(t.shape)} {t.dtype} on {t.device}{'' if t.is_contiguous() else ' non-contiguous'}"
+               if isinstance(t, torch.Tensor) else type(t).__name__)
+        want_shape = "[" + ", ".join("*" if d is None else str(d) for d in shape) + "]"
+        raise KernelArgumentError(f"{kernel}: {name} must be a {'contiguous ' if contiguous else ''}{dtype} "
+                                  f"CPU tensor {want_shape}, got {got}")
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous()
+
+
 def w8_gemm(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K] fp32 times int8 w [N, K] with fp32 scale [N] (+ bias [N]) -> [M, N] fp32."""
+    """x [M, K] fp32 times int8 w [N, K] with fp32 scale [N] (+ bias [N]) -> [M, N] fp32. K % 8 == 0."""
+    _need("w8_gemm", "x", x, torch.float32, (None, None), contiguous=False)
     m, k = x.shape
+    _need("w8_gemm", "w", w, torch.int8, (None, k))
     n = w.shape[0]
-    if k % 8 or w.shape[1] != k or w.dtype != torch.int8 or x.dtype != torch.float32:
-        raise ValueError(f"w8_gemm: x {tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype} (K % 8 == 0 needed)")
-    x = x.contiguous()
+    _need("w8_gemm", "scale", scale, torch.float32, (n,))
+    if bias is not None:
+        _need("w8_gemm", "bias", bias, torch.float32, (n,))
+    if k % 8:
+        raise KernelArgumentError(f"w8_gemm: K={k} (K % 8 == 0 needed)")
+    x = _dense(x)
     y = torch.empty(m, n, dtype=torch.float32)
     library().w8_gemm(x.data_ptr(), m, k, w.data_ptr(), scale.data_ptr(),
                       None if bias is None else bias.data_ptr(), y.data_ptr(), n, torch.get_num_threads())
@@ -233,19 +268,30 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            lens: torch.Tensor, block_size: int, scale: float,
                            out: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, H, D] (one query per sequence), caches [slots, KVH, D] fp32, tables [B, width] int64
-    block ids (padding never read past lens), lens [B] int64 -> [B, H, D] fp32."""
+    block ids (padding never read past lens), lens [B] int64 -> [B, H, D] fp32. D % 8 == 0, H % KVH == 0
+    (checked); every len <= width * block_size and every block id below slots / block_size (the
+    caller's invariants, not checked: a pass over the values would cost more than the kernel)."""
+    name = "paged_decode_attention"
+    _need(name, "q", q, torch.float32, (None, None, None), contiguous=False)
     b, h, d = q.shape
+    _need(name, "k_cache", k_cache, torch.float32, (None, None, d))
     kvh = k_cache.shape[1]
-    if d % 8 or h % kvh or q.dtype != torch.float32 or k_cache.dtype != torch.float32:
-        raise ValueError(f"paged_decode_attention: q {tuple(q.shape)} {q.dtype}, cache {tuple(k_cache.shape)}")
-    q = q.contiguous()
-    tables = tables.contiguous()
+    _need(name, "v_cache", v_cache, torch.float32, tuple(k_cache.shape))
+    _need(name, "tables", tables, torch.int64, (b, None), contiguous=False)
+    _need(name, "lens", lens, torch.int64, (b,))
+    if out is not None:
+        _need(name, "out", out, torch.float32, (b, h, d))
+    if d % 8 or kvh < 1 or h % kvh:
+        raise KernelArgumentError(f"{name}: head_dim {d} (multiple of 8 needed), {h} heads over {kvh} KV heads")
+    width = int(tables.shape[1])
+    q = _dense(q)
+    tables = _dense(tables)
     if out is None:
         out = torch.empty(b, h, d, dtype=torch.float32)
     nt = torch.get_num_threads()
-    scratch = torch.empty(max(1, nt * h // kvh * int(tables.shape[1]) * block_size), dtype=torch.float32)
+    scratch = torch.empty(max(1, nt * h // kvh * width * block_size), dtype=torch.float32)
     library().paged_decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(),
-                                     tables.shape[1], lens.data_ptr(), b, h, kvh, d, block_size, scale,
+                                     width, lens.data_ptr(), b, h, kvh, d, block_size, scale,
                                      out.data_ptr(), scratch.data_ptr(), nt)
     return out
 
@@ -253,11 +299,14 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float) -> torch.Tensor:
     """x [rows, n] fp32 contiguous: x += delta in place (if given), then returns rms_norm(x) * w
     as a new tensor. n must be a multiple of 8."""
+    _need("add_rms_norm", "x", x, torch.float32, (None, None))
     rows, n = x.shape
-    if n % 8 or not x.is_contiguous() or x.dtype != torch.float32:
-        raise ValueError(f"add_rms_norm: x {tuple(x.shape)} {x.dtype} (contiguous fp32, n % 8 == 0 needed)")
+    _need("add_rms_norm", "w", w, torch.float32, (n,))
     if delta is not None:
-        delta = delta.contiguous()
+        _need("add_rms_norm", "delta", delta, torch.float32, (rows, n), contiguous=False)
+        delta = _dense(delta)
+    if n % 8:
+        raise KernelArgumentError(f"add_rms_norm: n={n} is not a multiple of 8")
     out = torch.empty_like(x)
     library().add_rms_norm(x.data_ptr(), None if delta is None else delta.data_ptr(), w.data_ptr(), eps, rows, n,
                            out.data_ptr())
@@ -265,35 +314,42 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, e
 
 
 def w8_dequant(w: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """out [N, K] fp32 contiguous <- w int8 [N, K] * scale[:, None]."""
+    """out [N, K] fp32 contiguous <- w int8 [N, K] * scale[:, None]. K % 8 == 0."""
+    _need("w8_dequant", "w", w, torch.int8, (None, None))
     n, k = w.shape
-    if k % 8 or out.shape != w.shape or not out.is_contiguous() or out.dtype != torch.float32:
-        raise ValueError(f"w8_dequant: w {tuple(w.shape)}, out {tuple(out.shape)} {out.dtype}")
+    _need("w8_dequant", "scale", scale, torch.float32, (n,))
+    _need("w8_dequant", "out", out, torch.float32, (n, k))
+    if k % 8:
+        raise KernelArgumentError(f"w8_dequant: K={k} (K % 8 == 0 needed)")
     library().w8_dequant(w.data_ptr(), scale.data_ptr(), n, k, out.data_ptr())
     return out
 
 
 def f32_gemm(x: torch.Tensor, w: torch.Tensor, ones: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] times fp32 w [N, K] (+ bias [N]; rows never mix) -> [M, N]; `ones` is a tensor of
-    at least N 1.0s (the kernel's per-channel scale)."""
+    at least N 1.0s (the kernel's per-channel scale). K % 8 == 0."""
+    _need("f32_gemm", "x", x, torch.float32, (None, None), contiguous=False)
     m, k = x.shape
+    _need("f32_gemm", "w", w, torch.float32, (None, k))
     n = w.shape[0]
-    if k % 8 or w.shape[1] != k or w.dtype != torch.float32 or x.dtype != torch.float32 or not w.is_contiguous():
-        raise ValueError(f"f32_gemm: x {tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype}")
-    x = x.contiguous()
+    _need("f32_gemm", "ones", ones, torch.float32, (None,))
+    if bias is not None:
+        _need("f32_gemm", "bias", bias, torch.float32, (n,))
+    if k % 8 or ones.numel() < n:
+        raise KernelArgumentError(f"f32_gemm: K={k} (K % 8 == 0 needed), {ones.numel()} scales for N={n}")
+    x = _dense(x)
     y = torch.empty(m, n, dtype=torch.float32)
-    if ones.numel() < n or (bias is not None and (bias.numel() != n or bias.dtype != torch.float32)):
-        raise ValueError(f"f32_gemm: {ones.numel()} scales / bias {None if bias is None else tuple(bias.shape)} for N={n}")
     library().f32_gemm(x.data_ptr(), m, k, w.data_ptr(), ones.data_ptr(), None if bias is None else bias.data_ptr(),
                        y.data_ptr(), n, torch.get_num_threads())
     return y
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up [rows, 2I] fp32 contiguous (gate | up) -> silu(gate) * up [rows, I]."""
+    """gate_up [rows, 2I] fp32 contiguous (gate | up) -> silu(gate) * up [rows, I]. I % 8 == 0."""
+    _need("silu_mul", "gate_up", gate_up, torch.float32, (None, None))
     rows, two_i = gate_up.shape
-    if two_i % 16 or not gate_up.is_contiguous() or gate_up.dtype != torch.float32:
-        raise ValueError(f"silu_mul: {tuple(gate_up.shape)} {gate_up.dtype} (contiguous fp32, I % 8 == 0 needed)")
+    if two_i % 16:
+        raise KernelArgumentError(f"silu_mul: 2I={two_i} (I % 8 == 0 needed)")
     out = torch.empty(rows, two_i // 2, dtype=torch.float32)
     library().silu_mul(gate_up.data_ptr(), rows, two_i // 2, out.data_ptr())
     return out
@@ -303,15 +359,32 @@ def rope_kv_write(qkv: torch.Tensor, heads: int, kv_heads: int, cos: torch.Tenso
                   positions: torch.Tensor, slots: torch.Tensor, k_cache: torch.Tensor,
                   v_cache: torch.Tensor) -> torch.Tensor:
     """qkv [T, (H + 2 KVH) * D] fp32 -> q rotated [T, H, D]; k (rotated) and v go into their
-    slots of the caches [slots, KVH, D]. cos/sin_signed [P, D]; positions/slots [T] int64."""
-    t = qkv.shape[0]
+    slots of the caches [slots, KVH, D]. cos/sin_signed [P, D]; positions/slots [T] int64 (every
+    position below P and slot below the caches' slots: the caller's invariants, not checked)."""
+    name = "rope_kv_write"
+    _need(name, "k_cache", k_cache, torch.float32, (None, kv_heads, None))
     d = k_cache.shape[2]
-    if (qkv.dtype != torch.float32 or k_cache.dtype != torch.float32 or qkv.shape[1] != (heads + 2 * kv_heads) * d
-            or positions.dtype != torch.int64 or slots.dtype != torch.int64 or d % 2):
-        raise ValueError(f"rope_kv_write: qkv {tuple(qkv.shape)} {qkv.dtype}, cache {tuple(k_cache.shape)}")
-    qkv = qkv.contiguous()
+    _need(name, "v_cache", v_cache, torch.float32, tuple(k_cache.shape))
+    _need(name, "qkv", qkv, torch.float32, (None, (heads + 2 * kv_heads) * d), contiguous=False)
+    t = qkv.shape[0]
+    _need(name, "cos", cos, torch.float32, (None, d))
+    _need(name, "sin_signed", sin_signed, torch.float32, tuple(cos.shape))
+    _need(name, "positions", positions, torch.int64, (t,))
+    _need(name, "slots", slots, torch.int64, (t,))
+    if d % 2:
+        raise KernelArgumentError(f"{name}: head_dim {d} is odd")
+    qkv = _dense(qkv)
     q = torch.empty(t, heads, d, dtype=torch.float32)
     library().rope_kv_write(qkv.data_ptr(), t, heads, kv_heads, d, cos.data_ptr(), sin_signed.data_ptr(),
                             positions.data_ptr(), slots.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                             q.data_ptr())
     return q
+
+
+def pool_counters(threads: int) -> tuple[list[int], list[int]]:
+    """The pool's per-thread counters since the last reset, thread 0 being the caller: chunks run
+    and jobs in which the thread ran at least one chunk."""
+    chunks = torch.zeros(threads, dtype=torch.int64)
+    jobs = torch.zeros(threads, dtype=torch.int64)
+    library().pool_counters(chunks.data_ptr(), jobs.data_ptr(), threads)
+    return [int(c) for c in chunks], [int(j) for j in jobs]

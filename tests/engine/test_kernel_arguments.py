@@ -1,0 +1,88 @@
+"""Every kernel wrapper refuses a tensor the C side cannot read (wrong dtype, shape or layout)
+with a KernelArgumentError naming the kernel and the argument, before any pointer is passed:
+an int32 lengths tensor used to crash the process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from zgtool.engine import cpu_kernels as ck
+
+pytestmark = pytest.mark.skipif(not ck.cpu_has_avx2_fma(), reason="the kernels need AVX2 + FMA")
+
+BS, KVH, H, D = 16, 2, 4, 32
+
+
+def _attn(**bad: torch.Tensor) -> Callable[[], object]:
+    args = {"q": torch.randn(2, H, D), "k_cache": torch.randn(4 * BS, KVH, D), "v_cache": torch.randn(4 * BS, KVH, D),
+            "tables": torch.tensor([[0, 1], [2, 3]]), "lens": torch.tensor([5, 20])}
+    args.update(bad)
+    return lambda: ck.paged_decode_attention(args["q"], args["k_cache"], args["v_cache"], args["tables"],
+                                             args["lens"], BS, D ** -0.5)
+
+
+def _rope(**bad: torch.Tensor) -> Callable[[], object]:
+    args = {"qkv": torch.randn(3, (H + 2 * KVH) * D), "cos": torch.randn(64, D), "sin": torch.randn(64, D),
+            "positions": torch.tensor([0, 1, 2]), "slots": torch.tensor([0, 1, 2]),
+            "k_cache": torch.zeros(4 * BS, KVH, D), "v_cache": torch.zeros(4 * BS, KVH, D)}
+    args.update(bad)
+    return lambda: ck.rope_kv_write(args["qkv"], H, KVH, args["cos"], args["sin"], args["positions"], args["slots"],
+                                    args["k_cache"], args["v_cache"])
+
+
+def test_the_valid_calls_behind_these_cases_run() -> None:
+    assert _attn()().shape == (2, H, D)
+    assert _rope()().shape == (3, H, D)
+
+
+@pytest.mark.parametrize(("case", "call", "named"), [
+    ("int32 lens", _attn(lens=torch.tensor([5, 20], dtype=torch.int32)), "lens"),
+    ("int32 tables", _attn(tables=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)), "tables"),
+    ("lens of the wrong length", _attn(lens=torch.tensor([5, 20, 3])), "lens"),
+    ("strided lens", _attn(lens=torch.tensor([5, 9, 20, 9])[::2]), "lens"),
+    ("fp16 q", _attn(q=torch.randn(2, H, D).half()), "q"),
+    ("non-contiguous cache", _attn(k_cache=torch.randn(KVH, 4 * BS, D).transpose(0, 1)), "k_cache"),
+    ("v cache of another shape", _attn(v_cache=torch.randn(2 * BS, KVH, D)), "v_cache"),
+    ("int32 positions", _rope(positions=torch.tensor([0, 1, 2], dtype=torch.int32)), "positions"),
+    ("int32 slots", _rope(slots=torch.tensor([0, 1, 2], dtype=torch.int32)), "slots"),
+    ("fp64 cos", _rope(cos=torch.randn(64, D, dtype=torch.float64)), "cos"),
+    ("cache with other KV heads", _rope(k_cache=torch.zeros(4 * BS, 3, D)), "k_cache"),
+    ("non-contiguous v cache", _rope(v_cache=torch.zeros(KVH, 4 * BS, D).transpose(0, 1)), "v_cache"),
+])
+def test_attention_and_rope_refuse_what_they_cannot_read(case: str, call: Callable[[], object], named: str) -> None:
+    with pytest.raises(ck.KernelArgumentError, match=rf"\b{named} must be"):
+        call()
+
+
+@pytest.mark.parametrize(("case", "call", "named"), [
+    ("int8 gemm over fp32 weights", lambda: ck.w8_gemm(torch.randn(2, 64), torch.randn(8, 64), torch.ones(8)), "w"),
+    ("fp64 activations", lambda: ck.w8_gemm(torch.randn(2, 64, dtype=torch.float64),
+                                            torch.zeros(8, 64, dtype=torch.int8), torch.ones(8)), "x"),
+    ("short scale", lambda: ck.w8_gemm(torch.randn(2, 64), torch.zeros(8, 64, dtype=torch.int8), torch.ones(4)),
+     "scale"),
+    ("transposed weights", lambda: ck.f32_gemm(torch.randn(2, 64), torch.randn(64, 64).t(), torch.ones(64)), "w"),
+    ("int64 ones", lambda: ck.f32_gemm(torch.randn(2, 64), torch.randn(8, 64), torch.ones(8, dtype=torch.int64)),
+     "ones"),
+    ("bias of the wrong size", lambda: ck.f32_gemm(torch.randn(2, 64), torch.randn(8, 64), torch.ones(8),
+                                                   torch.zeros(7)), "bias"),
+    ("non-contiguous norm input", lambda: ck.add_rms_norm(torch.randn(64, 4).t(), None, torch.ones(64), 1e-5), "x"),
+    ("norm weight of the wrong size", lambda: ck.add_rms_norm(torch.randn(4, 64), None, torch.ones(32), 1e-5), "w"),
+    ("fp16 delta", lambda: ck.add_rms_norm(torch.randn(4, 64), torch.randn(4, 64).half(), torch.ones(64), 1e-5),
+     "delta"),
+    ("int8 gate_up", lambda: ck.silu_mul(torch.zeros(2, 64, dtype=torch.int8)), "gate_up"),
+    ("dequant into fp16", lambda: ck.w8_dequant(torch.zeros(8, 64, dtype=torch.int8), torch.ones(8),
+                                                torch.zeros(8, 64, dtype=torch.float16)), "out"),
+])
+def test_gemms_and_glue_refuse_what_they_cannot_read(case: str, call: Callable[[], object], named: str) -> None:
+    with pytest.raises(ck.KernelArgumentError, match=rf"\b{named} must be"):
+        call()
+
+
+def test_the_error_says_what_was_expected_and_what_came() -> None:
+    with pytest.raises(ck.KernelArgumentError) as err:
+        _attn(lens=torch.tensor([5, 20], dtype=torch.int32))()
+    assert "paged_decode_attention: lens must be a contiguous torch.int64 CPU tensor [2]" in str(err.value)
+    assert "torch.int32" in str(err.value)
