@@ -41,6 +41,27 @@ HttpError = ApiError          # the engine's name for the kit's error answer
 RETRY_AFTER_OVERLOADED_S = 1
 
 
+class ServeStartupError(Exception):
+    """`zgtool serve` could not start; the serve command maps each kind to an exit code."""
+
+
+class ListenFailed(ServeStartupError):
+    """The host/port cannot be bound."""
+
+
+class ModelLoadFailed(ServeStartupError):
+    """The model cannot be loaded: ``missing`` when it is absent or unsupported here (a missing
+    capability), otherwise a bad model argument."""
+
+    def __init__(self, message: str, missing: bool) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class ServerNotStarted(ServeStartupError):
+    """uvicorn returned without serving (its log says why)."""
+
+
 def content_policy(message: str) -> HttpError:
     return HttpError(400, "content_policy_violation", message, extra={"suggestion": "rephrase"})
 

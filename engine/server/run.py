@@ -1,4 +1,6 @@
 """Start-up and shutdown of `zgtool serve`: engine + ASGI app on uvicorn (httptools, uvloop).
+The banner and the mapping of start-up errors to exit codes live in the serve command
+(zgtool/commands/serve.py); this module raises the server's own errors (errors.py).
 
 SIGTERM / Ctrl-C: stop listening, answer new requests on open connections with 529,
 let in-flight requests finish within --grace-s, stop the engine, exit 0. A second
@@ -15,7 +17,7 @@ import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,8 @@ from typing import Any
 import uvicorn
 
 from zgtool.engine.server.config import ServeConfig
+from zgtool.engine.server.errors import ListenFailed, ModelLoadFailed, ServerNotStarted
 from zgtool.engine.server.tls import TlsFiles
-from zgtool.errors import MissingCapability, UsageError
-
-ENDPOINTS = ("POST /v1/messages", "POST /v1/messages/count_tokens", "POST /v1/chat/completions",
-             "GET /v1/models", "GET /health", "GET /metrics", "GET /admin/kv", "POST /admin/defrag")
 
 
 class ZgServer(uvicorn.Server):
@@ -36,6 +35,7 @@ class ZgServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: Any) -> None:
         super().__init__(config)
         self.zg_app = app
+        self.on_sigint: Callable[[int], None] | None = None   # the CLI's: exit 130 after draining
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -80,10 +80,8 @@ class ZgServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.zg_app.draining = True
-        if sig == signal.SIGINT:        # drained cleanly, but the CLI still exits 130 for Ctrl-C
-            from zgtool.errors import mark_interrupted
-
-            mark_interrupted(sig)
+        if sig == signal.SIGINT and self.on_sigint is not None:  # drained cleanly, yet Ctrl-C exits 130
+            self.on_sigint(sig)
         super().handle_exit(sig, frame)
 
 
@@ -115,7 +113,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port") from exc
+        raise ListenFailed(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port") from exc
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -158,10 +156,10 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
         engine = Engine(_engine_config(cfg))
     except ModelUnavailable as exc:
         sock.close()
-        raise MissingCapability(f"cannot load model {cfg.model!r}: {exc}") from exc
+        raise ModelLoadFailed(f"cannot load model {cfg.model!r}: {exc}", missing=True) from exc
     except EngineError as exc:
         sock.close()
-        raise UsageError(f"cannot load model {cfg.model!r}: {exc}") from exc
+        raise ModelLoadFailed(f"cannot load model {cfg.model!r}: {exc}", missing=False) from exc
     access = AccessLog(cfg.access_log) if cfg.access_log is not None else None
     app = ServerApp(engine, cfg, Admission(keys), policy, access)
     if cfg.otlp_endpoint is not None:
@@ -200,111 +198,21 @@ def make_server(built: Built) -> ZgServer:
     return server
 
 
-def startup_rows(built: Built) -> list[tuple[str, str]]:
-    e = built.engine
-    cfg = built.config
-    kv_tokens = e.num_kv_blocks * e.block_size
-    kv_bytes = e.num_kv_blocks * getattr(e, "kv_bytes_per_block", 0)
-    kv = f"{e.num_kv_blocks} blocks x {e.block_size} tokens = {kv_tokens} tokens"
-    kv += f" ({kv_bytes / 2**20:.1f} MiB)" if kv_bytes else " (null backend: bookkeeping only)"
-    adm = built.app.admission
-    if adm.keys is None:
-        keys = "OPEN: no --keys file, every request is admitted"
-    else:
-        keys = f"{len(adm.keys.keys)} keys, tiers: {', '.join(adm.keys.tiers) or '-'}; admin keys: {len(adm.keys.admin_digests)}"
-    rows = [
-        ("model", model_row(e)),
-        ("device", str(e.device)),
-        ("dtype", dtype_row(e)),
-        ("threads", threads_row(e, cfg.num_threads)),
-        ("context", f"{e.max_model_len} tokens"),
-        ("KV pool", kv),
-        ("listening", built.url),
-        ("endpoints", ", ".join(ENDPOINTS)),
-        ("served models", ", ".join(dict.fromkeys(cfg.served_names))),
-        ("keys", keys),
-        ("safety policy", str(cfg.safety_policy) if cfg.safety_policy else "none"),
-        ("batching window", f"{cfg.batch_window_ms:g} ms"),
-        ("stream interval", f"{cfg.stream_interval} token(s) per event"),
-    ]
-    if built.tls is not None:
-        rows.append(("TLS cert", str(built.tls.cert_path)))
-        rows.append(("TLS sha256", built.tls.sha256_fingerprint))
-    if cfg.access_log:
-        rows.append(("access log", str(cfg.access_log)))
-    return rows
-
-
-def model_row(e: Any) -> str:
-    """The model line of the banner: name, where it came from, and loud notes."""
-    text = str(e.model_name)
-    from zgtool.engine.gguf_convert import PACKAGED
-
-    if text in PACKAGED:
-        from zgtool.engine.gguf_convert import ensure_converted
-
-        text += f" ({PACKAGED[text].filename} from {PACKAGED[text].distribution}, as {ensure_converted(text)})"
-    if getattr(e, "is_dummy", False):
-        text += " (random weights: output text is meaningless)"
-    tok = getattr(e, "tokenizer", None)
-    if tok is not None and getattr(tok, "has_chat_template", True) is False:
-        text += " — WARNING: no chat template (chat requests use plain 'role: content' lines)"
-    return text
-
-
-def dtype_row(e: Any) -> str:
-    from zgtool.engine.config import cpu_native_bf16
-
-    if e.config.dtype != "auto":
-        return f"{e.dtype} (--dtype {e.config.dtype})"
-    if str(e.device).startswith("cuda"):
-        return f"{e.dtype} (auto: CUDA)"
-    why = "CPU has native bf16" if cpu_native_bf16() else "CPU has no native bf16"
-    return f"{e.dtype} (auto: {why})"
-
-
-def threads_row(e: Any, requested: int | None) -> str:
-    import torch
-
-    from zgtool.engine.config import SMALL_BOX_CPUS, available_cpus
-
-    how = "--num-threads" if requested else (
-        f"default: all CPUs up to {SMALL_BOX_CPUS}" if available_cpus() <= SMALL_BOX_CPUS
-        else "default: all CPUs but one, which the I/O loop keeps")
-    return f"{torch.get_num_threads()} torch compute thread(s) of {available_cpus()} CPUs ({how})"
-
-
-def print_startup(built: Built) -> None:
-    from rich.console import Console
-
-    console = Console()      # the terminal's width (80 when piped); values fold, keys never wrap
-    console.print(startup_table(built))
-    console.file.flush()
-
-
-def startup_table(built: Built) -> Any:
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title=f"zgtool serve — {built.url}", title_justify="left", show_header=False,
-                  box=box.SIMPLE, pad_edge=False)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
-    for k, v in startup_rows(built):
-        table.add_row(k, v)
-    return table
-
-
-def serve(cfg: ServeConfig) -> int:
-    """Blocking: run until SIGTERM/Ctrl-C; 0 after a clean shutdown."""
+def serve(cfg: ServeConfig, on_ready: Callable[[Built], None] | None = None,
+          on_sigint: Callable[[int], None] | None = None) -> int:
+    """Blocking: run until SIGTERM/Ctrl-C; 0 after a clean shutdown. ``on_ready`` (the serve
+    command's banner) runs once the model is loaded and the port bound; ``on_sigint`` when
+    Ctrl-C starts the drain."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     built = build(cfg)
     server = make_server(built)
-    print_startup(built)
+    server.on_sigint = on_sigint
+    if on_ready is not None:
+        on_ready(built)
     try:
         server.run(sockets=[built.sock])
     finally:
         built.sock.close()
     if not server.started:
-        raise MissingCapability("the server failed to start; see the log above")
+        raise ServerNotStarted("the server failed to start; see the log above")
     return 0

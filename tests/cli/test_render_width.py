@@ -141,8 +141,9 @@ def test_dcgm_watch_of_eight_gpus_fits_80_columns():
 
 
 def test_serve_banner_fits_80_columns():
+    from zgtool.commands.serve_banner import startup_table
     from zgtool.engine.server.config import ServeConfig
-    from zgtool.engine.server.run import build, startup_table
+    from zgtool.engine.server.run import build
 
     built = build(ServeConfig(model="null", port=0))
     try:

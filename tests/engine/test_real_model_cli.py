@@ -91,8 +91,9 @@ def test_server_threads_use_every_cpu_of_a_small_box_and_leave_one_on_a_larger_o
 
 
 def test_serve_banner_names_model_dtype_why_and_threads() -> None:
+    from zgtool.commands.serve_banner import startup_rows
     from zgtool.engine.server.config import ServeConfig
-    from zgtool.engine.server.run import bind, build, startup_rows
+    from zgtool.engine.server.run import bind, build
 
     sock = bind("127.0.0.1", 0)
     try:

@@ -76,9 +76,27 @@ def serve(
     if gateway != "none":
         _serve_with_gateway(cfg, gateway, gateway_port, nginx_mode, redis)
         return
+    from zgtool.commands.serve_banner import print_startup
+    from zgtool.engine.server.errors import ServeStartupError
     from zgtool.engine.server.run import serve as run_serve
+    from zgtool.errors import mark_interrupted
 
-    raise typer.Exit(run_serve(cfg))
+    try:
+        code = run_serve(cfg, on_ready=print_startup, on_sigint=mark_interrupted)
+    except ServeStartupError as exc:
+        raise startup_error(exc) from exc
+    raise typer.Exit(code)
+
+
+def startup_error(exc: Exception) -> Exception:
+    """The server's start-up errors in the CLI's one error tree (exit 2 for a bad argument,
+    4 for what this machine lacks)."""
+    from zgtool.engine.server.errors import ModelLoadFailed, ServerNotStarted
+    from zgtool.errors import MissingCapability, UsageError
+
+    if (isinstance(exc, ModelLoadFailed) and exc.missing) or isinstance(exc, ServerNotStarted):
+        return MissingCapability(str(exc))
+    return UsageError(str(exc))
 
 
 def _engine_args(cfg: object) -> tuple[str, ...]:
