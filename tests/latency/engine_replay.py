@@ -1,7 +1,8 @@
 """Real local servers for the adapter and detection tests.
 
-    python engine_replay.py replay DIR          a request to /f/NAME/... is answered with the recorded bytes
-                                                of DIR/NAME.txt (after its '#---' line), exactly as recorded
+    python engine_replay.py replay DIR          a request to /f/NAME/... (or /f/NAME@MS/...: held MS ms first,
+                                                as long as the engine said it took) is answered with the
+                                                bytes of DIR/NAME.txt after its '#---' line, as recorded
     python engine_replay.py openai-only MODEL   speaks only GET /v1/models and POST /v1/chat/completions
                                                 (vLLM-style 404 JSON for anything else or another model)
 
@@ -106,9 +107,12 @@ def main() -> None:
 
         def answer(method: str, target: str, body: bytes) -> bytes:
             parts = target.split("/")
-            if len(parts) < 3 or parts[1] != "f" or not (folder / f"{parts[2]}.txt").is_file():
+            name, _, hold_ms = (parts[2] if len(parts) > 2 else "").partition("@")
+            if parts[1:2] != ["f"] or not (folder / f"{name}.txt").is_file():
                 return _json_response(404, {"detail": f"no fixture for {target}"}, "Not Found")
-            return recorded(folder / f"{parts[2]}.txt")
+            if hold_ms:
+                time.sleep(float(hold_ms) / 1e3)      # one request at a time: blocking is what is wanted
+            return recorded(folder / f"{name}.txt")
 
         asyncio.run(serve(answer))
     elif mode == "openai-only":

@@ -349,7 +349,7 @@ def _read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int],
     receive loop (transport.py) stamps every read before h11 or this parser see it. Events are cut by
     the http kit's parser, which keeps a CRLF split between two reads one line end."""
     parts: dict[str, float] = {}
-    state: dict[str, Any] = {"tokens": None, "input": None, "done": False, "error": None}
+    state: dict[str, Any] = {"tokens": None, "input": None, "done": False, "finished": False, "error": None}
     parser = SSEParser()
     for chunk in chunks:
         now = MARKS.last_read_ns or perf_counter_ns()
@@ -360,7 +360,9 @@ def _read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int],
             on_first_content()
     if state["error"]:
         return state["error"], parts, state["tokens"], state["input"]
-    if not state["done"]:
+    # OpenAI ends with [DONE]; a server that ends the body cleanly after a finish_reason (transformers
+    # serve) finished too: an unclean end raises in the read loop instead
+    if not (state["done"] or state["finished"]):
         return "stream_incomplete", parts, state["tokens"], state["input"]
     return None, parts, state["tokens"], state["input"]
 
@@ -419,6 +421,9 @@ def _handle_event(event: Event, api: str, now: int, content_ns: list[int], parts
     if isinstance(doc.get("error"), dict):
         state["error"] = f"stream_error:{doc['error'].get('type') or doc['error'].get('code') or 'unknown'}"
         return
+    for choice in doc.get("choices") or ():
+        if choice.get("finish_reason"):
+            state["finished"] = True
     for choice in doc.get("choices") or ():
         if (choice.get("delta") or {}).get("content"):
             content_ns.append(now)

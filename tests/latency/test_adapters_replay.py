@@ -1,0 +1,99 @@
+"""Recorded (and documented-format) engine responses replayed byte for byte by a local server and read by the
+real latency client: the parsed engine phases, their source and start point, and the counted warning when the
+engine claims more time than the request took."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from time import perf_counter_ns
+
+import pytest
+from replay_servers import FIXTURES, running
+
+from zgtool.latency.adapters import Evidence, read_engine
+from zgtool.latency.client import Endpoint, Session
+from zgtool.latency.model import FROM_ARRIVAL, RequestSample, SplitConfig
+from zgtool.targets import Target
+
+
+@pytest.fixture(scope="module")
+def replay() -> Iterator[str]:
+    with running("replay", str(FIXTURES)) as url:
+        yield url
+
+
+def measure(base: str, name: str, *, stream: bool, hold_ms: float = 0.0) -> RequestSample:
+    path = f"{name}@{hold_ms:g}" if hold_ms else name
+    t = Target(name, f"{base}/f/{path}/v1", "openai", "m")
+    cfg = SplitConfig(num_requests=1, stream=stream, max_tokens=8, timeout_s=30.0)
+    session = Session(Endpoint.build(t, cfg), cfg, None)
+    try:
+        return session.measure(0, 0, 0, perf_counter_ns())
+    finally:
+        session.close()
+
+
+def test_transformers_serve_reports_no_engine_timing_and_its_streams_still_complete(replay: str) -> None:
+    for name, stream in (("transformers_nonstream", False), ("transformers_stream", True)):
+        s = measure(replay, name, stream=stream)
+        assert s.ok, s.error                         # its stream ends after finish_reason, without [DONE]
+        assert s.output_tokens == 8 and s.engine is None and s.engine_warnings == []
+        assert len(s.trace_id or "") == 32
+
+
+def test_llamacpp_final_chunk_timings_through_the_client(replay: str) -> None:
+    s = measure(replay, "llamacpp_documented_stream", stream=True, hold_ms=100)
+    assert s.ok, s.error
+    e = s.engine
+    assert e is not None and e.source == "llama.cpp timings"
+    assert (e.prefill_ms, e.decode_ms) == (21.447, 61.903) and e.total_ms == pytest.approx(83.35)
+    assert e.info == {"cache_n": 0.0} and s.server_timing == {}   # not mistaken for zgtool's parts
+    assert s.content_events == 8
+
+
+def test_tgi_headers_through_the_client(replay: str) -> None:
+    s = measure(replay, "tgi_documented_nonstream", stream=False, hold_ms=70)
+    e = s.engine
+    assert s.ok and e is not None and e.source == "TGI headers"
+    assert e.total_ms == pytest.approx(52.512345) and e.queue_ms == 3.0 and e.total_start == FROM_ARRIVAL
+    assert e.other_ms == {"validation": 1.0, "inference": 48.0}
+
+
+def test_openai_processing_ms_through_the_client(replay: str) -> None:
+    s = measure(replay, "openai_documented_nonstream", stream=False, hold_ms=430)
+    assert s.ok and s.engine is not None and s.engine.total_ms == 412.0
+    assert s.engine.source == "openai-processing-ms header"
+
+
+def test_an_engine_claiming_more_than_the_whole_request_is_ignored_and_counted(replay: str) -> None:
+    s = measure(replay, "openai_documented_nonstream", stream=False)        # answered at once: 412 ms impossible
+    assert s.ok and s.engine is None
+    assert s.engine_warnings == ["openai-processing-ms header: total_ms exceeds the client's total"]
+
+
+def _body(name: str) -> dict:
+    raw = (FIXTURES / f"{name}.txt").read_bytes()
+    return json.loads(raw[raw.index(b"\r\n\r\n") + 4:])
+
+
+@pytest.mark.parametrize(("name", "source", "total_ms"), [
+    ("sglang_documented_generate", "SGLang meta_info", 84.3),
+    ("ollama_documented_chat", "Ollama durations", 174.560334),
+])
+def test_native_api_answers_parse_from_their_documented_bodies(name: str, source: str, total_ms: float) -> None:
+    # SGLang's /generate and Ollama's /api/chat are not the OpenAI route the client requests: read directly
+    ev = Evidence()
+    ev.note_doc(_body(name))
+    t, warnings = read_engine(ev, client_total_ms=500.0)
+    assert warnings == [] and t is not None and t.source == source
+    assert t.total_ms == pytest.approx(total_ms)
+
+
+def test_every_fixture_names_how_it_was_made() -> None:
+    for f in sorted(Path(FIXTURES).glob("*.txt")):
+        head = f.read_bytes().split(b"#---\n", 1)[0].decode()
+        documented = "_documented_" in f.name
+        assert ("BUILT FROM" in head) == documented, f.name
+        assert documented or "recorded" in head, f.name
