@@ -21,21 +21,26 @@ def detokenize_step(tok: Tokenizer, seq: Sequence) -> str:
 
 
 def find_stop(seq: Sequence, delta_len: int) -> str | None:
-    """If a stop string completed, truncate output_text before it and return it."""
+    """If a stop string completed in the newest `delta_len` characters, truncate output_text before
+    it and return it. Only the window where such a match can lie is searched (the new text and
+    the longest stop's length before it): O(stops x (delta + longest stop)) per token, whatever
+    the text's length. The stop that completes first wins (ties: the one starting first), so the
+    cut never depends on how the text was split into tokens."""
     stops = seq.params.stop
     if not stops or delta_len == 0:
         return None
+    text = seq.output_text
     longest = max(len(s) for s in stops)
-    start = max(0, len(seq.output_text) - delta_len - longest + 1)
-    best: tuple[int, str] | None = None
+    start = max(0, len(text) - delta_len - longest + 1)
+    best: tuple[int, int, str] | None = None
     for s in stops:
-        i = seq.output_text.find(s, start)
-        if i != -1 and (best is None or i < best[0]):
-            best = (i, s)
+        i = text.find(s, start)
+        if i != -1 and (best is None or (i + len(s), i) < best[:2]):
+            best = (i + len(s), i, s)
     if best is None:
         return None
-    seq.output_text = seq.output_text[: best[0]]
-    return best[1]
+    seq.output_text = text[: best[1]]
+    return best[2]
 
 
 def emittable(seq: Sequence, finished: bool, safe_limit: int | None = None) -> str:
