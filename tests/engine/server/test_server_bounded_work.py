@@ -113,3 +113,39 @@ def test_prompt_cost_counts_messages_not_only_characters():
     empty = ChatRequest(api="anthropic", model="m", messages=[{"role": "user", "content": ""}] * 10_000)
     assert intake.is_heavy(empty)
     assert not intake.is_heavy(ChatRequest(api="anthropic", model="m", messages=[{"role": "user", "content": "x"}]))
+
+
+def test_a_concurrent_stream_keeps_flowing_while_a_large_body_is_parsed(server, monkeypatch):
+    entered, release = threading.Event(), threading.Event()
+    real = anth.parse_messages
+
+    def gated(obj: dict[str, Any], max_len: int) -> Any:
+        if len(obj.get("messages", ())) > 1:      # only the big request waits
+            entered.set()
+            release.wait(30)
+        return real(obj, max_len)
+
+    monkeypatch.setattr(anth, "parse_messages", gated)
+    stream_body = {"model": "null", "max_tokens": 1_000_000, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    big = _body(20_000)
+    done: list[int] = []
+    with httpx.Client(timeout=30) as client, client.stream("POST", server.url + "/v1/messages", json=stream_body,
+                                                           headers=ANTH) as s:
+        lines = s.iter_lines()
+        assert any("content_block_delta" in ln for ln in lines)   # the stream is running
+        t = threading.Thread(target=lambda: done.append(
+            httpx.post(server.url + "/v1/messages", json=big, headers=ANTH, timeout=60).status_code))
+        t.start()
+        try:
+            assert entered.wait(30), "the big request never reached the parser"
+            # the big request's parser is held mid-request: the stream's deltas keep arriving
+            deltas = 0
+            for ln in lines:
+                deltas += "content_block_delta" in ln
+                if deltas >= 50:
+                    break
+            assert deltas >= 50 and not release.is_set()
+        finally:
+            release.set()
+            t.join(60)
+    assert done == [200]
