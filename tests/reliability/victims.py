@@ -10,6 +10,7 @@ Shared by tests/reliability/test_mostly_valid_fuzz.py and bench/isolation.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -18,6 +19,7 @@ from typing import Any
 
 import httpx
 
+TIMING_COMMENT = ": zgtool-timing "   # the engine's per-request timing, an SSE comment (engine/api)
 PATHS = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}
 # error.type values a client error may carry (engine/server/errors.py, zgtool/http/errors.py)
 CLIENT_ERROR_TYPES = {
@@ -190,7 +192,8 @@ class Outcome:
     complete: bool = False                  # a finished answer, or a stream with its terminator
     failure: str = ""                       # transport failure: "hang", "dropped: ..."
     start_s: float = 0.0
-    token_times_s: list[float] = field(default_factory=list)
+    token_times_s: list[float] = field(default_factory=list)      # client arrival of each text event
+    engine_token_times_ms: list[float] = field(default_factory=list)  # the engine's own (zgtool-timing)
 
     @property
     def ttft_s(self) -> float | None:
@@ -199,6 +202,11 @@ class Outcome:
     @property
     def itls_s(self) -> list[float]:
         t = self.token_times_s
+        return [b - a for a, b in zip(t, t[1:], strict=False)]
+
+    @property
+    def engine_itls_ms(self) -> list[float]:
+        t = self.engine_token_times_ms
         return [b - a for a, b in zip(t, t[1:], strict=False)]
 
 
@@ -268,7 +276,11 @@ async def send(client: httpx.AsyncClient, base_url: str, api: str, body: bytes, 
                     return out
                 event, data = "", []
                 async for line in r.aiter_lines():
-                    if line.startswith("event:"):
+                    if line.startswith(TIMING_COMMENT):
+                        with contextlib.suppress(ValueError, TypeError):
+                            timing = json.loads(line[len(TIMING_COMMENT):])
+                            out.engine_token_times_ms = [float(x) for x in timing.get("token_times_ms") or []]
+                    elif line.startswith("event:"):
                         event = line[6:].strip()
                     elif line.startswith("data:"):
                         data.append(line[5:].lstrip(" "))
