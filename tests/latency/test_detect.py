@@ -64,3 +64,20 @@ def test_when_every_request_fails_the_servers_words_are_kept_and_the_exit_is_non
 def test_a_server_speaking_both_apis_keeps_zgtools_anthropic_default(origin: str) -> None:
     t, found = detect(resolve(origin), api_known=False, model_known=True)
     assert found is not None and t.api == "anthropic"
+
+
+def test_when_both_apis_answer_the_one_where_the_engine_reports_its_timing_wins() -> None:
+    import httpx
+
+    from zgtool.latency.detect import _choose
+
+    msg = httpx.Response(200, json={"type": "message", "content": []})
+    vllm_chat = httpx.Response(200, json={"choices": [], "metrics": {
+        "queue_time_ms": 0.03, "time_to_first_token_ms": 140.0, "generation_time_ms": 1400.0}})
+    assert _choose(msg, vllm_chat, "anthropic") == "openai"          # vLLM 0.32 answers both (seen here)
+    timed = {"server-timing": "queue;dur=0.1, total;dur=5"}
+    zg_msg = httpx.Response(200, headers=timed, json={"type": "message"})
+    zg_chat = httpx.Response(200, headers=timed, json={"choices": []})
+    assert _choose(zg_msg, zg_chat, "anthropic") == "anthropic"
+    assert _choose(httpx.Response(404), httpx.Response(400), "anthropic") == "openai"   # a route that exists
+    assert _choose(httpx.Response(529), httpx.Response(529), "anthropic") == "anthropic"
