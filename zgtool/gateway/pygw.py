@@ -1,6 +1,7 @@
 """pygw: zgtool's Python AI gateway, built the way LiteLLM-like gateways are: an ASGI app
 on uvicorn with a pooled httpx client. Per request: read body, auth (virtual keys),
-tier limits, parse + translate, moderation, cache lookup, forward (with retries),
+tier limits, parse + translate, moderation, cache lookup, forward (retries only with
+--max-retries; W3C traceparent/tracestate passed through unchanged),
 re-serialize or stream SSE through unbuffered. HTTP pieces (errors, body, SSE, keys)
 come from the shared kit, zgtool.http.
 
@@ -60,6 +61,11 @@ RETRY_STATUSES = frozenset({502, 503, 504, 529})
 # hop-by-hop or rewritten by pygw: never copied from the upstream answer
 _DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"server", b"date",
                    b"x-request-id", b"via", b"server-timing", b"content-encoding"})
+# W3C trace context, passed through unchanged: pygw records no span of its own, so a child span id
+# would name a parent no collector ever sees (zgtool.gateway.propagation: verdict "preserved")
+_TRACE_CONTEXT = frozenset({b"traceparent", b"tracestate", b"baggage"})
+# client request headers the upstream call carries
+_FORWARDED = frozenset({b"anthropic-version", b"anthropic-beta"}) | _TRACE_CONTEXT
 _GW_PHASES = ("gw_auth", "gw_ratelimit", "gw_cache", "gw_translate", "gw_moderation", "gw_upstream")
 
 
@@ -368,7 +374,7 @@ class Gateway:
     def _upstream_headers(self, scope: dict) -> dict[str, str]:
         headers = {"content-type": "application/json", "via": "1.1 pygw", "anthropic-version": "2023-06-01"}
         for k, v in scope["headers"]:
-            if k in (b"anthropic-version", b"anthropic-beta"):
+            if k in _FORWARDED:
                 headers[k.decode()] = v.decode("latin-1")
         if self.cfg.keys.upstream_key:
             headers["x-api-key"] = self.cfg.keys.upstream_key
@@ -461,6 +467,7 @@ class Gateway:
         body = await read_body(receive, self.cfg.max_body_bytes, _header(scope, b"content-length"))
         self._who(scope)
         headers = {"via": "1.1 pygw", "anthropic-version": "2023-06-01", "content-type": "application/json"}
+        headers.update((k.decode(), v.decode("latin-1")) for k, v in scope["headers"] if k in _TRACE_CONTEXT)
         if self.cfg.keys.upstream_key:
             headers["x-api-key"] = self.cfg.keys.upstream_key
         resp = await self._plain(scope["method"], scope["path"], body, headers)
@@ -495,7 +502,7 @@ class Gateway:
             raise ApiError(403, "permission_error", "/admin/* needs an admin key")
         headers = {"via": "1.1 pygw", "anthropic-version": "2023-06-01"}
         for k, v in scope["headers"]:
-            if k in (b"x-api-key", b"authorization", b"content-type"):
+            if k in (b"x-api-key", b"authorization", b"content-type") or k in _TRACE_CONTEXT:
                 headers[k.decode()] = v.decode("latin-1")
         path = scope["path"] + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
         resp = await self._plain(scope["method"], path, body, headers)
