@@ -83,3 +83,18 @@ def test_every_key_with_work_holds_a_seat_within_a_step_of_its_arrival(arrivals,
             assert keys_with_work == keys_running, f"step {step}: a key with work holds no seat"
         assert len(sched.running) <= max_seqs
         run_step(sched, batch)
+
+
+def test_the_engine_passes_the_key_through_add_request():
+    from zgtool.engine import Engine, EngineConfig
+
+    engine = Engine(EngineConfig(model="dummy:tiny", dtype="float32", device="cpu", max_num_seqs=4))
+    long = SamplingParams(max_tokens=200, temperature=0, ignore_eos=True)
+    for i in range(8):
+        engine.add_request([256, 5 + i, 6], long, request_id=f"pro{i}", tenant="pro", tenant_weight=4.0)
+    for _ in range(3):
+        engine.step()
+    assert {s.tenant for s in engine.scheduler.running} == {"pro"} and len(engine.scheduler.running) == 4
+    engine.add_request([256, 9, 9], long, request_id="free0", tenant="free")
+    firsts = [o for o in engine.step() if o.request_id == "free0" and o.token_ids]
+    assert firsts, "the second key's first token comes in the step after it arrives"
