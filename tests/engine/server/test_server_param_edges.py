@@ -97,3 +97,17 @@ def test_stop_caps_per_api(server):
 ])
 def test_parameters_already_refused_stay_refused(server, api: str, param: str, value: Any):
     _assert_400_shape(_post(server, api, {param: value}), api, param)
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+def test_a_request_that_can_never_fit_the_kv_pool_is_a_400_not_a_hang(start_server, api: str):
+    with start_server(kv_memory_mb=1, max_model_len=100_000) as s:     # null: 16 blocks of 16 tokens
+        total = s.engine.stats()["kv_blocks_total"] * s.engine.block_size
+        body = {"model": "null", "max_tokens": 10, "messages": [{"role": "user", "content": "a" * (total + 50)}]}
+        path = "/v1/messages" if api == "anthropic" else "/v1/chat/completions"
+        r = httpx.post(s.url + path, json=body, headers=ANTH_HEADERS, timeout=30)
+        assert r.status_code == 400 and "KV blocks" in r.json()["error"]["message"], r.text
+        if api == "anthropic":
+            assert r.json()["type"] == "error"
+        small = {**body, "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(s.url + path, json=small, headers=ANTH_HEADERS, timeout=30).status_code == 200
