@@ -166,6 +166,37 @@ def status(device: str = "cpu") -> str:
     return "on"
 
 
+def choice_status(device: str, dtype: str | None) -> str:
+    """status() for an engine not loaded yet (verify's environment: the server it starts): the
+    device and dtype it will run with, and whether the library builds here."""
+    if dtype not in (None, "float32", "int8") and str(device).startswith("cpu"):
+        return f"off: dtype {dtype} (the kernels compute in fp32/int8)"
+    return status(device)
+
+
+def engine_status(engine: object) -> str:
+    """What an Engine computes with, for its banner, results and /metrics: "on", "off: <reason>"
+    (the library's reason, a CUDA device, a bf16 model, the null backend), or "partial: <kernel>
+    (<reason>), ..." when the model's plan (engine/backends.py KernelPlan, chosen at load) leaves
+    some kernels to torch for its shape."""
+    model = getattr(engine, "model", None)
+    if model is None:
+        return "off: no model (null backend)"
+    plan = getattr(model, "plan", None)
+    if plan is None:
+        device = str(getattr(model, "device", "cpu"))
+        dtype = getattr(model, "dtype", torch.float32)
+        if device.startswith("cpu") and dtype != torch.float32:
+            return f"off: dtype {str(dtype).removeprefix('torch.')} (the kernels compute in fp32/int8)"
+        return status(device)
+    if plan.library_off:
+        return f"off: {plan.library_off}"
+    parts = [f"{k} ({why})" for k in ("gemm", "attention", "norm", "glue") if (why := getattr(plan, f"{k}_off", None))]
+    if len(parts) == 4:
+        return f"off: {plan.gemm_off}"
+    return "partial: torch for " + ", ".join(parts) if parts else "on"
+
+
 def compile_kernels(cc: str, flags: tuple[str, ...], out_dir: Path) -> Path:
     """Builds engine/csrc/ into out_dir/zg_kernels-<key>/ (sources, build.log and the .so side by
     side) unless it is there; returns the .so. Raises KernelsUnavailable with the compiler's

@@ -85,8 +85,11 @@ class ServerApp:
         self.request_tasks: set[Any] | None = None
         self.tracer: SpanExporter | None = None    # run.py: --otlp-endpoint
         self.created = int(time.time())
+        from zgtool.engine.cpu_kernels import engine_status
+
         self.metrics = ServerMetrics(cfg.model, engine.stats,
-                                     extra=lambda: {"zg_admission_cap_factor": admission.cap_factor})
+                                     extra=lambda: {"zg_admission_cap_factor": admission.cap_factor},
+                                     kernels=engine_status(engine))
         self._prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._stats: dict[str, Any] = {}

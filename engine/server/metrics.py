@@ -29,10 +29,12 @@ E2E_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5,
 
 
 class _EngineCollector(Collector):
-    def __init__(self, stats: Callable[[], dict[str, Any]], model: str, extra: Callable[[], dict[str, float]]):
+    def __init__(self, stats: Callable[[], dict[str, Any]], model: str, extra: Callable[[], dict[str, float]],
+                 kernels: str | None = None):
         self._stats = stats
         self._model = model
         self._extra = extra
+        self._kernels = kernels
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
@@ -65,6 +67,11 @@ class _EngineCollector(Collector):
             yield gauge("zg_gpu_vram_free_gb", "Free GPU memory (GB).", s["vram_free_gb"])
         for name, value in self._extra().items():
             yield gauge(name, name.replace("_", " "), value)
+        if self._kernels is not None:  # engine/cpu_kernels.py engine_status: "on" | "off: why" | "partial: ..."
+            k = GaugeMetricFamily("zg_engine_kernels_enabled", "1 when the engine computes on its C kernels, 0 when "
+                                  "off or partial (the state label says why).", labels=["model_name", "state"])
+            k.add_metric([self._model, self._kernels], 1.0 if self._kernels == "on" else 0.0)
+            yield k
 
 
 class _Histogram:
@@ -97,7 +104,7 @@ class ServerMetrics:
     """Request metrics, observed once per finished request on the I/O loop."""
 
     def __init__(self, model: str, stats: Callable[[], dict[str, Any]],
-                 extra: Callable[[], dict[str, float]] | None = None) -> None:
+                 extra: Callable[[], dict[str, float]] | None = None, kernels: str | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._model = model
         self.ttft = _Histogram(TTFT_BUCKETS)
@@ -108,7 +115,7 @@ class ServerMetrics:
         self.generation_tokens = 0
         self.finished: dict[str, int] = {}
         self.errors: dict[str, int] = {}
-        self.registry.register(_EngineCollector(stats, model, extra or dict))
+        self.registry.register(_EngineCollector(stats, model, extra or dict, kernels))
         self.registry.register(_RequestCollector(self))
 
     def observe_finished(self, timings: Any, usage: Any, finish_reason: str | None) -> None:

@@ -98,11 +98,15 @@ def _run(model: str, prompt: str, max_tokens: int, temperature: float, top_p: fl
     decode_s = max(1e-9, (t.total_ms - ttft) / 1e3)
     tok_s = (n - 1) / decode_s if n > 1 else 0.0
     threads = _threads()
+    from zgtool.engine.cpu_kernels import engine_status
+
+    kernels = engine_status(engine)
     if as_json:
         from zgtool.results import make_result
 
         data = {"model": model, "device": engine.device, "dtype": engine.dtype, "num_threads": threads,
-                "prompt": prompt, "prompt_token_ids": ids, "output_token_ids": out_ids, "text": "".join(text_parts),
+                "kernels": kernels, "prompt": prompt, "prompt_token_ids": ids, "output_token_ids": out_ids,
+                "text": "".join(text_parts),
                 "finish_reason": finish, "ttft_ms": ttft, "total_ms": t.total_ms, "decode_tok_s": tok_s,
                 "is_dummy": engine.is_dummy, "chat_template": not raw and getattr(tok, "has_chat_template", True),
                 "kv_blocks": engine.num_kv_blocks, "notes": notes}
@@ -111,7 +115,7 @@ def _run(model: str, prompt: str, max_tokens: int, temperature: float, top_p: fl
     sys.stdout.write("\n")
     err_console.print(f"[bold]{n}[/bold] tokens, finish={finish}, TTFT {ttft:.1f} ms, "
                       f"{tok_s:.1f} tok/s decode, total {t.total_ms:.1f} ms "
-                      f"(model {model}, {engine.device}, {engine.dtype}, {threads} thread(s))")
+                      f"(model {model}, {engine.device}, {engine.dtype}, {threads} thread(s), kernels {kernels})")
 
 
 def _threads() -> int:

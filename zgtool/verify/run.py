@@ -249,10 +249,14 @@ def _finish(runner: Runner, data: VerifyData, stack: Any, t_start: float, out_di
 
 def _engine_choice(cfg: VerifyConfig) -> dict[str, Any] | None:
     if cfg.model == "null":
-        return {"model": "null", "device": "cpu", "dtype": None, "dtype_reason": "null backend", "num_threads": None}
+        return {"model": "null", "device": "cpu", "dtype": None, "dtype_reason": "null backend", "num_threads": None,
+                "kernels": "off: no model (null backend)"}
     from zgtool.engine.config import engine_choice
+    from zgtool.engine.cpu_kernels import choice_status
 
-    return dict(engine_choice(cfg.model, cfg.dtype, "auto", cfg.num_threads))
+    choice = dict(engine_choice(cfg.model, cfg.dtype, "auto", cfg.num_threads))
+    choice["kernels"] = choice_status(str(choice["device"]), choice["dtype"])  # "on" | "off: <reason>"
+    return choice
 
 
 def _verify_result(data: VerifyData) -> dict[str, Any]:
