@@ -30,6 +30,8 @@ import httpx
 
 from zgtool.gateway.admin_deny import ADMIN_DENIED_MESSAGE
 from zgtool.gateway.policy import KeyPolicy, KeyRing, Policy
+from zgtool.gateway.pygw_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from zgtool.gateway.pygw_metrics import GatewayMetrics, route_of
 from zgtool.gateway.state import (
     CachedResponse,
     MemoryCache,
@@ -108,17 +110,19 @@ class _Timer:
 
 
 class _Sender:
-    """The ASGI send of one request, remembering whether the answer has started."""
+    """The ASGI send of one request, remembering whether the answer has started, and its status."""
 
-    __slots__ = ("send", "started")
+    __slots__ = ("send", "started", "status")
 
     def __init__(self, send: Any) -> None:
         self.send = send
         self.started = False
+        self.status = 0
 
     async def __call__(self, msg: dict) -> None:
         if msg["type"] == "http.response.start":
             self.started = True
+            self.status = int(msg["status"])
         await self.send(msg)
 
 
@@ -149,6 +153,7 @@ class Gateway:
         self.aborting = False
         self._active: set[asyncio.Task] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.metrics = GatewayMetrics()
 
     async def startup(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -198,6 +203,9 @@ class Gateway:
         try:
             if path == "/health" and method == "GET":
                 await _respond(out, 200, b'{"status":"ok"}', [(b"x-request-id", rid.encode())])
+            elif path == "/metrics" and method == "GET":
+                await _respond(out, 200, self.metrics.render(), [(b"content-type", METRICS_CONTENT_TYPE)],
+                               content_type=False)
             elif path in ("/v1/messages", "/v1/chat/completions") and method == "POST":
                 await self.handle(scope, receive, out, front, rid)
             elif (path, method) in (("/v1/models", "GET"), ("/v1/messages/count_tokens", "POST")) or (
@@ -224,6 +232,7 @@ class Gateway:
                 await self.error(out, front, ApiError(500, "api_error", "internal gateway error"), rid)
         finally:
             self._active.discard(task)  # type: ignore[arg-type]
+            self.metrics.requests.labels(route_of(path), str(out.status)).inc()
 
     async def error(self, send: Any, front: str, err: ApiError, rid: str) -> None:
         body = error_body(err, front, rid)
@@ -272,6 +281,8 @@ class Gateway:
                                                  bool(pol.tokens_per_min))
         finally:
             self.tiers.leave(ident, tokens, count_tokens=bool(pol.tokens_per_min))
+            own_ms = sum(v for k, v in timer.phases.items() if k != "gw_upstream")
+            self.metrics.overhead.observe(own_ms / 1e3)
 
     async def _handle_admitted(self, scope: dict, receive: Any, send: _Sender, front: str, rid: str, body: bytes,
                                timer: _Timer, rl_headers: list[tuple[bytes, bytes]], want_usage: bool) -> int:
@@ -312,6 +323,9 @@ class Gateway:
         try:
             resp, retries, why = await _until_gone(gone, self._call_upstream(up_body, scope))
             timer.mark("gw_upstream")
+            self.metrics.upstream_latency.observe(timer.phases["gw_upstream"] / 1e3)
+            if retries:
+                self.metrics.retries.inc(retries)
             if resp is None:
                 status = 504 if "timed out" in why else 502
                 raise ApiError(status, None, f"upstream {self.cfg.upstream} unavailable: {why}",

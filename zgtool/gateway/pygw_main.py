@@ -23,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-ttl", type=float, default=300.0, help="seconds a cached answer lives")
     p.add_argument("--rpm", type=float, default=600_000, help="requests/minute per key when no keys file sets one")
     p.add_argument("--burst", type=int, default=10_000, help="token-bucket size per key when no keys file sets one")
-    p.add_argument("--max-retries", type=int, default=0,
-                   help="retry 502/503/504/529 (retry-after honoured) and failed connects; never 500; default off")
+    p.add_argument("--max-retries", "--retries", dest="max_retries", type=int, default=0,
+                   help="retry 502/503/504/529 (retry-after honoured) and failed connects; never 500 or 429; "
+                        "default off. Retries made: x-gateway-retries and pygw_upstream_retries_total")
     p.add_argument("--max-connections", type=int, default=256, help="upstream connection pool size")
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
                    help="largest request body accepted (413 above; default: the engine's own limit)")
