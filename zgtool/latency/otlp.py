@@ -1,0 +1,527 @@
+"""An OTLP/HTTP trace receiver: engines post their spans here, and each span is joined to the request that
+carried its trace id (zgtool sends a fresh W3C traceparent on every request).
+
+- ``POST /v1/traces`` with ``application/x-protobuf`` (an ExportTraceServiceRequest, decoded by the small
+  wire-format reader below: only the fields the join needs) or ``application/json`` (OTLP/JSON: ids in hex,
+  64-bit integers as strings), optionally ``Content-Encoding: gzip``; answered 200 with an empty
+  ExportTraceServiceResponse in the same encoding, 400 when the body does not decode, 415 for other types.
+- ``span_timing`` turns vLLM's GenAI latency attributes (vllm/tracing.py ``SpanAttributes``, seconds; zgtool's
+  engine sends the same names) into an EngineTiming with source "vLLM OTLP span". vLLM's e2e and TTFT run
+  from the request's arrival at the server; queue, prefill and decode are scheduler-side phases.
+- vLLM exports over gRPC unless told otherwise: start it with
+  ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`` and ``--otlp-traces-endpoint http://HOST:PORT/v1/traces``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from zgtool.latency.adapters.base import Reject, check_against_client
+from zgtool.latency.model import FROM_ARRIVAL, EngineTiming, RequestSample
+
+SOURCE = "vLLM OTLP span"
+TRACES_PATH = "/v1/traces"
+MAX_BODY_BYTES = 64 * 1024 * 1024
+S_TO_MS = 1000.0
+# vllm/tracing.py SpanAttributes (seconds) -> EngineTiming field
+ATTR_QUEUE = "gen_ai.latency.time_in_queue"
+ATTR_TTFT = "gen_ai.latency.time_to_first_token"
+ATTR_E2E = "gen_ai.latency.e2e"
+ATTR_PREFILL = "gen_ai.latency.time_in_model_prefill"
+ATTR_DECODE = "gen_ai.latency.time_in_model_decode"
+ATTR_INFERENCE = "gen_ai.latency.time_in_model_inference"
+# trace.v1.Span.SpanKind; OTLP/JSON sends the number, proto3's generic JSON mapping the name
+SPAN_KINDS = {"SPAN_KIND_UNSPECIFIED": 0, "SPAN_KIND_INTERNAL": 1, "SPAN_KIND_SERVER": 2, "SPAN_KIND_CLIENT": 3,
+              "SPAN_KIND_PRODUCER": 4, "SPAN_KIND_CONSUMER": 5}
+
+
+class OtlpDecodeError(ValueError):
+    """The body is not a valid ExportTraceServiceRequest in the encoding it claims."""
+
+
+@dataclass(frozen=True)
+class Span:
+    trace_id: str                      # 32 lowercase hex
+    span_id: str                       # 16 lowercase hex
+    parent_span_id: str | None
+    name: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    trace_state: str | None = None
+    service: str | None = None         # the resource's service.name
+
+
+# ---- protobuf wire format (https://protobuf.dev/programming-guides/encoding/) ----
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise OtlpDecodeError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise OtlpDecodeError("varint longer than 10 bytes")
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value): an int for varint/fixed64/fixed32, bytes for length-delimited."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        key, pos = _varint(buf, pos)
+        num, wt = key >> 3, key & 7
+        if num == 0:
+            raise OtlpDecodeError("field number 0")
+        if wt == 0:
+            v, pos = _varint(buf, pos)
+            yield num, wt, v
+        elif wt == 1:
+            if pos + 8 > n:
+                raise OtlpDecodeError("truncated fixed64")
+            yield num, wt, int.from_bytes(buf[pos:pos + 8], "little")
+            pos += 8
+        elif wt == 2:
+            size, pos = _varint(buf, pos)
+            if pos + size > n:
+                raise OtlpDecodeError("truncated length-delimited field")
+            yield num, wt, buf[pos:pos + size]
+            pos += size
+        elif wt == 5:
+            if pos + 4 > n:
+                raise OtlpDecodeError("truncated fixed32")
+            yield num, wt, int.from_bytes(buf[pos:pos + 4], "little")
+            pos += 4
+        else:
+            raise OtlpDecodeError(f"unsupported wire type {wt}")
+
+
+def _bytes(v: int | bytes) -> bytes:
+    if not isinstance(v, bytes):
+        raise OtlpDecodeError("expected a length-delimited field")
+    return v
+
+
+def _int(v: int | bytes) -> int:
+    if isinstance(v, bytes):
+        raise OtlpDecodeError("expected a numeric field")
+    return v
+
+
+def _text(v: int | bytes) -> str:
+    try:
+        return _bytes(v).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OtlpDecodeError("string field is not UTF-8") from exc
+
+
+def _any_value_pb(buf: bytes) -> Any:
+    """common.v1.AnyValue: string 1, bool 2, int64 3, double 4, ArrayValue 5, KeyValueList 6, bytes 7."""
+    value: Any = None
+    for num, wt, v in _fields(buf):
+        if num == 1 and wt == 2:
+            value = _text(v)
+        elif num == 2 and wt == 0:
+            value = bool(_int(v))
+        elif num == 3 and wt == 0:
+            i = _int(v)
+            value = i - (1 << 64) if i >= 1 << 63 else i
+        elif num == 4 and wt == 1:
+            value = struct.unpack("<d", _int(v).to_bytes(8, "little"))[0]
+        elif num == 5 and wt == 2:
+            value = [_any_value_pb(_bytes(x)) for n2, _w, x in _fields(_bytes(v)) if n2 == 1]
+        elif num == 6 and wt == 2:
+            value = dict(_key_value_pb(_bytes(x)) for n2, _w, x in _fields(_bytes(v)) if n2 == 1)
+        elif num == 7 and wt == 2:
+            value = _bytes(v)
+    return value
+
+
+def _key_value_pb(buf: bytes) -> tuple[str, Any]:
+    key, value = "", None
+    for num, wt, v in _fields(buf):
+        if num == 1 and wt == 2:
+            key = _text(v)
+        elif num == 2 and wt == 2:
+            value = _any_value_pb(_bytes(v))
+    return key, value
+
+
+def _id_hex(raw: bytes, size: int, what: str) -> str:
+    if len(raw) != size:
+        raise OtlpDecodeError(f"{what} has {len(raw)} bytes, not {size}")
+    return raw.hex()
+
+
+def _span_pb(buf: bytes, service: str | None) -> Span:
+    """trace.v1.Span: trace_id 1, span_id 2, trace_state 3, parent_span_id 4, name 5, kind 6,
+    start 7 / end 8 (fixed64 ns), attributes 9; the rest (events, links, status, flags) is skipped."""
+    f: dict[str, Any] = {"attributes": {}}
+    for num, wt, v in _fields(buf):
+        if num == 1 and wt == 2:
+            f["trace_id"] = _id_hex(_bytes(v), 16, "trace_id")
+        elif num == 2 and wt == 2:
+            f["span_id"] = _id_hex(_bytes(v), 8, "span_id")
+        elif num == 3 and wt == 2:
+            f["trace_state"] = _text(v) or None
+        elif num == 4 and wt == 2:
+            f["parent_span_id"] = _id_hex(_bytes(v), 8, "parent_span_id") if v else None
+        elif num == 5 and wt == 2:
+            f["name"] = _text(v)
+        elif num == 6 and wt == 0:
+            f["kind"] = _int(v)
+        elif num == 7 and wt == 1:
+            f["start_ns"] = _int(v)
+        elif num == 8 and wt == 1:
+            f["end_ns"] = _int(v)
+        elif num == 9 and wt == 2:
+            k, val = _key_value_pb(_bytes(v))
+            f["attributes"][k] = val
+    if "trace_id" not in f or "span_id" not in f:
+        raise OtlpDecodeError("span without trace_id or span_id")
+    return Span(trace_id=f["trace_id"], span_id=f["span_id"], parent_span_id=f.get("parent_span_id"),
+                name=f.get("name", ""), kind=f.get("kind", 0), start_ns=f.get("start_ns", 0),
+                end_ns=f.get("end_ns", 0), attributes=f["attributes"], trace_state=f.get("trace_state"),
+                service=service)
+
+
+def _service_pb(resource: bytes) -> str | None:
+    for num, wt, v in _fields(resource):
+        if num == 1 and wt == 2:
+            k, val = _key_value_pb(_bytes(v))
+            if k == "service.name" and isinstance(val, str):
+                return val
+    return None
+
+
+def decode_protobuf(body: bytes) -> list[Span]:
+    """ExportTraceServiceRequest: resource_spans 1 -> (resource 1, scope_spans 2 -> (scope 1, spans 2))."""
+    spans: list[Span] = []
+    for num, wt, rs in _fields(body):
+        if num != 1 or wt != 2:
+            continue
+        rs_fields = list(_fields(_bytes(rs)))
+        service = next((_service_pb(_bytes(v)) for n, w, v in rs_fields if n == 1 and w == 2), None)
+        for n, w, ss in rs_fields:
+            if n != 2 or w != 2:
+                continue
+            for n2, w2, sp in _fields(_bytes(ss)):
+                if n2 == 2 and w2 == 2:
+                    spans.append(_span_pb(_bytes(sp), service))
+    return spans
+
+
+# ---- OTLP/JSON (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding) ----
+
+def _json_id(value: Any, size: int, what: str) -> str | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise OtlpDecodeError(f"{what} is not a string")
+    if len(value) == 2 * size:
+        try:
+            bytes.fromhex(value)
+        except ValueError as exc:
+            raise OtlpDecodeError(f"{what} is not hex") from exc
+        return value.lower()
+    try:  # proto3's generic JSON mapping (base64) from encoders that ignore the OTLP rule
+        return _id_hex(base64.b64decode(value, validate=True), size, what)
+    except ValueError as exc:
+        raise OtlpDecodeError(f"{what} is neither {2 * size} hex digits nor base64") from exc
+
+
+def _any_value_json(v: Any) -> Any:
+    if not isinstance(v, dict):
+        return None
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    if "intValue" in v:
+        try:
+            return int(v["intValue"])
+        except (TypeError, ValueError) as exc:
+            raise OtlpDecodeError("intValue is not an integer") from exc
+    if "doubleValue" in v:
+        try:
+            return float(v["doubleValue"])
+        except (TypeError, ValueError) as exc:
+            raise OtlpDecodeError("doubleValue is not a number") from exc
+    if "arrayValue" in v:
+        return [_any_value_json(x) for x in (v["arrayValue"] or {}).get("values", [])]
+    if "kvlistValue" in v:
+        return _attrs_json((v["kvlistValue"] or {}).get("values", []))
+    if "bytesValue" in v:
+        return base64.b64decode(v["bytesValue"])
+    return None
+
+
+def _attrs_json(items: Any) -> dict[str, Any]:
+    if not isinstance(items, list):
+        raise OtlpDecodeError("attributes is not a list")
+    return {str(kv.get("key", "")): _any_value_json(kv.get("value")) for kv in items if isinstance(kv, dict)}
+
+
+def _ns(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError) as exc:
+        raise OtlpDecodeError("a time is not an integer of ns") from exc
+
+
+def decode_json(body: bytes) -> list[Span]:
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise OtlpDecodeError(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise OtlpDecodeError("not a JSON object")
+    spans: list[Span] = []
+    try:
+        for rs in doc.get("resourceSpans") or []:
+            service = _attrs_json((rs.get("resource") or {}).get("attributes", [])).get("service.name")
+            for ss in rs.get("scopeSpans") or []:
+                for sp in ss.get("spans") or []:
+                    trace_id = _json_id(sp.get("traceId"), 16, "traceId")
+                    span_id = _json_id(sp.get("spanId"), 8, "spanId")
+                    if trace_id is None or span_id is None:
+                        raise OtlpDecodeError("span without traceId or spanId")
+                    kind = sp.get("kind", 0)
+                    kind = SPAN_KINDS.get(kind, 0) if isinstance(kind, str) else kind
+                    spans.append(Span(
+                        trace_id=trace_id, span_id=span_id,
+                        parent_span_id=_json_id(sp.get("parentSpanId"), 8, "parentSpanId"),
+                        name=str(sp.get("name", "")), kind=kind if isinstance(kind, int) else 0,
+                        start_ns=_ns(sp.get("startTimeUnixNano")), end_ns=_ns(sp.get("endTimeUnixNano")),
+                        attributes=_attrs_json(sp.get("attributes", [])),
+                        trace_state=sp.get("traceState") or None,
+                        service=service if isinstance(service, str) else None))
+    except (AttributeError, TypeError) as exc:
+        raise OtlpDecodeError(f"unexpected OTLP/JSON shape: {exc}") from exc
+    return spans
+
+
+def decode(body: bytes, content_type: str, content_encoding: str | None = None) -> list[Span]:
+    """Spans of one POST body; raises OtlpDecodeError, or ValueError for an unsupported type."""
+    if content_encoding and content_encoding.strip().lower() == "gzip":
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise OtlpDecodeError(f"gzip: {exc}") from exc
+    elif content_encoding and content_encoding.strip().lower() not in ("", "identity"):
+        raise OtlpDecodeError(f"unsupported Content-Encoding {content_encoding!r}")
+    ctype = content_type.split(";")[0].strip().lower()
+    if ctype == "application/x-protobuf":
+        return decode_protobuf(body)
+    if ctype == "application/json":
+        return decode_json(body)
+    raise ValueError(f"unsupported Content-Type {content_type!r}")
+
+
+# ---- span -> engine timing ----
+
+def span_timing(span: Span) -> EngineTiming | None:
+    """vLLM's GenAI latency attributes in ms, or None when the span has no e2e (not a request span).
+
+    A present but non-numeric or negative attribute makes the whole reading invalid (ValueError), so a
+    phase is never partly taken."""
+    a = span.attributes
+    if ATTR_E2E not in a:
+        return None
+
+    def ms(key: str) -> float | None:
+        v = a.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0:
+            raise ValueError(f"{key} is {v!r}, not a non-negative number of seconds")
+        return float(v) * S_TO_MS
+
+    info = {"inference_ms": v} if (v := ms(ATTR_INFERENCE)) is not None else {}
+    return EngineTiming(source=SOURCE, queue_ms=ms(ATTR_QUEUE), prefill_ms=ms(ATTR_PREFILL),
+                        decode_ms=ms(ATTR_DECODE), total_ms=ms(ATTR_E2E), ttft_ms=ms(ATTR_TTFT),
+                        ttft_start=FROM_ARRIVAL, total_start=FROM_ARRIVAL, info=info)
+
+
+# ---- the receiver ----
+
+class SpanStore:
+    """Spans by trace id; waiters are woken on every arrival."""
+
+    def __init__(self) -> None:
+        self._spans: dict[str, list[Span]] = {}
+        self._cond = threading.Condition()
+        self.received = 0
+        self.rejected_posts = 0
+
+    def add(self, spans: Iterable[Span]) -> None:
+        with self._cond:
+            for s in spans:
+                self._spans.setdefault(s.trace_id, []).append(s)
+                self.received += 1
+            self._cond.notify_all()
+
+    def spans(self, trace_id: str) -> list[Span]:
+        with self._cond:
+            return list(self._spans.get(trace_id.lower(), ()))
+
+    def wait_for(self, trace_ids: Iterable[str], timeout_s: float) -> set[str]:
+        """Wait until every trace id has a span that carries an engine timing (or the timeout);
+        returns the ids still missing."""
+        wanted = {t.lower() for t in trace_ids}
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                missing = {t for t in wanted if not any(ATTR_E2E in s.attributes for s in self._spans.get(t, ()))}
+                left = deadline - time.monotonic()
+                if not missing or left <= 0:
+                    return missing
+                self._cond.wait(left)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, status: int, body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.split("?")[0] != TRACES_PATH:
+            self._answer(404, b'{"error":"only POST /v1/traces"}', "application/json")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._answer(411, b'{"error":"Content-Length required"}', "application/json")
+            return
+        if length < 0 or length > MAX_BODY_BYTES:
+            self._answer(413, b'{"error":"body too large"}', "application/json")
+            return
+        body = self.rfile.read(length)
+        ctype = self.headers.get("Content-Type", "")
+        try:
+            spans = decode(body, ctype, self.headers.get("Content-Encoding"))
+        except OtlpDecodeError as exc:
+            self.server.store.rejected_posts += 1
+            self._answer(400, json.dumps({"error": str(exc)}).encode(), "application/json")
+            return
+        except ValueError as exc:
+            self.server.store.rejected_posts += 1
+            self._answer(415, json.dumps({"error": str(exc)}).encode(), "application/json")
+            return
+        self.server.store.add(spans)
+        if ctype.split(";")[0].strip().lower() == "application/json":
+            self._answer(200, b"{}", "application/json")
+        else:
+            self._answer(200, b"", "application/x-protobuf")   # an empty ExportTraceServiceResponse
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    store: SpanStore
+
+
+class OtlpReceiver:
+    """``with OtlpReceiver(port=0) as rx:`` serves POST /v1/traces on a background thread."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server = _Server((host, port), _Handler)
+        self.store = SpanStore()
+        self._server.store = self.store
+        self._thread = threading.Thread(target=self._server.serve_forever, name="zgtool-otlp-rx", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}{TRACES_PATH}"
+
+    def start(self) -> OtlpReceiver:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(5.0)
+        self._server.server_close()
+
+    def __enter__(self) -> OtlpReceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parse_listen(spec: str) -> tuple[str, int]:
+    """--otlp-listen: 'auto' (a free port on 127.0.0.1), 'PORT' or 'HOST:PORT'."""
+    spec = spec.strip()
+    if spec.lower() == "auto":
+        return "127.0.0.1", 0
+    host, sep, port = spec.rpartition(":")
+    try:
+        p = int(port)
+    except ValueError:
+        raise ValueError(f"--otlp-listen: expected auto, PORT or HOST:PORT, not {spec!r}") from None
+    if not 0 <= p <= 65535:
+        raise ValueError(f"--otlp-listen: port {p} is out of range")
+    return (host.strip("[]") if sep and host else "127.0.0.1"), p
+
+
+def attach_spans(samples: Iterable[RequestSample], store: SpanStore, wait_s: float = 2.0) -> int:
+    """Give every ok request that no in-band adapter timed the engine timing of the span in its trace.
+
+    Waits up to `wait_s` for spans still on their way (exporters batch). A span whose figures are
+    invalid or exceed the client's total is ignored with a counted warning on that request. Returns how
+    many requests that carried a trace id got no span at all."""
+    todo = [s for s in samples if s.ok and s.trace_id and s.engine is None]
+    if not todo:
+        return 0
+    missing = store.wait_for([s.trace_id for s in todo if s.trace_id], wait_s)
+    for s in todo:
+        assert s.trace_id is not None
+        if s.trace_id.lower() in missing:
+            continue
+        for span in store.spans(s.trace_id):
+            try:
+                timing = span_timing(span)
+                if timing is None:
+                    continue
+                check_against_client(timing, s.total_ms)
+            except (ValueError, Reject) as exc:
+                s.engine_warnings.append(f"{SOURCE}: {exc}")
+                continue
+            s.engine = timing
+            break
+    return len(missing)
