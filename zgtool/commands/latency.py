@@ -101,7 +101,8 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
         new_connection: bool = False, api: str | None = None, model: str | None = None,
         timeout: float = 30.0, insecure: bool = False, cacert: Path | None = None, rounds: int = 0,
         config: Path | None = None, as_json: bool = False, out: Path | None = None,
-        slo: list[str] | None = None, cpu_pids: list[str] | None = None) -> dict:
+        slo: list[str] | None = None, cpu_pids: list[str] | None = None,
+        otlp_listen: str | None = None) -> dict:
     """The command's logic, callable without Typer; returns the versioned result."""
     from zgtool.errors import UsageError, VerdictFailed
     from zgtool.latency.analysis import analyse, result_data
@@ -156,7 +157,27 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
                               f"({found['how']}); --api/--model override", highlight=False)
         err_console.print(f"[dim]{name}: {done}/{total}[/dim]")
 
-    samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu)
+    receiver = None
+    if otlp_listen:
+        from zgtool.latency.otlp import OtlpReceiver, parse_listen
+
+        try:
+            host, port = parse_listen(otlp_listen)
+            receiver = OtlpReceiver(host, port).start()
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"--otlp-listen {otlp_listen}: {exc}") from None
+        err_console.print(f"OTLP receiver on {receiver.url} (vLLM: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
+                          f"http/protobuf vllm serve ... --otlp-traces-endpoint {receiver.url})", highlight=False)
+    try:
+        samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu)
+        if receiver is not None:
+            from zgtool.latency.otlp import attach_spans
+
+            for per_target in samples:
+                attach_spans(per_target, receiver.store)
+    finally:
+        if receiver is not None:
+            receiver.close()
     res = analyse(resolved, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
     from zgtool.latency.adapters import count_warnings
 
@@ -206,8 +227,10 @@ def register(app: typer.Typer) -> None:
         config: Path | None = typer.Option(None, "--config", help="zgtool.toml with named targets."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result to stdout."),
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the JSON result to this file."),
+        otlp_listen: str | None = typer.Option(None, "--otlp-listen", help="Receive the engine's OTLP/HTTP "
+                                               "spans on auto, PORT or HOST:PORT and join them by trace id."),
     ) -> None:
         run(targets, requests=requests, concurrency=concurrency, warmup=warmup, stream=stream, prompt=prompt,
             prompt_file=prompt_file, max_tokens=max_tokens, new_connection=new_connection, api=api, model=model,
             timeout=timeout, insecure=insecure, cacert=cacert, rounds=rounds, config=config, as_json=as_json,
-            out=out, slo=slo, cpu_pids=cpu_pid)
+            out=out, slo=slo, cpu_pids=cpu_pid, otlp_listen=otlp_listen)
