@@ -115,6 +115,10 @@ def _edges() -> dict[str, list[Any]]:
                   {"tools": []}, {"tool_choice": "none"}, {"presence_penalty": 2}, {"logit_bias": {"1": 100}},
                   {"response_format": {"type": "text"}}, {"stream": "true"}, {"stream": 1}, {"stream": None},
                   {"model": ""}, {"model": "x" * 10_000}, {"model": "dummy:tiny\u0000"}],
+        # the same key twice: a gateway that validates one copy must not forward the other
+        "duplicate": [("temperature", "1e-300", 0.5), ("temperature", "0.5", 1e-300), ("max_tokens", "8", 10**9),
+                      ("max_tokens", "1000000000", 8), ("stream", "false", True), ("stream", "true", False),
+                      ("messages", "[]", None), ("model", '"other"', None), ("top_k", "1", 2**63)],
     }
 
 
@@ -148,9 +152,16 @@ def apply_edge(api: str, body: dict[str, Any], fld: str, value: Any) -> dict[str
 
 
 def make_case(api: str, stream: bool, model: str, fld: str, value: Any) -> Case:
-    body = apply_edge(api, base_body(api, model, stream), fld, value)
     shown = "<big>" if callable(value) else _short(value)
-    return Case(f"{api}/{'stream' if stream else 'json'}/{fld}={shown}", api, stream, dumps_raw(body))
+    label = f"{api}/{'stream' if stream else 'json'}/{fld}={shown}"
+    if fld == "duplicate":            # (key, first copy as raw JSON, second copy; None: the base value)
+        key, first, second = value
+        body = base_body(api, model, stream)
+        if second is not None:
+            body[key] = second
+        return Case(label, api, stream, b'{"' + key.encode() + b'":' + first.encode() + b"," + dumps_raw(body)[1:])
+    body = apply_edge(api, base_body(api, model, stream), fld, value)
+    return Case(label, api, stream, dumps_raw(body))
 
 
 def hostile_cases(seed: int, count: int, model: str) -> list[Case]:
