@@ -47,15 +47,15 @@ from zgtool.engine.errors import (
     Overloaded,
     SequenceFault,
 )
+from zgtool.engine.faults import ENGINE_WIDE_FAULTS, Faults
 from zgtool.engine.outputs import RequestOutput, RequestTimings, Usage
-from zgtool.engine.postprocess import ENGINE_WIDE_FAULTS, Postprocessor
+from zgtool.engine.postprocess import Postprocessor
 from zgtool.engine.scheduler import Scheduler
 from zgtool.engine.sequence import Sequence, Status
 from zgtool.engine.stream import RequestStream
 
 log = logging.getLogger("zgtool.engine")
 
-INTERNAL_ERROR = "internal engine error"   # what a client hears of a fault; the log has the traceback
 STUCK_BACKOFF_S = 0.01   # a step that could schedule nothing is retried after this (or an arrival)
 TICK_BUDGET_S = 0.0005   # loop driver: longest run of steps before the loop polls I/O again
 DELIVERY_WAIT_S = 0.002  # thread driver, one running sequence: longest wait for the loop's write
@@ -116,11 +116,12 @@ class Engine:
         self.eos_token_ids = set(self.tokenizer.eos_token_ids)
         self._vocab_size = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size, cfg.enable_prefix_caching)
-        self.postprocess = Postprocessor(self.tokenizer, self.eos_token_ids, self.block_manager, self._finish,
-                                         self._fail_seqs)
         # deterministic: fixed chunk boundaries, never wider than a step (a wider one never ran)
         chunk = min(max(cfg.block_size, 64), cfg.max_num_batched_tokens) if cfg.deterministic else None
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens, chunk)
+        self.faults = Faults(self.scheduler, self.runner, self._finish)
+        self.postprocess = Postprocessor(self.tokenizer, self.eos_token_ids, self.block_manager, self._finish,
+                                         self.faults.fail)
         self._seqs: dict[str, Sequence] = {}
         self._streams: dict[str, RequestStream] = {}
         self._inbox: deque[Sequence] = deque()
@@ -297,9 +298,9 @@ class Engine:
         except ENGINE_WIDE_FAULTS:
             raise
         except SequenceFault as fault:
-            return [], 0.0, self._fail_seqs([batch.seqs[i] for i in fault.rows], fault.message)
+            return [], 0.0, self.faults.fail([batch.seqs[i] for i in fault.rows], fault.message)
         except Exception as exc:  # noqa: BLE001 - find the sequence(s) that cause it
-            return [], 0.0, self._isolate(batch, exc)
+            return [], 0.0, self.faults.isolate(batch, exc)
         t1 = time.perf_counter()
         step_ms = (t1 - t0) * 1e3
         self.last_step_ms = step_ms
@@ -356,7 +357,7 @@ class Engine:
         try:
             outputs = self.step()
         except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
-            outputs = self._fail_step(exc)
+            outputs = self.faults.fail_everyone(exc)
         streams = self._streams
         for out in outputs:                 # _deliver, inlined (one call per output saved)
             stream = streams.get(out.request_id)
@@ -405,7 +406,7 @@ class Engine:
             try:
                 outputs = self.step()
             except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
-                outputs = self._fail_step(exc)
+                outputs = self.faults.fail_everyone(exc)
             if outputs:
                 self._outbox.extend(outputs)
             if self._defer or not self._outbox:
@@ -442,57 +443,6 @@ class Engine:
         self._hand_back()
         self._delivered.wait(DELIVERY_WAIT_S)
         self._await_delivery = False
-
-    def _fail_seqs(self, seqs: list[Sequence], message: str = INTERNAL_ERROR) -> list[RequestOutput]:
-        """Fail these sequences alone (their blocks go back to the pool). Every other sequence of
-        the step was not advanced: the next step computes its tokens again, writing the same KV
-        to the same slots, so its output is what it would have been without the failed ones.
-        `message` reaches the client (with the request id): never an exception's text."""
-        outs = []
-        for seq in seqs:
-            log.error("request %s failed in the engine step: %s", seq.request_id, message)
-            self._finish(seq, "abort")
-            outs.append(RequestOutput(seq.request_id, [], "", True, "abort",
-                                      error=f"{message} (request {seq.request_id})"))
-        return outs
-
-    def _isolate(self, batch: Any, exc: Exception) -> list[RequestOutput]:
-        """A step raised without naming its sequences: run each sequence of it alone to find the
-        ones that fail by themselves, and fail only those. When none does (the fault needs the
-        batch, or is gone), every sequence of the step fails: a fault we cannot pin on one request."""
-        from zgtool.engine.scheduler import ScheduledBatch
-
-        culprits = []
-        # the trial runs must not consume seeded generators: the real step samples again later
-        gens: list[tuple[Any, Any]] = [(g, g.get_state()) for s in batch.seqs if (g := s.generator) is not None]
-        if len(batch.seqs) > 1:
-            for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
-                try:
-                    self.runner.execute(ScheduledBatch([seq], [n]))
-                except ENGINE_WIDE_FAULTS:
-                    raise
-                except Exception:  # noqa: BLE001 - this one fails alone
-                    culprits.append(seq)
-        for g, state in gens:
-            g.set_state(state)
-        log.error("engine step of %d sequence(s) failed (requests %s)", len(batch.seqs),
-                  ", ".join(s.request_id for s in (culprits or batch.seqs)), exc_info=exc)
-        return self._fail_seqs(culprits or list(batch.seqs))
-
-    def _fail_step(self, exc: BaseException) -> list[RequestOutput]:
-        """An engine-wide fault (out of memory, a scheduler bug): the traceback is logged once with
-        the request ids; clients get a generic message with their request id, not the exception."""
-        ids = [s.request_id for s in list(self.scheduler.running) + list(self.scheduler.waiting)]
-        log.error("engine step failed; failing requests %s", ", ".join(ids) or "(none)", exc_info=exc)
-        return self._fail_all(INTERNAL_ERROR)
-
-    def _fail_all(self, message: str) -> list[RequestOutput]:
-        outs = []
-        for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
-            self._finish(seq, "abort")
-            outs.append(RequestOutput(seq.request_id, [], "", True, "abort",
-                                      error=f"{message} (request {seq.request_id})"))
-        return outs
 
     def _dispatch(self) -> None:
         """On the loop thread: drain everything the step thread produced since the last call."""

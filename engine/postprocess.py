@@ -16,14 +16,13 @@ from collections.abc import Callable, Iterable
 
 from zgtool.engine.block_manager import BlockManager
 from zgtool.engine.detok import detokenize_step, emittable, find_stop
+from zgtool.engine.faults import ENGINE_WIDE_FAULTS
 from zgtool.engine.outputs import RequestOutput
 from zgtool.engine.scheduler import ScheduledBatch
 from zgtool.engine.sequence import Sequence
 from zgtool.engine.tokenizer import Tokenizer
 
 log = logging.getLogger("zgtool.engine")
-# Faults no single sequence causes: every in-flight request fails (and the engine goes on).
-ENGINE_WIDE_FAULTS: tuple[type[BaseException], ...] = (MemoryError,)
 
 
 class Postprocessor:
