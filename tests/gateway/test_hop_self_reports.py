@@ -5,9 +5,11 @@ Server-Timing (kept whole, appended to): checked on the real gateways in front o
     nginx    Server-Timing nginx-upstream-header ($upstream_header_time), nginx ($request_time)
     haproxy  Server-Timing haproxy-request (%TR), -queue (%Tw), -connect (%Tc), -upstream-header (%Tr)
     caddy    Server-Timing caddy-upstream-header (upstream latency_ms), caddy (request duration_ms)
+    varnish  Server-Timing varnish-upstream-header (bereq.time -> beresp.time), varnish (req.time -> now)
     pygw     Server-Timing gw_* phases; gw_upstream holds the upstream call
     stack    nginx's entries and pygw's
     litellm  x-litellm-overhead-duration-ms (LiteLLM's own header; it excludes the upstream call)
+    squid    nothing per response: its access log's response time (%tr) is the only self-report
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ SELF = {
     "nginx": ("nginx-upstream-header", {"nginx"}, 1.0),
     "haproxy": ("haproxy-upstream-header", {"haproxy-request", "haproxy-queue", "haproxy-connect"}, 1.0),
     "caddy": ("caddy-upstream-header", {"caddy"}, 0.001),
+    "varnish": ("varnish-upstream-header", {"varnish"}, 0.001),
     "pygw": ("gw_upstream", {"gw_total", "gw_auth"}, 0.001),
     "stack": ("nginx-upstream-header", {"nginx", "gw_upstream", "gw_total"}, 1.0),
 }
