@@ -16,10 +16,24 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from zgtool.engine.backends import (
+    DET_TILE,
+    F32KernelLinear,
+    F32KernelLmHead,
+    Int8Linear,
+    Int8LmHead,
+    KernelPlan,
+    LinearMethod,
+    LmHead,
+    TiledLinear,
+    TorchLinear,
+    TorchLmHead,
+    TransposedTorchLinear,
+)
 from zgtool.engine.presets import ModelSpec
-from zgtool.engine.quant import WEIGHT_INT8, Int8Weight, int8_linear, quantize_linear
+from zgtool.engine.quant import WEIGHT_INT8, Int8Weight, quantize_linear
 
-DET_TILE = 32
+__all__ = ["DET_TILE", "AttnMeta", "LlamaModel", "build_attn_meta"]
 # int8: from this many rows a projection is dequantized into a reused fp32 buffer and run by MKL.
 # With the int8 kernel's 4x3 register blocks and L2-sized chunks it still led MKL (dequantized) at
 # 512 rows (SmolLM2 projections x 30 layers, 2 threads: 1069 vs 1132 ms; 256 rows 529 vs 602), so
@@ -182,16 +196,6 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return w * xf.to(x.dtype)
 
 
-def _kernels_available() -> bool:
-    from zgtool.engine.cpu_kernels import KernelsUnavailable, library
-
-    try:
-        library()
-    except KernelsUnavailable:
-        return False
-    return True
-
-
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -224,18 +228,23 @@ class LlamaModel:
         def w(name: str) -> torch.Tensor:
             return weights.pop(name).to(device=device, dtype=dtype).contiguous()
 
-        # fp32 on CPU: [out, in] for the C kernels' f32_gemm; without them [in, out] for MKL (see LayerWeights)
-        cpu_f32 = device.type == "cpu" and dtype == torch.float32 and not self.quantized
-        self.f32_kernel = cpu_f32 and _kernels_available() and all(
-            n % 8 == 0 for n in (spec.hidden_size, spec.intermediate_size))
-        self.transposed = cpu_f32 and not self.f32_kernel
+        # which C kernels this model uses on this machine, each with the reason when not (engine/backends.py)
+        self.plan = KernelPlan.choose(spec.hidden_size, spec.intermediate_size, self.head_dim, device, dtype,
+                                      self.quantized)
+        # f32_gemm's per-channel scale: ones, as long as the widest output of any GEMM it scales (the
+        # vocabulary, qkv, gate_up = 2 x intermediate, o/down = hidden). The C step reads N scales per
+        # GEMM with no length to check against: a short table was read past its end, which gave NaN
+        # logits on every checkpoint whose vocabulary is smaller than 2 x intermediate (issue 26).
+        widest = max(spec.vocab_size, (self.num_heads + 2 * self.num_kv_heads) * self.head_dim,
+                     2 * spec.intermediate_size, spec.hidden_size)
+        on_f32_kernels = not self.quantized and (self.plan.norm_off is None or self.plan.gemm_off is None)
+        self._lm_ones = torch.ones(widest) if on_f32_kernels else None
+        # the projections' layout, fixed at load by the linear method that will apply them
+        self._layout = self._layout_method()
 
-        def wt(*names: str) -> torch.Tensor:  # a projection (concatenated along out), in self.linear's layout
+        def wt(*names: str) -> torch.Tensor:  # a projection (concatenated along out), in the layout's form
             parts = [weights.pop(n).to(device=device, dtype=dtype) for n in names]
-            m = torch.cat(parts) if len(parts) > 1 else parts[0]
-            if self.quantized:
-                return quantize_linear(m)  # type: ignore[return-value]  # Int8Weight, see engine/quant.py
-            return m.t().contiguous() if self.transposed else m.contiguous()
+            return self._layout.prepare(torch.cat(parts) if len(parts) > 1 else parts[0])
 
         tied = spec.tie_word_embeddings or "lm_head.weight" not in weights
         self.norm = w("model.norm.weight")
@@ -245,7 +254,7 @@ class LlamaModel:
         self.lm_head = self.embed if tied else w("lm_head.weight")
         # int8: the lm_head in int8 too (SmolLM2's 49152 x 576: 1.3x faster at 1 row, 3x at 16); the fp32
         # embedding stays for the token lookup
-        self.lm_head_q = quantize_linear(self.lm_head) if self.quantized else None
+        self._lm_head_q = quantize_linear(self.lm_head) if self.quantized else None
         if self.quantized and not tied:
             self.lm_head = self.embed  # the fp32 copy is never read: do not hold it
         self.layers: list[LayerWeights] = []
@@ -271,31 +280,15 @@ class LlamaModel:
         self._scratch: dict[str, torch.Tensor] = {}  # grow-only step buffers (decode KV gathers)
         self._tokens = torch.empty(64, dtype=torch.long)  # greedy_tokens' output, grow-only
         self._argmax_shape = (0, 0)  # (rows, vocab) of the last greedy_tokens call
-        # fp32 on CPU: decode attention reads the paged KV in place with a C kernel
-        # (engine/cpu_kernels.py) instead of gathering padded blocks for SDPA; off without gcc/AVX2
-        self.attn_kernel = (device.type == "cpu" and dtype == torch.float32 and self.head_dim % 8 == 0
-                            and _kernels_available())
-        # and each residual add + RMSNorm is one C pass (engine/cpu_kernels.py: add_rms_norm)
-        self.fast_norm = (device.type == "cpu" and dtype == torch.float32 and spec.hidden_size % 8 == 0
-                          and _kernels_available())
-        # and RoPE + the KV write, and silu(gate) * up, are one C pass each (per layer: ~10 torch ops fewer)
-        self.fast_glue = self.fast_norm and spec.intermediate_size % 8 == 0 and self.head_dim % 2 == 0
-        # and a step of decodes and short prompt chunks runs all layers in one C call (step_layers)
-        # when every piece it composes is on (see _fuses_layers)
-        self.fused_layers = True
         self._ptrs: object | None = None
         self._ptrs_key = -1
         self._kv_generation = 0
-        # and the fp32 lm_head runs on the C GEMM (SmolLM2, 16 rows: ~30 ms vs MKL's ~50; rows never
-        # mix, so deterministic mode needs no padded tiles for it)
-        self.fast_lm_head = self.fast_norm and not self.quantized
-        # f32_gemm's per-channel scale: ones, as long as the widest output of any GEMM it scales (the
-        # vocabulary, qkv, gate_up = 2 x intermediate, o/down = hidden). The C step reads N scales per
-        # GEMM with no length to check against: a short table was read past its end, which gave NaN
-        # logits on every checkpoint whose vocabulary is smaller than 2 x intermediate (issue 26).
-        widest = max(spec.vocab_size, (self.num_heads + 2 * self.num_kv_heads) * self.head_dim,
-                     2 * spec.intermediate_size, spec.hidden_size)
-        self._lm_ones = torch.ones(widest) if (self.fast_lm_head or self.f32_kernel) else None
+        # what is switched on, from the plan (the A/B benches and kernel tests may switch a piece off
+        # through the properties below, which choose the backends again)
+        self._use = {"gemm": self.plan.gemm_off is None, "attention": self.plan.attention_off is None,
+                     "norm": self.plan.norm_off is None, "glue": self.plan.glue_off is None,
+                     "lm_head": self.plan.norm_off is None and not self.quantized, "fused": True}
+        self._choose_backends()
         inv = rope_inv_freq(spec)
         pos = torch.arange(spec.max_position_embeddings, dtype=torch.float32)
         freqs = torch.outer(pos, inv)
@@ -335,20 +328,81 @@ class LlamaModel:
             kc[dst] = kc[src].clone()
             vc[dst] = vc[src].clone()
 
-    # -- forward ----------------------------------------------------------
-    def _mm(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    # -- backends, chosen once ----------------------------------------------
+    def _layout_method(self) -> LinearMethod:
+        """The projections' layout at load: int8 weights; [out, in] for the C fp32 GEMM; [in, out] for
+        MKL's mm when fp32 runs on torch on CPU; [out, in] for F.linear everywhere else."""
         if self.quantized:
-            if x.shape[0] >= INT8_DEQUANT_ROWS and not self.deterministic:
-                return F.linear(x, self._dequantized(w), b)  # type: ignore[arg-type]
-            return int8_linear(x, w, b)  # type: ignore[arg-type]
-        if self.f32_kernel and self._lm_ones is not None:
-            from zgtool.engine.cpu_kernels import f32_gemm
+            return Int8Linear(None if self.deterministic else INT8_DEQUANT_ROWS, self._dequantized)
+        if self._lm_ones is not None and self.plan.gemm_off is None:
+            return F32KernelLinear(self._lm_ones)
+        if self.device.type == "cpu" and self.dtype == torch.float32:
+            return TransposedTorchLinear()
+        return TorchLinear()
 
-            return f32_gemm(x, w, self._lm_ones, b)
-        if not self.transposed:
-            return F.linear(x, w, b)
-        return torch.mm(x, w) if b is None else torch.addmm(b, x, w)
+    def _choose_backends(self) -> None:
+        """The linear method, lm_head, attention backend, glue and layer driver, from the plan and
+        what is switched on: the forward then calls them without asking what the machine supports."""
+        use, det = self._use, self.deterministic
+        lin: LinearMethod = self._layout
+        if isinstance(lin, F32KernelLinear) and not use["gemm"]:
+            lin = TorchLinear()  # the same [out, in] weights on MKL's F.linear
+        self.linear_method: LinearMethod = TiledLinear(lin) if det else lin
+        self.lm_head_method: LmHead
+        if self._lm_head_q is not None:
+            self.lm_head_method = Int8LmHead(self._lm_head_q)
+        elif use["lm_head"] and self._lm_ones is not None:
+            self.lm_head_method = F32KernelLmHead(self.lm_head, self._lm_ones)
+        else:
+            self.lm_head_method = TorchLmHead(self.lm_head, det)
+        self.attention: AttentionBackend = (RowAttention(self) if det else PagedKernelAttention(self)
+                                            if use["attention"] else SdpaAttention(self))
+        self._rope_kv = self._rope_kv_c if use["glue"] else self._rope_kv_torch
+        self._silu_mul = self._silu_mul_c if use["glue"] else self._silu_mul_torch
+        self._one_call_ok = (not det and use["fused"] and use["attention"] and use["norm"] and use["glue"]
+                             and (self.quantized or isinstance(lin, F32KernelLinear)))
+        self._layers_fn = (self._layers_c_step if self._one_call_ok else self._forward_fused_norms
+                           if use["norm"] else self._forward_torch)
 
+    @property
+    def backend_name(self) -> str:
+        """How this model computes, for banners and results: "c-kernels" (a step's layers in one C
+        call), else "torch: <the first reason a kernel is off>" (naming the pieces still on C)."""
+        if self._one_call_ok:
+            return "c-kernels"
+        plan = self.plan
+        reason = next((r for r in (plan.library_off, plan.gemm_off, plan.attention_off, plan.norm_off,
+                                   plan.glue_off) if r is not None),
+                      "deterministic mode" if self.deterministic else "switched off")
+        on_c = [n for n, b in self.backends.items() if b.startswith("c-")]
+        return f"torch: {reason}" + (f" (on the C kernels: {', '.join(on_c)})" if on_c else "")
+
+    @property
+    def backends(self) -> dict[str, str]:
+        """Each chosen backend by name (linear, lm_head, attention, norm, glue, layers)."""
+        return {"linear": self.linear_method.name, "lm_head": self.lm_head_method.name,
+                "attention": self.attention.name, "norm": "c-add-rms-norm" if self._use["norm"] else "torch",
+                "glue": "c-rope-kv-silu" if self._use["glue"] else "torch",
+                "layers": "c-step" if self._one_call_ok else "per-layer"}
+
+    def _switch(self, piece: str, on: bool) -> None:
+        allowed = {"gemm": self.plan.gemm_off, "attention": self.plan.attention_off, "norm": self.plan.norm_off,
+                   "glue": self.plan.glue_off, "lm_head": None if self._lm_ones is not None else "no table",
+                   "fused": None}[piece]
+        self._use[piece] = bool(on) and allowed is None
+        self._choose_backends()
+
+    # A/B switches for benches and kernel tests (bench/engine_decode_ab.py): switching a piece off
+    # (or back on where the plan allows it) chooses the backends again.
+    attn_kernel = property(lambda self: self._use["attention"], lambda self, on: self._switch("attention", on))
+    fast_norm = property(lambda self: self._use["norm"], lambda self, on: self._switch("norm", on))
+    fast_glue = property(lambda self: self._use["glue"], lambda self, on: self._switch("glue", on))
+    fast_lm_head = property(lambda self: self._use["lm_head"], lambda self, on: self._switch("lm_head", on))
+    fused_layers = property(lambda self: self._use["fused"], lambda self, on: self._switch("fused", on))
+    f32_kernel = property(lambda self: isinstance(self.linear_method, F32KernelLinear),
+                          lambda self, on: self._switch("gemm", on))
+
+    # -- forward ----------------------------------------------------------
     def _dequantized(self, w: Int8Weight) -> torch.Tensor:
         """w as fp32 [out, in] in a grow-only scratch buffer, valid until the next call."""
         n = w.q.numel()
@@ -357,28 +411,19 @@ class LlamaModel:
         return w8_dequant(w.q, w.scale, self._buf("deq", n)[:n].view(w.q.shape))
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """x [n, in] times a projection (see LayerWeights for its layout) (+ b).
-        Deterministic mode: fixed 32-row tiles."""
-        if not self.deterministic:
-            return self._mm(x, w, b)
-        n = x.shape[0]
-        pad = (-n) % DET_TILE
-        if pad:
-            x = torch.cat([x, x.new_zeros(pad, x.shape[1])])
-        outs = [self._mm(t, w, b) for t in x.split(DET_TILE)]
-        return torch.cat(outs)[:n]
+        """x [n, in] times a projection (in the layout its linear method chose) (+ b)."""
+        return self.linear_method.apply(x, w, b)
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         """input_ids [T] -> final hidden states [T, hidden] (KV written into the pool)."""
         x = torch.index_select(self.embed, 0, input_ids)  # [T, hidden] (a fresh tensor: residual adds go in place)
-        if self._one_call(x.shape[0], meta):
-            return self._layers_one_call(x, meta)
+        return self._layers_fn(x, meta)
+
+    def _forward_torch(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D]
         sin = self.sin_signed[meta.positions].unsqueeze(1)
         eps = self.spec.rms_norm_eps
-        if self.fast_norm:
-            return self._forward_fused_norms(x, cos, sin, meta)
         for li, lw in enumerate(self.layers):
             h = rms_norm(x, lw.input_norm, eps)
             x.add_(self._attention(li, lw, h, cos, sin, meta))
@@ -386,15 +431,22 @@ class LlamaModel:
             x.add_(self.linear(self._silu_mul(self.linear(h, lw.gate_up)), lw.down))
         return rms_norm(x, self.norm, eps)
 
+    def _layers_c_step(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        """Every layer in one C call where the step allows it (decodes and short prompt chunks; int8
+        below the dequantized-GEMM rows), else layer by layer on the same kernels."""
+        if (meta.row_tables is not None and meta.row_ctx is not None and (meta.rows_on_kernel or not meta.prefills)
+                and (not self.quantized or x.shape[0] < INT8_DEQUANT_ROWS)):
+            return self._layers_one_call(x, meta)
+        return self._forward_fused_norms(x, meta)
+
     @torch.inference_mode()
     def nonfinite_layer(self, input_ids: torch.Tensor, meta: AttnMeta) -> int | None:
         """Diagnosis after non-finite logits: the step again, layer by layer on the same backends,
         and the first layer whose output has a non-finite value (-1: the embedding itself; None:
         every layer finite, so the final norm or the lm_head). It writes the step's KV again."""
-        x = torch.index_select(self.embed, 0, input_ids).float()
+        x = torch.index_select(self.embed, 0, input_ids)
         if not bool(torch.isfinite(x).all()):
             return -1
-        x = x.to(self.dtype)
         cos = self.cos[meta.positions].unsqueeze(1)
         sin = self.sin_signed[meta.positions].unsqueeze(1)
         eps = self.spec.rms_norm_eps
@@ -406,17 +458,10 @@ class LlamaModel:
                 return li
         return None
 
-    def _one_call(self, t: int, meta: AttnMeta) -> bool:
-        """Whether a step of t rows runs all its layers in one C call."""
-        return (self._fuses_layers() and meta.row_tables is not None and meta.row_ctx is not None
-                and (meta.rows_on_kernel or not meta.prefills) and (not self.quantized or t < INT8_DEQUANT_ROWS))
-
     def _fuses_layers(self) -> bool:
-        """step_layers composes the C attention, add+RMSNorm, RoPE/KV, silu*mul and GEMM
-        kernels; deterministic mode keeps its per-row SDPA attention."""
-        if self.deterministic or not (self.fused_layers and self.attn_kernel and self.fast_norm and self.fast_glue):
-            return False
-        return self.quantized or (self.f32_kernel and self._lm_ones is not None)
+        """Whether steps run on step_layers (the C attention, add+RMSNorm, RoPE/KV, silu*mul and GEMM
+        kernels composed; deterministic mode keeps its per-row SDPA attention)."""
+        return self._one_call_ok
 
     def _layer_ptrs(self) -> object:
         """The ctypes array of every layer's weight and KV pointers for step_layers, rebuilt when
@@ -487,11 +532,12 @@ class LlamaModel:
             meta.row_ctx.data_ptr(), self.block_size, self.scale, h.data_ptr(), qkv.data_ptr(), q.data_ptr(),
             att.data_ptr(), gu.data_ptr(), act.data_ptr(), delta.data_ptr(), scratch.data_ptr(), nt)
 
-    def _forward_fused_norms(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                             meta: AttnMeta) -> torch.Tensor:
+    def _forward_fused_norms(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         """forward with each residual add fused into the next RMSNorm (one C pass per row)."""
         from zgtool.engine.cpu_kernels import add_rms_norm
 
+        cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D]
+        sin = self.sin_signed[meta.positions].unsqueeze(1)
         eps = self.spec.rms_norm_eps
         x = x.contiguous()
         delta: torch.Tensor | None = None
@@ -502,38 +548,24 @@ class LlamaModel:
         return add_rms_norm(x, delta, self.norm, eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.lm_head_q is not None:  # rows never mix in the int8 kernel: batch-invariant as is
-            return int8_linear(hidden, self.lm_head_q)
-        if self.fast_lm_head and self._lm_ones is not None:
-            from zgtool.engine.cpu_kernels import f32_gemm
-
-            return f32_gemm(hidden, self.lm_head, self._lm_ones)
-        if not self.deterministic:
-            return F.linear(hidden, self.lm_head).float()
-        n = hidden.shape[0]  # fixed 32-row tiles, as self.linear
-        pad = (-n) % DET_TILE
-        x = torch.cat([hidden, hidden.new_zeros(pad, hidden.shape[1])]) if pad else hidden
-        return torch.cat([F.linear(t, self.lm_head) for t in x.split(DET_TILE)])[:n].float()
+        return self.lm_head_method.logits(hidden)
 
     def greedy_tokens(self, hidden: torch.Tensor) -> list[int] | None:
         """Each row's argmax token of logits(hidden), the lm_head GEMM and the argmax in one C call
         (no logits tensor, no torch argmax, no device sync op: ~0.2 ms of a dummy:small decode
         step); None where the lm_head does not run on the C kernels."""
-        if self.lm_head_q is not None:
-            w, scale, int8 = self.lm_head_q.q, self.lm_head_q.scale, 1
-        elif self.fast_lm_head and self._lm_ones is not None:
-            w, scale, int8 = self.lm_head, self._lm_ones, 0
-        else:
+        g = self.lm_head_method.greedy
+        if g is None:
             return None
         from zgtool.engine.cpu_kernels import library
 
         m, hid = hidden.shape
-        vocab = int(w.shape[0])
+        vocab = int(g.weight.shape[0])
         hidden = hidden.contiguous()
         toks = self._tokens
         if toks.numel() < m:
             toks = self._tokens = torch.empty(2 * m, dtype=torch.long)
-        library().lm_head_argmax(hidden.data_ptr(), m, hid, w.data_ptr(), scale.data_ptr(), int8,
+        library().lm_head_argmax(hidden.data_ptr(), m, hid, g.weight.data_ptr(), g.scale.data_ptr(), g.int8,
                                  self._buf("logits", m * vocab).data_ptr(), vocab, toks.data_ptr(),
                                  torch.get_num_threads())
         self._argmax_shape = (m, vocab)
@@ -547,14 +579,34 @@ class LlamaModel:
         ok = torch.isfinite(logits).all(dim=-1)
         return [] if bool(ok.all()) else [int(i) for i in (~ok).nonzero().flatten().tolist()]
 
-    def _silu_mul(self, gu: torch.Tensor) -> torch.Tensor:
-        """gu [T, 2I] (gate | up) -> silu(gate) * up [T, I]"""
-        if self.fast_glue:
-            from zgtool.engine.cpu_kernels import silu_mul
+    def _silu_mul_c(self, gu: torch.Tensor) -> torch.Tensor:
+        """gu [T, 2I] (gate | up) -> silu(gate) * up [T, I], one C pass"""
+        from zgtool.engine.cpu_kernels import silu_mul
 
-            return silu_mul(gu)
+        return silu_mul(gu)
+
+    @staticmethod
+    def _silu_mul_torch(gu: torch.Tensor) -> torch.Tensor:
         i = gu.shape[1] // 2
         return F.silu(gu[:, :i]).mul_(gu[:, i:])
+
+    def _rope_kv_c(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttnMeta,
+                   kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+        """RoPE on q and k, k and v into the pool: one C pass; -> q [T, H, D]"""
+        from zgtool.engine.cpu_kernels import rope_kv_write
+
+        return rope_kv_write(qkv, self.num_heads, self.num_kv_heads, self.cos, self.sin_signed, meta.positions,
+                             meta.slot_mapping, kc, vc)
+
+    def _rope_kv_torch(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttnMeta,
+                       kc: torch.Tensor, vc: torch.Tensor) -> torch.Tensor:
+        t = qkv.shape[0]
+        nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        qk = self._rope(qkv[:, :(nh + nkv) * d].view(t, nh + nkv, d), cos, sin)  # q and k rotated at once
+        q, k = qk[:, :nh], qk[:, nh:]
+        kc[meta.slot_mapping] = k
+        vc[meta.slot_mapping] = qkv[:, (nh + nkv) * d:].view(t, nkv, d)
+        return q
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x [T, N, D] -> x * cos + rotate_half(x) * sin (sin carries rotate_half's sign)."""
@@ -564,72 +616,11 @@ class LlamaModel:
 
     def _attention(self, li: int, lw: LayerWeights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    meta: AttnMeta) -> torch.Tensor:
-        t = h.shape[0]
-        nh, nkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.linear(h, lw.qkv, lw.qkv_bias)  # [T, (H + 2 KVH) * D]
         kc, vc = self.k_cache[li], self.v_cache[li]
-        if self.fast_glue:  # RoPE on q and k, k and v into the pool: one C pass
-            from zgtool.engine.cpu_kernels import rope_kv_write
-
-            q = rope_kv_write(qkv, nh, nkv, self.cos, self.sin_signed, meta.positions, meta.slot_mapping, kc, vc)
-        else:
-            qk = self._rope(qkv[:, :(nh + nkv) * d].view(t, nh + nkv, d), cos, sin)  # q and k rotated at once
-            q, k = qk[:, :nh], qk[:, nh:]
-            kc[meta.slot_mapping] = k
-            vc[meta.slot_mapping] = qkv[:, (nh + nkv) * d:].view(t, nkv, d)
-        if self.deterministic:
-            out = torch.empty_like(q)  # [T, H, D]
-            self._attend_rows(q, kc, vc, meta, out)
-            return self.linear(out.reshape(t, -1), lw.o)
-        if meta.decode_idx is not None and not meta.prefills and meta.decode_idx.shape[0] == t:
-            # steady decode: every token is one sequence's next token, in order -> no scatter
-            return self.linear(self._decode_attention(q, kc, vc, meta).reshape(t, -1), lw.o)
-        if self.attn_kernel and meta.rows_on_kernel and meta.row_tables is not None and meta.row_ctx is not None:
-            # decodes and short prompt chunks alike: each row over its own context, in place
-            from zgtool.engine.cpu_kernels import paged_decode_attention
-
-            out = paged_decode_attention(q, kc, vc, meta.row_tables, meta.row_ctx, self.block_size, self.scale)
-            return self.linear(out.reshape(t, -1), lw.o)
-        out = torch.empty_like(q)
-        if meta.decode_idx is not None:
-            out[meta.decode_idx] = self._decode_attention(q[meta.decode_idx], kc, vc, meta)
-        for p in meta.prefills:
-            ctx = p.start_pos + (p.end_tok - p.start_tok)
-            kk = self._context(kc, p.blocks, ctx)  # [1, KVH, ctx, D]
-            vv = self._context(vc, p.blocks, ctx)
-            qp = q[p.start_tok:p.end_tok].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
-            if p.mask is None:
-                op = F.scaled_dot_product_attention(qp, kk, vv, is_causal=True, enable_gqa=True, scale=self.scale)
-            else:
-                op = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=p.mask, enable_gqa=True,
-                                                    scale=self.scale)
-            out[p.start_tok:p.end_tok] = op[0].transpose(0, 1)
-        return self.linear(out.reshape(t, -1), lw.o)
-
-    def _decode_attention(self, qd: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        """qd [B, H, D], one query per sequence -> [B, H, D]. The sequences' blocks are gathered
-        into two reused buffers (no allocation per layer); one sequence attends to exactly its
-        context with no mask."""
-        assert meta.decode_blocks is not None
-        b = qd.shape[0]
-        if self.attn_kernel and meta.decode_ctx is not None:
-            from zgtool.engine.cpu_kernels import paged_decode_attention
-
-            return paged_decode_attention(qd, kc, vc, meta.decode_blocks.view(b, -1), meta.decode_ctx,
-                                          self.block_size, self.scale)
-        nkv, d = self.num_kv_heads, self.head_dim
-        kk = self._gather(kc, meta.decode_blocks, "k").view(b, -1, nkv, d).transpose(1, 2)  # [B, KVH, L, D]
-        vv = self._gather(vc, meta.decode_blocks, "v").view(b, -1, nkv, d).transpose(1, 2)
-        if meta.decode_mask is None and meta.decode_ctx is not None:  # once per step, shared by the layers
-            span = torch.arange(meta.decode_blocks.shape[0] // b * self.block_size, device=qd.device)
-            meta.decode_mask = (span[None, :] < meta.decode_ctx[:, None])[:, None, None, :]
-        mask = meta.decode_mask
-        if b == 1:
-            ctx = meta.decode_lens[0]
-            kk, vv, mask = kk[:, :, :ctx], vv[:, :, :ctx], None
-        od = F.scaled_dot_product_attention(qd.unsqueeze(2), kk, vv, attn_mask=mask, enable_gqa=True,
-                                            scale=self.scale)
-        return od.squeeze(2)
+        q = self._rope_kv(qkv, cos, sin, meta, kc, vc)
+        out = self.attention.attend(q, kc, vc, meta)  # [T, H, D]
+        return self.linear(out.reshape(h.shape[0], -1), lw.o)
 
     def _gather(self, cache: torch.Tensor, blocks: torch.Tensor, buf: str | None = None) -> torch.Tensor:
         """Whole blocks out of the pool: [slots, KVH, D] viewed as [blocks, bs*KVH*D] rows, so
@@ -675,3 +666,100 @@ class LlamaModel:
                 qr = q[ti].view(1, self.num_heads, 1, self.head_dim)
                 out[ti] = F.scaled_dot_product_attention(qr, kall[:, :, :ctx], vall[:, :, :ctx], enable_gqa=True,
                                                          scale=self.scale)[0, :, 0]
+
+
+class AttentionBackend:
+    """One step's attention over the paged KV: q [T, H, D] (KV already written) -> [T, H, D]."""
+
+    name = "?"
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.m = model
+
+    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class RowAttention(AttentionBackend):
+    """Deterministic mode: each query row alone over exactly its own context (torch SDPA)."""
+
+    name = "torch-sdpa per row"
+
+    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        out = torch.empty_like(q)
+        self.m._attend_rows(q, kc, vc, meta, out)
+        return out
+
+
+class SdpaAttention(AttentionBackend):
+    """torch SDPA: decodes over their blocks gathered into reused buffers (one sequence: exactly its
+    context, no mask), each prompt chunk over its gathered context (causal or masked)."""
+
+    name = "torch-sdpa"
+
+    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        if meta.decode_idx is not None and not meta.prefills and meta.decode_idx.shape[0] == q.shape[0]:
+            # steady decode: every token is one sequence's next token, in order -> no scatter
+            return self.decode(q, kc, vc, meta)
+        return self.mixed(q, kc, vc, meta)
+
+    def mixed(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        m = self.m
+        out = torch.empty_like(q)
+        if meta.decode_idx is not None:
+            out[meta.decode_idx] = self.decode(q[meta.decode_idx], kc, vc, meta)
+        for p in meta.prefills:
+            ctx = p.start_pos + (p.end_tok - p.start_tok)
+            kk = m._context(kc, p.blocks, ctx)  # [1, KVH, ctx, D]
+            vv = m._context(vc, p.blocks, ctx)
+            qp = q[p.start_tok:p.end_tok].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+            if p.mask is None:
+                op = F.scaled_dot_product_attention(qp, kk, vv, is_causal=True, enable_gqa=True, scale=m.scale)
+            else:
+                op = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=p.mask, enable_gqa=True, scale=m.scale)
+            out[p.start_tok:p.end_tok] = op[0].transpose(0, 1)
+        return out
+
+    def decode(self, qd: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        """qd [B, H, D], one query per sequence -> [B, H, D]."""
+        m = self.m
+        assert meta.decode_blocks is not None
+        b = qd.shape[0]
+        nkv, d = m.num_kv_heads, m.head_dim
+        kk = m._gather(kc, meta.decode_blocks, "k").view(b, -1, nkv, d).transpose(1, 2)  # [B, KVH, L, D]
+        vv = m._gather(vc, meta.decode_blocks, "v").view(b, -1, nkv, d).transpose(1, 2)
+        if meta.decode_mask is None and meta.decode_ctx is not None:  # once per step, shared by the layers
+            span = torch.arange(meta.decode_blocks.shape[0] // b * m.block_size, device=qd.device)
+            meta.decode_mask = (span[None, :] < meta.decode_ctx[:, None])[:, None, None, :]
+        mask = meta.decode_mask
+        if b == 1:
+            ctx = meta.decode_lens[0]
+            kk, vv, mask = kk[:, :, :ctx], vv[:, :, :ctx], None
+        od = F.scaled_dot_product_attention(qd.unsqueeze(2), kk, vv, attn_mask=mask, enable_gqa=True,
+                                            scale=m.scale)
+        return od.squeeze(2)
+
+
+class PagedKernelAttention(SdpaAttention):
+    """The C paged attention kernel reads the KV in place (no gather): decodes, and prompt chunks
+    small enough (PREFILL_KERNEL_WORK) with each row over its own context; longer prompt chunks go
+    to SDPA's flash kernel, whose blocked GEMMs win there."""
+
+    name = "c-paged"
+
+    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        if meta.decode_idx is not None and not meta.prefills and meta.decode_idx.shape[0] == q.shape[0]:
+            return self.decode(q, kc, vc, meta)
+        if meta.rows_on_kernel and meta.row_tables is not None and meta.row_ctx is not None:
+            from zgtool.engine.cpu_kernels import paged_decode_attention
+
+            return paged_decode_attention(q, kc, vc, meta.row_tables, meta.row_ctx, self.m.block_size, self.m.scale)
+        return self.mixed(q, kc, vc, meta)
+
+    def decode(self, qd: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        if meta.decode_ctx is None or meta.decode_blocks is None:
+            return super().decode(qd, kc, vc, meta)
+        from zgtool.engine.cpu_kernels import paged_decode_attention
+
+        return paged_decode_attention(qd, kc, vc, meta.decode_blocks.view(qd.shape[0], -1), meta.decode_ctx,
+                                      self.m.block_size, self.m.scale)

@@ -136,13 +136,48 @@ def assert_greedy_matches(hf, prompt: list[int], ours: list[int]) -> None:
         return
 
 
+def _need_kernels() -> None:
+    from zgtool.engine.cpu_kernels import status
+
+    if status() != "on":
+        pytest.skip(f"the C kernels are {status()}")
+
+
 GREEDY = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
 
 
 def test_the_kernel_path_is_taken_exactly_where_the_shapes_allow_it(case, kernels):
     name, path, _ = case
+    if kernels:
+        _need_kernels()
     engine = _engine(path)
-    assert engine.model._fuses_layers() is (kernels and name in KERNEL_SHAPES)
+    on = kernels and name in KERNEL_SHAPES
+    assert engine.model._fuses_layers() is on
+    # the chosen backend is named, with the reason when it is torch
+    if on:
+        assert engine.model.backend_name == "c-kernels"
+    elif not kernels:
+        assert engine.model.backend_name == "torch: disabled by ZGTOOL_NO_KERNELS"
+    else:
+        assert engine.model.backend_name.startswith("torch: hidden size 100 is not a multiple of 8")
+
+
+def test_a_shape_the_kernels_do_not_support_never_calls_a_kernel(tmp_path, monkeypatch):
+    import zgtool.engine.cpu_kernels as kernels
+
+    arch, overrides = CASES["d20-hidden100-torch-path"]
+    path = write_checkpoint(tmp_path, arch, overrides)
+    monkeypatch.delenv("ZGTOOL_NO_KERNELS", raising=False)
+    engine = _engine(path)
+    called: list[str] = []
+    for fn in ("f32_gemm", "w8_gemm", "paged_decode_attention", "add_rms_norm", "silu_mul", "rope_kv_write",
+               "w8_dequant"):
+        monkeypatch.setattr(kernels, fn, lambda *a, _fn=fn, **k: called.append(_fn))
+    monkeypatch.setattr(kernels, "library", lambda: called.append("library"))
+    out = engine.generate(_prompts(260, [5, 40]), GREEDY)
+    assert called == [] and all(len(r.output_token_ids) == 10 for r in out)
+    assert engine.model.backends == {"linear": "torch-mm", "lm_head": "torch", "attention": "torch-sdpa",
+                                     "norm": "torch", "glue": "torch", "layers": "per-layer"}
 
 
 @pytest.mark.parametrize("length", [1, 37, 300])
@@ -190,3 +225,23 @@ def test_int8_greedy_output_agrees_with_float32_on_most_first_tokens(case):
     assert agree >= 4, (name, agree)
     vocab = _engine(path).model.spec.vocab_size
     assert all(0 <= t < vocab for r in int8 for t in r.output_token_ids)
+
+
+@pytest.mark.parametrize(("dtype", "deterministic", "name", "linear", "attention"), [
+    ("float32", False, "c-kernels", "c-f32-gemm", "c-paged"),
+    ("int8", False, "c-kernels", "c-int8-gemm", "c-paged"),
+    ("float32", True, "torch: deterministic mode (on the C kernels: linear, lm_head, norm, glue)",
+     "c-f32-gemm in 32-row tiles", "torch-sdpa per row"),
+    ("bfloat16", False, "torch: dtype bfloat16 (the C kernels compute in fp32/int8)", "torch", "torch-sdpa"),
+])
+def test_the_backends_are_chosen_once_at_load_and_named(tmp_path, monkeypatch, dtype, deterministic, name, linear,
+                                                        attention):
+    monkeypatch.delenv("ZGTOOL_NO_KERNELS", raising=False)
+    _need_kernels()
+    arch, overrides = CASES["d32-issue26"]
+    engine = _engine(write_checkpoint(tmp_path, arch, overrides), dtype=dtype, deterministic=deterministic)
+    model = engine.model
+    assert model.backend_name == name
+    assert (model.backends["linear"], model.backends["attention"]) == (linear, attention)
+    out = engine.generate(_prompts(258, [3, 30]), GREEDY)
+    assert all(len(r.output_token_ids) == 10 for r in out)
