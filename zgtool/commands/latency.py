@@ -102,7 +102,7 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
         timeout: float = 30.0, insecure: bool = False, cacert: Path | None = None, rounds: int = 0,
         config: Path | None = None, as_json: bool = False, out: Path | None = None,
         slo: list[str] | None = None, cpu_pids: list[str] | None = None,
-        otlp_listen: str | None = None) -> dict:
+        otlp_listen: str | None = None, vllm_metrics: str | None = None) -> dict:
     """The command's logic, callable without Typer; returns the versioned result."""
     from zgtool.errors import UsageError, VerdictFailed
     from zgtool.latency.analysis import analyse, result_data
@@ -169,7 +169,13 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
         err_console.print(f"OTLP receiver on {receiver.url} (vLLM: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
                           f"http/protobuf vllm serve ... --otlp-traces-endpoint {receiver.url})", highlight=False)
     try:
-        samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu)
+        hooks = None
+        if vllm_metrics:
+            from zgtool.latency.promdelta import DeltaWatch
+
+            watch = DeltaWatch(vllm_metrics, cfg.concurrency)
+            hooks = [watch for _ in resolved]
+        samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu, hooks=hooks)
         if receiver is not None:
             from zgtool.latency.otlp import attach_spans
 
@@ -229,8 +235,10 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the JSON result to this file."),
         otlp_listen: str | None = typer.Option(None, "--otlp-listen", help="Receive the engine's OTLP/HTTP "
                                                "spans on auto, PORT or HOST:PORT and join them by trace id."),
+        vllm_metrics: str | None = typer.Option(None, "--vllm-metrics", help="The engine's /metrics URL: vLLM's "
+                                                "phases from histogram deltas around each request (-c 1 only)."),
     ) -> None:
         run(targets, requests=requests, concurrency=concurrency, warmup=warmup, stream=stream, prompt=prompt,
             prompt_file=prompt_file, max_tokens=max_tokens, new_connection=new_connection, api=api, model=model,
             timeout=timeout, insecure=insecure, cacert=cacert, rounds=rounds, config=config, as_json=as_json,
-            out=out, slo=slo, cpu_pids=cpu_pid, otlp_listen=otlp_listen)
+            out=out, slo=slo, cpu_pids=cpu_pid, otlp_listen=otlp_listen, vllm_metrics=vllm_metrics)

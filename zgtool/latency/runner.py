@@ -12,6 +12,7 @@ import ssl
 import threading
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
+from typing import Any, Protocol
 
 from zgtool.errors import TargetUnreachable
 from zgtool.latency.client import Endpoint, Session, is_ip_literal, ssl_context
@@ -20,6 +21,15 @@ from zgtool.latency.model import RequestSample, SplitConfig
 from zgtool.targets import Target
 
 Progress = Callable[[str, int, int], None]
+
+
+class RequestHook(Protocol):
+    """Called around every measured request of one target, outside its timed window
+    (zgtool.latency.promdelta.DeltaWatch reads the engine's histograms before and after)."""
+
+    def before(self) -> Any: ...
+
+    def after(self, token: Any, sample: RequestSample) -> None: ...
 
 
 def preflight(target: Target, cfg: SplitConfig, ctx: ssl.SSLContext | None) -> int:
@@ -69,8 +79,9 @@ class _Block:
     """`count` requests to one target over `workers` threads; indices handed out in order."""
 
     def __init__(self, sessions: list[Session], first_index: int, count: int, rnd: int,
-                 t_run0_ns: int, out: list[RequestSample]) -> None:
+                 t_run0_ns: int, out: list[RequestSample], hook: RequestHook | None = None) -> None:
         self.sessions = sessions
+        self.hook = hook
         self.next = first_index
         self.stop = first_index + count
         self.rnd = rnd
@@ -89,7 +100,10 @@ class _Block:
     def work(self, worker: int) -> None:
         session = self.sessions[worker]
         while (i := self._take()) is not None:
+            token = self.hook.before() if self.hook is not None else None
             sample = session.measure(i, worker, self.rnd, self.t_run0_ns)
+            if self.hook is not None:
+                self.hook.after(token, sample)
             with self.lock:
                 self.out.append(sample)
 
@@ -107,7 +121,8 @@ class _Block:
 
 
 def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
-                    progress: Progress | None = None, cpu: CpuWatch | None = None) -> list[list[RequestSample]]:
+                    progress: Progress | None = None, cpu: CpuWatch | None = None,
+                    hooks: Sequence[RequestHook | None] | None = None) -> list[list[RequestSample]]:
     """Samples per target (same order as `targets`), each sorted by request index.
 
     With `cpu`, the CPU time of its process groups is read before and after every block
@@ -137,7 +152,8 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
             for ti in order:
                 if cpu is not None:
                     cpu.begin()
-                _Block(sessions[ti], done[ti], count, rnd, t_run0, samples[ti]).run()
+                _Block(sessions[ti], done[ti], count, rnd, t_run0, samples[ti],
+                       hooks[ti] if hooks else None).run()
                 if cpu is not None:
                     cpu.end(targets[ti].name, count)
                 done[ti] += count

@@ -1,0 +1,129 @@
+"""vLLM /metrics histogram deltas around each request (-c 1): parsed from prometheus_client's own text
+exposition under vLLM's metric names, joined to the request whose count they moved."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+from zgtool.errors import UsageError
+from zgtool.latency.adapters.base import Reject
+from zgtool.latency.model import FROM_ARRIVAL
+from zgtool.latency.promdelta import FAMILIES, SOURCE, DeltaWatch, delta, parse
+
+LABELS = ("model_name", "engine")
+
+
+def _registry() -> tuple[CollectorRegistry, dict[str, Histogram]]:
+    reg = CollectorRegistry()
+    hists = {fam: Histogram(fam, "vLLM histogram", LABELS, registry=reg) for fam in FAMILIES}
+    return reg, hists
+
+
+def test_parse_sums_every_label_set_of_each_family() -> None:
+    reg, h = _registry()
+    h["vllm:e2e_request_latency_seconds"].labels("m", "0").observe(0.25)
+    h["vllm:e2e_request_latency_seconds"].labels("m", "1").observe(0.5)
+    h["vllm:request_queue_time_seconds"].labels("m", "0").observe(0.125)
+    snap = parse(generate_latest(reg).decode())
+    assert snap["vllm:e2e_request_latency_seconds"] == (0.75, 2.0)
+    assert snap["vllm:request_queue_time_seconds"] == (0.125, 1.0)
+    assert snap["vllm:request_decode_time_seconds"] == (0.0, 0.0)
+
+
+def test_delta_of_one_request_is_its_phases_in_ms_and_two_requests_are_refused() -> None:
+    reg, h = _registry()
+    before = parse(generate_latest(reg).decode())
+    for fam, v in zip(FAMILIES, (0.001, 0.02, 0.1, 0.125, 0.03), strict=True):
+        h[fam].labels("m", "0").observe(v)
+    after = parse(generate_latest(reg).decode())
+    t = delta(before, after)
+    assert t.source == SOURCE == "vLLM /metrics deltas (c=1 only)"
+    assert (t.queue_ms, t.prefill_ms, t.decode_ms, t.total_ms, t.ttft_ms) == pytest.approx((1, 20, 100, 125, 30))
+    assert t.ttft_start == t.total_start == FROM_ARRIVAL
+    h["vllm:e2e_request_latency_seconds"].labels("m", "0").observe(0.1)
+    with pytest.raises(Reject, match="grew by 2"):
+        delta(before, parse(generate_latest(reg).decode()))
+    with pytest.raises(Reject, match="not exposed"):
+        delta({}, after)
+
+
+def test_concurrency_above_one_is_refused_with_the_reason() -> None:
+    with pytest.raises(UsageError, match="only belong to one request at -c 1"):
+        DeltaWatch("http://127.0.0.1:1/metrics", 16)
+
+
+class _Engine(BaseHTTPRequestHandler):
+    """OpenAI answers with no in-band timing; the request's histograms are observed after the answer is
+    written, as vLLM records a finished request after its last output leaves."""
+
+    protocol_version = "HTTP/1.1"
+    reg: CollectorRegistry
+    hists: dict[str, Histogram]
+    observed: list[float]
+
+    def do_GET(self) -> None:  # noqa: N802
+        body = generate_latest(self.reg)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802
+        t0 = time.perf_counter()
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"id": "x", "object": "chat.completion", "model": "m", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+        e2e = time.perf_counter() - t0
+        for fam, share in (("vllm:request_queue_time_seconds", 0.0), ("vllm:request_prefill_time_seconds", 0.4),
+                           ("vllm:request_decode_time_seconds", 0.6), ("vllm:e2e_request_latency_seconds", 1.0),
+                           ("vllm:time_to_first_token_seconds", 0.4)):
+            self.hists[fam].labels("m", "0").observe(e2e * share)
+        self.observed.append(e2e * 1000)
+
+    def log_message(self, *a: object) -> None:
+        pass
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[str, list[float]]]:
+    reg, hists = _registry()
+    observed: list[float] = []
+    handler = type("E", (_Engine,), {"reg": reg, "hists": hists, "observed": observed})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", observed
+    srv.shutdown()
+    srv.server_close()
+    t.join()
+
+
+def test_latency_split_joins_each_requests_histogram_delta(engine: tuple[str, list[float]]) -> None:
+    from zgtool.commands.latency import run
+
+    url, observed = engine
+    result = run([url], requests=5, warmup=1, stream=False, api="openai", model="m", as_json=True,
+                 vllm_metrics=url + "/metrics")
+    ok = [s for s in result["data"]["targets"][0]["samples"] if s["ok"]]
+    assert len(ok) == 5
+    measured = observed[1:]    # the warm-up request is not measured
+    for s, e2e_ms in zip(ok, measured, strict=True):
+        assert s["engine"]["source"] == SOURCE
+        assert s["engine"]["total_ms"] == pytest.approx(e2e_ms)
+        assert s["engine"]["total_ms"] <= s["total_ms"]
