@@ -118,7 +118,11 @@ void parallel_chunks(chunk_fn fn, void *args, int64_t nchunks, int64_t nt) {
             atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
             uint32_t gen = ++pool.gen;
             atomic_store_explicit(&pool.state, pack(gen, (uint64_t)nt, (uint64_t)nchunks, 0), memory_order_release);
-            atomic_store_explicit(&pool.gen_word, (int32_t)gen, memory_order_release);
+            /* seq_cst (an xchg), not release: with a release store the load of `sleepers` below may
+               complete before the store is visible (x86 store->load reordering), while a worker
+               increments `sleepers` and reads the old gen_word: Dekker's pattern needs both sides
+               sequentially consistent, else that worker's wake-up is lost for this job */
+            atomic_store(&pool.gen_word, (int32_t)gen);
             if (atomic_load(&pool.sleepers) > 0)
                 syscall(SYS_futex, &pool.gen_word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
             int64_t c, mine = 0;
@@ -132,6 +136,7 @@ void parallel_chunks(chunk_fn fn, void *args, int64_t nchunks, int64_t nt) {
         pthread_mutex_unlock(&pool.busy);
     }
     for (int64_t c = 0; c < nchunks; c++) fn(args, c, 0);
+    if (nchunks > 0) count_job(0, nchunks);
 }
 
 int64_t pool_workers(void) {
