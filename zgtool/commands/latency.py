@@ -32,6 +32,13 @@ Definitions (vLLM benchmark conventions):
               safety (+ other = total - parts), gateway gw_*;
               streams: the zgtool-timing SSE comment. The rest of
               total is network + client.
+  engine      the engine's own phases per request, whichever
+              adapter applies (vLLM per-request metrics, SGLang
+              meta_info, TGI headers, llama.cpp timings, Ollama,
+              openai-processing-ms, Server-Timing): JSON samples[].
+              engine, with its source; ignored ones are counted in
+              attribution_warnings. Each request sends a fresh W3C
+              traceparent (samples[].trace_id).
   req/s       ok requests / the target's measured wall time
   out tok/s   output tokens (API usage) / the same time
   goodput     req/s meeting every --slo (vLLM/DistServe): e.g.
@@ -220,8 +227,10 @@ def register(app: typer.Typer) -> None:
         max_tokens: str = typer.Option("short", "--max-tokens", help="A number or short(16)/medium(128)/long(512)."),
         new_connection: bool = typer.Option(False, "--new-connection/--keep-alive",
                                             help="Every request pays DNS/TCP/TLS, or reuse one connection."),
-        api: str | None = typer.Option(None, "--api", help="anthropic or openai (for URL targets)."),
-        model: str | None = typer.Option(None, "--model", help="Model name to request (default: the target's)."),
+        api: str | None = typer.Option(None, "--api", help="anthropic or openai (URL targets: detected when not "
+                                       "given, by probing /v1/messages and /v1/chat/completions)."),
+        model: str | None = typer.Option(None, "--model", help="Model name to request (URL targets: the first "
+                                         "GET /v1/models lists, when not given)."),
         timeout: float = typer.Option(30.0, "--timeout", help="Per-request timeout, seconds."),
         insecure: bool = typer.Option(False, "-k", "--insecure", help="Do not verify TLS certificates."),
         cacert: Path | None = typer.Option(None, "--cacert", help="CA bundle for a self-signed target."),
