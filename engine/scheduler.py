@@ -52,6 +52,11 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self._live_keys: dict[str | None, int] = {}     # client key -> its waiting + running sequences
+
+    @property
+    def num_live_keys(self) -> int:
+        return len(self._live_keys)
 
     @property
     def has_work(self) -> bool:
@@ -60,6 +65,7 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         seq.status = Status.WAITING
         self.waiting.append(seq)
+        self._live_keys[seq.tenant] = self._live_keys.get(seq.tenant, 0) + 1
 
     def _chunk(self, seq: Sequence, budget: int) -> int:
         remaining = seq.num_tokens - seq.num_computed_tokens
@@ -128,6 +134,8 @@ class Scheduler:
         """The oldest waiting sequence of the key with the fewest running sequences per unit of
         weight (ties: the key whose oldest waiting sequence is older). One key: the queue's head."""
         head = self.waiting[0]
+        if len(self._live_keys) <= 1:
+            return head
         firsts: dict[str | None, Sequence] = {}
         for s in self.waiting:
             if s.tenant not in firsts:
@@ -163,6 +171,8 @@ class Scheduler:
         """The batch is full: the running sequence to preempt so `seq` gets a seat, or None.
         Only a key below its quota takes a seat, and only from a key above its own (the newest
         sequence of the key furthest above): seats never ping-pong between keys."""
+        if len(self._live_keys) <= 1:
+            return None
         quotas = self._quotas()
         counts = self._running_per_key()
         if counts.get(seq.tenant, 0) >= quotas[seq.tenant]:
@@ -204,3 +214,8 @@ class Scheduler:
         self.bm.free_seq(seq)
         seq.status = Status.FINISHED
         seq.finish_reason = reason
+        left = self._live_keys.get(seq.tenant, 0) - 1
+        if left > 0:
+            self._live_keys[seq.tenant] = left
+        else:
+            self._live_keys.pop(seq.tenant, None)

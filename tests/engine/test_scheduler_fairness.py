@@ -82,6 +82,7 @@ def test_every_key_with_work_holds_a_seat_within_a_step_of_its_arrival(arrivals,
         if len(keys_with_work) <= max_seqs:
             assert keys_with_work == keys_running, f"step {step}: a key with work holds no seat"
         assert len(sched.running) <= max_seqs
+        assert sched.num_live_keys == len(keys_with_work)
         run_step(sched, batch)
 
 
