@@ -1,6 +1,6 @@
 """The KV pool never deadlocks (issue 22): checked after every scheduler step over generated
-workloads — arrival orders, prompt and output lengths, pool sizes, shared prefixes, aborts and
-the preemptions they force.
+workloads — arrival orders, prompt and output lengths, pool sizes, shared prefixes, aborts,
+client keys with tier weights, and the preemptions they force.
 
 Invariants:
 - a waiting sequence holds no blocks (it cannot run with them, and others could);
@@ -49,15 +49,20 @@ requests = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(reqs=requests, pool=st.integers(4, 40), max_seqs=st.integers(1, 8), budget=st.integers(4, 64),
-       aborts=st.lists(st.tuples(st.integers(0, 13), st.integers(0, 60)), max_size=4))
-def test_the_scheduler_always_progresses_and_waiting_sequences_hold_nothing(reqs, pool, max_seqs, budget, aborts):
+       aborts=st.lists(st.tuples(st.integers(0, 13), st.integers(0, 60)), max_size=4),
+       keys=st.lists(st.sampled_from([None, "a", "b"]), min_size=14, max_size=14),
+       weights=st.tuples(st.sampled_from([1.0, 3.0]), st.sampled_from([1.0, 0.5])))
+def test_the_scheduler_always_progresses_and_waiting_sequences_hold_nothing(reqs, pool, max_seqs, budget, aborts,
+                                                                            keys, weights):
     bm = BlockManager(pool, BLOCK)
     sched = Scheduler(bm, max_num_seqs=max_seqs, max_num_batched_tokens=budget)
     seqs: list[Sequence] = []
     for i, (plen, mt, group, _) in enumerate(reqs):
         prefix = [1000 + 50 * group + k for k in range(min(plen, 12))]
         prompt = (prefix + [3000 + 40 * i + k for k in range(plen)])[:plen]
-        seqs.append(Sequence(f"r{i}", prompt, SamplingParams(max_tokens=mt)))
+        # client keys (seat sharing preempts too): None, "a" and "b" with tier weights
+        weight = {"a": weights[0], "b": weights[1]}.get(keys[i] or "", 1.0)
+        seqs.append(Sequence(f"r{i}", prompt, SamplingParams(max_tokens=mt), tenant=keys[i], tenant_weight=weight))
     # admission (Engine.validate): a request whose prompt + output can never fit the pool is refused
     admitted = [s for s in seqs if _blocks(s.num_tokens + s.params.max_tokens) <= pool]
     arrivals = {s.request_id: reqs[int(s.request_id[1:])][3] for s in admitted}
