@@ -115,3 +115,16 @@ def test_vllm_recorded_per_request_metrics_through_the_client(replay: str, name:
     assert e.total_ms == pytest.approx(queue + ttft + gen)
     assert e.ttft_ms == ttft and e.ttft_start == "from scheduling"
     assert e.total_ms <= (s.total_ms or 0.0)
+
+
+def test_latency_split_names_the_engine_source_and_counts_what_it_ignored(replay: str) -> None:
+    from zgtest import run_zgtool
+
+    fast = ["--api", "openai", "--model", "m", "--no-stream", "-n", "2", "--warmup", "0", "--rounds", "1"]
+    r = run_zgtool("latency-split", f"{replay}/f/tgi_documented_nonstream@70/v1", *fast)
+    assert r.returncode == 0, r.stderr
+    assert "engine phases from TGI headers" in r.stdout
+    r = run_zgtool("latency-split", f"{replay}/f/openai_documented_nonstream/v1", *fast, "--json")
+    assert r.returncode == 0, r.stderr
+    target = json.loads(r.stdout)["data"]["targets"][0]
+    assert target["attribution_warnings"] == {"openai-processing-ms header: total_ms exceeds the client's total": 2}

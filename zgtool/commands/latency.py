@@ -207,6 +207,13 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
 
         for line in field_lines(res):
             console.print(line, style="dim", highlight=False)
+        for tr in res.targets:
+            sources = sorted({s.engine.source for s in tr.samples if s.engine is not None})
+            if sources:
+                console.print(f"  {tr.name}: engine phases from {', '.join(sources)}", style="dim", highlight=False)
+            for reason, n in tr.attribution_warnings.items():
+                console.print(f"  {tr.name}: engine timing ignored on {n} request(s): {reason}", style="yellow",
+                              highlight=False)
     emit_result(result, as_json=as_json, out=out)
     dead = [t for t in res.targets if t.num_ok == 0]
     if dead:
