@@ -15,6 +15,7 @@ import pytest
 
 from zgtool.engine.api import anthropic as anth
 from zgtool.engine.api import openai as oai
+from zgtool.engine.api.common import ParamError
 from zgtool.engine.server import intake
 
 ANTH = {"anthropic-version": "2023-06-01"}
@@ -149,3 +150,62 @@ def test_a_concurrent_stream_keeps_flowing_while_a_large_body_is_parsed(server, 
             release.set()
             t.join(60)
     assert done == [200]
+
+
+def _verdict(fn: Any, body: bytes) -> Any:
+    try:
+        return ("ok", fn(body))
+    except Exception as exc:  # noqa: BLE001 - the verdicts are compared, whatever they are
+        return ("error", type(exc).__name__, getattr(exc, "status", None), str(exc))
+
+
+@pytest.mark.parametrize("body", [
+    b'{"a": [1, 2.5, -3e2, true, false, null, {"b": "c"}], "d": "\\u00e9\\ud83d\\ude00 \\n"}',
+    b'{"x": NaN, "y": Infinity, "z": 1e400}',
+    '{"k": "caf\u00e9 \u2062"}'.encode(),
+    b'{"a": "\\ud800"}',                   # a lone surrogate escape
+    b'{"a": 1',                            # truncated
+    b'[1, 2]',                             # not an object
+    b'{"a": "\xff"}',                      # not UTF-8
+    b'{"a": ' + b'[' * 5000 + b']' * 5000 + b'}',
+    b'{"n": ' + b'9' * 5000 + b'}',        # an integer over 4,300 digits
+    b'',
+])
+def test_the_yielding_decoder_gives_load_jsons_verdict(body: bytes):
+    from zgtool.http.body import load_json_object
+    assert _verdict(intake.decode_yielding, body) == _verdict(load_json_object, body)
+
+
+def test_a_structure_heavy_body_is_decoded_while_other_threads_run(monkeypatch):
+    body = json.dumps(_body(200_000)).encode()        # 6.6 MB: over the message cap once decoded
+    assert body.count(b",") > intake.STRUCTURE_HEAVY_SEPARATORS
+    real = intake.decode_yielding
+    ticks = [0]
+    during: list[int] = []
+
+    def spy(b: bytes) -> Any:
+        start = ticks[0]
+        try:
+            return real(b)
+        finally:
+            during.append(ticks[0] - start)
+
+    monkeypatch.setattr(intake, "decode_yielding", spy)
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            stop.wait(0.001)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    try:
+        with pytest.raises(ParamError, match="at most 100000 messages"):
+            intake._decode(anth.parse_messages, body, 2_000_000)
+    finally:
+        stop.set()
+        t.join()
+    # the other thread kept running while the body was decoded (a C decoder holds the GIL
+    # throughout: it would see no tick at all)
+    assert len(during) == 1 and during[0] >= 3, during
