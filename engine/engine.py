@@ -47,7 +47,7 @@ from zgtool.engine.errors import (
     Overloaded,
     SequenceFault,
 )
-from zgtool.engine.faults import ENGINE_WIDE_FAULTS, Faults
+from zgtool.engine.faults import Faults, is_engine_wide
 from zgtool.engine.outputs import RequestOutput, RequestTimings, Usage
 from zgtool.engine.postprocess import Postprocessor
 from zgtool.engine.scheduler import Scheduler
@@ -295,11 +295,11 @@ class Engine:
                 seq.timings.first_scheduled_s = t0
         try:
             sampled = self.runner.execute(batch)
-        except ENGINE_WIDE_FAULTS:
-            raise
         except SequenceFault as fault:
             return [], 0.0, self.faults.fail([batch.seqs[i] for i in fault.rows], fault.message)
         except Exception as exc:  # noqa: BLE001 - find the sequence(s) that cause it
+            if is_engine_wide(exc):
+                raise
             return [], 0.0, self.faults.isolate(batch, exc)
         t1 = time.perf_counter()
         step_ms = (t1 - t0) * 1e3

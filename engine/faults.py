@@ -4,7 +4,7 @@
     any other exception      the batch is bisected (halves run alone) down to the sequences that
                              fail by themselves; those fail. None alone (the fault needs the whole
                              batch): the step's sequences fail, not the waiting ones
-    ENGINE_WIDE_FAULTS       out of memory: every running and waiting request fails
+    out of memory            (is_engine_wide) every running and waiting request fails
     a fault outside a step   (a scheduler bug): every running and waiting request fails
 
 The sequences that did not fail were not advanced: the next step computes their tokens again,
@@ -24,7 +24,12 @@ from zgtool.engine.scheduler import ScheduledBatch, Scheduler
 from zgtool.engine.sequence import Sequence
 
 log = logging.getLogger("zgtool.engine")
-ENGINE_WIDE_FAULTS: tuple[type[BaseException], ...] = (MemoryError,)
+
+
+def is_engine_wide(exc: BaseException) -> bool:
+    """Out of host or device memory (torch.OutOfMemoryError, a RuntimeError, matched by name so
+    this module needs no torch): no single request caused it, none is singled out."""
+    return isinstance(exc, MemoryError) or any(t.__name__ == "OutOfMemoryError" for t in type(exc).__mro__)
 INTERNAL_ERROR = "internal engine error"   # what a client hears of a fault; the log has the traceback
 
 
@@ -69,9 +74,9 @@ class Faults:
         for half in (items[:mid], items[mid:]):
             try:
                 self.runner.execute(ScheduledBatch([s for s, _ in half], [n for _, n in half]))
-            except ENGINE_WIDE_FAULTS:
-                raise
-            except Exception:  # noqa: BLE001 - this half fails without the other
+            except Exception as exc:  # noqa: BLE001 - this half fails without the other
+                if is_engine_wide(exc):
+                    raise
                 culprits += [half[0][0]] if len(half) == 1 else self._bisect(half)
         return culprits
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from zgtool.engine.block_manager import BlockManager
 from zgtool.engine.detok import detokenize_step, emittable, find_stop
-from zgtool.engine.faults import ENGINE_WIDE_FAULTS
+from zgtool.engine.faults import is_engine_wide
 from zgtool.engine.outputs import RequestOutput
 from zgtool.engine.scheduler import ScheduledBatch
 from zgtool.engine.sequence import Sequence
@@ -57,9 +57,9 @@ class Postprocessor:
                 continue
             try:
                 outputs.append(self._token(seq, new_tok))
-            except ENGINE_WIDE_FAULTS:
-                raise
             except Exception as exc:  # noqa: BLE001 - this request's detok/filter/stop failed: it alone
+                if is_engine_wide(exc):
+                    raise
                 log.error("request %s failed after sampling", seq.request_id, exc_info=exc)
                 outputs += self.fail([seq])
         return outputs

@@ -71,3 +71,31 @@ def test_a_fault_that_needs_the_whole_batch_fails_that_steps_sequences_only():
     outs = engine.step()
     assert sorted(o.request_id for o in outs if o.error) == ["a", "b", "w0"]
     assert not engine.scheduler.has_work and all(c == 0 for c in engine.block_manager.ref_cnt)
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named like torch.OutOfMemoryError (a RuntimeError): matched by name, no torch needed."""
+
+
+def test_out_of_memory_is_engine_wide_and_fails_everyone_not_one_request():
+    from zgtool.engine.faults import is_engine_wide
+
+    assert is_engine_wide(MemoryError()) and is_engine_wide(OutOfMemoryError("CUDA out of memory"))
+    assert not is_engine_wide(RuntimeError("multinomial")) and not is_engine_wide(ZeroDivisionError())
+    engine = _engine()
+
+    def execute(batch):  # noqa: ANN001, ANN202
+        raise OutOfMemoryError("CUDA out of memory")
+
+    engine.runner.execute = execute  # type: ignore[method-assign]
+    for i in range(3):
+        engine.add_request([256, 5 + i, 6], GREEDY, request_id=f"m{i}")
+    try:
+        engine.step()
+    except OutOfMemoryError as exc:     # the step thread (_run) hands this to faults.fail_everyone
+        outs = engine.faults.fail_everyone(exc)
+    else:
+        raise AssertionError("an out-of-memory step was pinned on a request")
+    assert sorted(o.request_id for o in outs) == ["m0", "m1", "m2"]
+    assert all(o.error == f"internal engine error (request {o.request_id})" for o in outs)
+    assert all(c == 0 for c in engine.block_manager.ref_cnt)
