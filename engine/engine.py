@@ -1,6 +1,10 @@
 """The Engine: owns the model runner, block pool and scheduler; runs the step loop in one
 dedicated thread; hands outputs back to the asyncio loop once per step.
 
+A step is three stages, one file each: schedule (scheduler.py: seats shared by client key, KV
+blocks from block_manager.py), execute (runner.py; a failure costs only the requests that cause
+it, faults.py), postprocess (postprocess.py: EOS, detok, safety, stops, length, timings).
+
 Handoff design (the hot path of the fused claim): add_request appends to a deque the step
 thread drains between steps (no wake-up unless the thread is idle); each step's outputs for
 every request travel in ONE loop.call_soon_threadsafe call, and while such a hand-back is
