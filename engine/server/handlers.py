@@ -72,12 +72,15 @@ async def chat_completions(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, s
 
 
 async def count_tokens(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    obj = await app.read_json(ctx, receive)
-    intake.check_message_count(obj)
-    req = anth.parse_count_tokens(obj)
+    body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+    req = await intake.parse_body(_parse_count_tokens, body, app.engine.max_model_len)
     _check_model(app, req.model)
     ids = await _tokenize(app, req)
     await app.send_json(ctx, send, 200, b'{"input_tokens":' + str(len(ids)).encode() + b"}")
+
+
+def _parse_count_tokens(obj: dict[str, Any], max_model_len: int) -> ChatRequest:
+    return anth.parse_count_tokens(obj)
 
 
 def _check_model(app: ServerApp, model: str) -> None:

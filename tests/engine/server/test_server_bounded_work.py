@@ -209,3 +209,13 @@ def test_a_structure_heavy_body_is_decoded_while_other_threads_run(monkeypatch):
     # the other thread kept running while the body was decoded (a C decoder holds the GIL
     # throughout: it would see no tick at all)
     assert len(during) == 1 and during[0] >= 3, during
+
+
+def test_count_tokens_parses_a_large_body_off_the_loop_too(server, monkeypatch):
+    where: list[bool] = []
+    real = anth.parse_count_tokens
+    monkeypatch.setattr(anth, "parse_count_tokens", lambda obj: (where.append(_on_loop()), real(obj))[1])
+    body = _body(20_000)
+    r = httpx.post(server.url + "/v1/messages/count_tokens", json=body, headers=ANTH, timeout=60)
+    assert r.status_code == 200 and r.json()["input_tokens"] > 20_000
+    assert where == [False]
