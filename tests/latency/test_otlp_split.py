@@ -89,6 +89,11 @@ def test_every_request_gets_the_engine_phases_of_the_span_in_its_trace(span_only
         assert s["engine"]["source"] == "vLLM OTLP span", s
         assert s["engine"]["total_ms"] <= s["total_ms"]
         assert s["trace_id"] and len(s["trace_id"]) == 32
+    path = result["data"]["join"]["paths"][target["name"]]
+    assert path["engine_sources"] == {"vLLM OTLP span": 6}
+    assert path["remainder_ms"]["n"] == 6 and path["flagged"] == 0
+    rows = result["data"]["join"]["requests"][target["name"]]
+    assert all(r["engine_source"] == "vLLM OTLP span" and r["remainder_ms"] is not None for r in rows)
 
 
 def test_a_taken_port_is_a_usage_error(span_only_server: tuple[str, int]) -> None:

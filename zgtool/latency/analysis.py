@@ -91,28 +91,43 @@ def waterfall_order(names: set[str]) -> list[str]:
     return [n for n in order if n in names]
 
 
+def engine_total_ms(s: RequestSample) -> float | None:
+    """The engine's own total for this request from whichever adapter applied (s.engine: Server-Timing,
+    vLLM per-request metrics, an OTLP span, /metrics deltas, TGI headers, ...), else a raw Server-Timing
+    total."""
+    if s.engine is not None and s.engine.total_ms is not None:
+        return s.engine.total_ms
+    return s.server_timing.get(ENGINE_TOTAL)
+
+
+def engine_source(s: RequestSample) -> str | None:
+    if s.engine is not None and s.engine.total_ms is not None:
+        return s.engine.source
+    return "Server-Timing" if ENGINE_TOTAL in s.server_timing else None
+
+
 def outside_engine_ms(s: RequestSample) -> float | None:
     """total_ms minus the engine's own total: everything the request spent outside the engine
     (client, network, every hop). The gateway tax on this figure is immune to the engine's
     compute drifting between paths, which on a busy CPU can dwarf a hop."""
-    engine_total = s.server_timing.get(ENGINE_TOTAL)
+    engine_total = engine_total_ms(s)
     if s.total_ms is None or engine_total is None:
         return None
     return max(0.0, s.total_ms - engine_total)
 
 
 def engine_total_missing(samples: Sequence[RequestSample]) -> bool:
-    """No ok request carried the engine's Server-Timing total (a gateway dropped or renamed it)."""
+    """No ok request carried the engine's own total (no adapter applied: a gateway dropped or renamed it)."""
     ok = [s for s in samples if s.ok]
-    return bool(ok) and all(ENGINE_TOTAL not in s.server_timing for s in ok)
+    return bool(ok) and all(engine_total_ms(s) is None for s in ok)
 
 
 def negative_outside_share(samples: Sequence[RequestSample], tolerance_ms: float = 0.5) -> float:
     """Share of requests whose engine total exceeds the client's own total by more than
     `tolerance_ms`: the engine's clock cannot run longer than the request around it, so the
     attribution is wrong (a stale or foreign Server-Timing), not the hop fast."""
-    vals = [(s.total_ms or 0.0) - s.server_timing[ENGINE_TOTAL] for s in samples
-            if s.ok and s.total_ms is not None and ENGINE_TOTAL in s.server_timing]
+    vals = [s.total_ms - e for s in samples
+            if s.ok and s.total_ms is not None and (e := engine_total_ms(s)) is not None]
     return sum(1 for v in vals if v < -tolerance_ms) / len(vals) if vals else 0.0
 
 
@@ -244,12 +259,18 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
     has_engine = [not engine_total_missing(s) for s in samples]
     for t, per_target, has in zip(targets, samples, has_engine, strict=True):
         if not has and any(has_engine):
-            notes.append(f"{t.name}: no engine Server-Timing total reached the client (the path drops or "
+            notes.append(f"{t.name}: no engine timing reached the client (no adapter applied: the path drops or "
                          "renames it), so its time outside the engine is not attributed")
         share = negative_outside_share(per_target)
         if share > 0.1:
             notes.append(f"{t.name}: the engine's Server-Timing total exceeds the request's own time on "
                          f"{share:.0%} of requests; the outside-engine attribution is missing, not negative")
+    sources = [sorted({src for s in per_target if s.ok and (src := engine_source(s))})
+               for per_target in samples]
+    if len({tuple(x) for x in sources if x}) > 1:
+        named = "; ".join(f"{t.name}: {', '.join(x)}" for t, x in zip(targets, sources, strict=True) if x)
+        notes.append(f"the engine's time comes from different sources on different paths ({named}); their "
+                     "start points may differ, so the difference outside the engine carries that offset")
     return notes
 
 
@@ -298,9 +319,11 @@ def phase(result: TargetResult, name: str) -> PhaseStats | None:
 
 def result_data(res: SplitResult) -> dict[str, Any]:
     """The `data` of the versioned result: config, definitions, per-target stats and raw samples."""
+    from zgtool.latency.join import Boot, join_data
     from zgtool.results import to_jsonable
 
     data = to_jsonable(res)
+    data["join"] = join_data(res.targets, Boot.of(res.config))
     for t in data["targets"]:
         t["phases"] = {p.pop("name"): p for p in t["phases"]}
         ok_totals = [s["total_ms"] for s in t["samples"] if s["ok"] and s["total_ms"] is not None]

@@ -192,6 +192,12 @@ def render(res: SplitResult, console: Console) -> None:
         blocks.append(side_by_side(res, short))
         if (lg := legend([tr.name for tr in res.targets], short)) is not None:
             blocks.append(lg)
+    from zgtool.latency.join import Boot, join_data
+    from zgtool.latency.render_join import render_join
+
+    joined = join_data(res.targets, Boot.of(res.config))
+    if any(p["engine_sources"] or p["hops_self_ms"] for p in joined["paths"].values()):
+        blocks.append(render_join(joined, short))   # type: ignore[arg-type]
     for tr in res.targets:
         if (lag := lag_text(tr, short[tr.name])) is not None:
             blocks.append(lag)

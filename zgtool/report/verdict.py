@@ -59,6 +59,7 @@ class ConfigTax:
     engine_cpu_ms: dict[str, float] | None = None   # path -> engine CPU ms per request
     indicative: bool = False                 # --quick sample sizes
     requests: int | None = None              # per path
+    engine_source: str | None = None         # where the engine's own time came from (join's engine_sources)
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,16 @@ def taxes(result: dict[str, Any]) -> list[ConfigTax]:
             significance=total.significance if total else NOT_SIGNIFICANT, phases=phases,
             ttft=tax("ttft_ms") if cfg.get("stream") else None, outside_engine=None if missing else oe,
             attribution_missing=missing, gateway_cpu_ms=gw_cpu, engine_cpu_ms=engine_cpu,
-            indicative=bool(cfg.get("quick")), requests=cfg.get("num_requests")))
+            indicative=bool(cfg.get("quick")), requests=cfg.get("num_requests"),
+            engine_source=_engine_source(data, base["name"], cand["name"])))
     return out
+
+
+def _engine_source(data: dict[str, Any], *names: str) -> str | None:
+    """The adapters that gave the engine's time on these paths ("vLLM OTLP span", "Server-Timing", ...)."""
+    paths = (data.get("join") or {}).get("paths") or {}
+    found = dict.fromkeys(s for n in names for s in ((paths.get(n) or {}).get("engine_sources") or {}))
+    return " + ".join(found) or None
 
 
 def _ms(v: float) -> str:
@@ -174,15 +183,17 @@ def outside_sentence(row: ConfigTax) -> str | None:
     """What the path adds outside the engine, or why that cannot be said."""
     if row.attribution_missing:
         return (f"time outside the engine on {row.candidate} at {row.label} is not attributed: the engine's "
-                "Server-Timing did not reach the client intact on one path (attribution missing)")
+                "own timing (Server-Timing or any engine adapter) did not reach the client intact on one path "
+                "(attribution missing)")
     oe = row.outside_engine
     if oe is None:
         return None
+    src = f"; engine time from {row.engine_source}" if row.engine_source else ""
     if oe.significance == HIGHER:
         return (f"{row.candidate} adds {_ms(oe.diff_ms)}{_pct_txt(oe.pct_of_total)} per request outside the "
-                f"engine at {row.label} ({_ci(oe.lo_ms, oe.hi_ms)})")
+                f"engine at {row.label} ({_ci(oe.lo_ms, oe.hi_ms)}{src})")
     return (f"no significant difference outside the engine between {row.candidate} and {row.baseline} at "
-            f"{row.label} ({_signed(oe.diff_ms)} ms, {_ci(oe.lo_ms, oe.hi_ms)})")
+            f"{row.label} ({_signed(oe.diff_ms)} ms, {_ci(oe.lo_ms, oe.hi_ms)}{src})")
 
 
 def total_sentence(row: ConfigTax) -> str:

@@ -73,7 +73,8 @@ def _tax_table(v: dict[str, Any], console: Console) -> None:
     for sentence in v.get("sentences") or []:
         lines.append(sentence)
     console.print(table)
-    console.print("outside engine: total minus the engine's own Server-Timing total; n/a: attribution missing. "
+    console.print("outside engine: total minus the engine's own total (Server-Timing or any engine adapter); "
+                  "n/a: attribution missing. "
                   "gw CPU/req: CPU ms the gateway's processes used per request on this host.", style="dim")
     for line in lines:
         console.print(f"  {line}", highlight=False)
