@@ -54,3 +54,22 @@ void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, co
         tokens[m] = best;
     }
 }
+
+int64_t nonfinite_rows(const float *x, int64_t M, int64_t N, int64_t *rows) {
+    const __m256 inf = _mm256_set1_ps(INFINITY);
+    int64_t nbad = 0;
+    for (int64_t m = 0; m < M; m++) {
+        const float *r = x + m * N;
+        __m256 bad = _mm256_setzero_ps();
+        int64_t v = 0;
+        /* |x| < inf is false for +-inf and for NaN (an unordered compare) */
+        for (; v + 8 <= N; v += 8) {
+            __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.f), _mm256_loadu_ps(r + v));
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));
+        }
+        int any = _mm256_movemask_ps(bad) != 0;
+        for (; v < N; v++) any |= !(fabsf(r[v]) < INFINITY);
+        if (any) rows[nbad++] = m;
+    }
+    return nbad;
+}

@@ -35,6 +35,10 @@ void w8_dequant(const int8_t *w, const float *scale, int64_t N, int64_t K, float
 void step_layers(const layer_ptrs *L, int64_t nl, int64_t int8, float *x, int64_t M, int64_t hidden, int64_t H, int64_t KVH, int64_t D, int64_t inter, float eps, const float *final_norm, float *out, const float *cos_t, const float *sin_t, const int64_t *positions, const int64_t *slots, const int64_t *tables, int64_t width, const int64_t *lens, int64_t bs, float scale, float *h, float *qkv, float *q, float *att, float *gu, float *act, float *delta, float *attn_scratch, int64_t nt);
 void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, const float *scale, int64_t int8, float *logits, int64_t V, int64_t *tokens, int64_t nt);
 
+/* the rows of x [M, N] holding a NaN or an infinity into rows[]; returns how many (one pass, one
+   thread: no OpenMP region beside the pool's spinning workers) */
+int64_t nonfinite_rows(const float *x, int64_t M, int64_t N, int64_t *rows);
+
 /* the thread pool's counters (per thread id: 0 is the caller): chunks run, and jobs in which
    the thread ran at least one chunk; a state check that every configured thread takes work */
 int64_t pool_workers(void);

@@ -86,3 +86,20 @@ def test_the_error_says_what_was_expected_and_what_came() -> None:
         _attn(lens=torch.tensor([5, 20], dtype=torch.int32))()
     assert "paged_decode_attention: lens must be a contiguous torch.int64 CPU tensor [2]" in str(err.value)
     assert "torch.int32" in str(err.value)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 49152, 49155])
+def test_nonfinite_rows_agrees_with_torch_isfinite(n: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(6, n, generator=g)
+    x[1, n - 1] = float("nan")
+    x[3, 0] = float("inf")
+    x[4, n // 2] = -float("inf")
+    x[5, n // 3] = 3.0e38
+    want = [int(i) for i in (~torch.isfinite(x).all(dim=-1)).nonzero().flatten()]
+    assert ck.nonfinite_rows(x) == want == [1, 3, 4]
+
+
+def test_nonfinite_rows_refuses_fp16() -> None:
+    with pytest.raises(ck.KernelArgumentError, match="x must be"):
+        ck.nonfinite_rows(torch.zeros(2, 8, dtype=torch.float16))
