@@ -477,6 +477,11 @@ class LlamaModel:
             if isinstance(w, Int8Weight):
                 return w.q.data_ptr(), w.scale.data_ptr()
             assert isinstance(w, torch.Tensor) and ones is not None
+            # the C step reads one scale per output channel with no length to check (issue 26's NaN):
+            # the caller checks the table covers this GEMM's outputs
+            if ones.numel() < w.shape[0] or not w.is_contiguous() or w.dtype != torch.float32:
+                raise RuntimeError(f"step_layers: a [{w.shape[0]}, ...] {w.dtype} weight with a scale table of "
+                                   f"{ones.numel()} (needs contiguous fp32 and a scale per output channel)")
             return w.data_ptr(), ones.data_ptr()
 
         arr = (LayerPtrs * len(self.layers))()

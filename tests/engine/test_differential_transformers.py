@@ -245,3 +245,16 @@ def test_the_backends_are_chosen_once_at_load_and_named(tmp_path, monkeypatch, d
     assert (model.backends["linear"], model.backends["attention"]) == (linear, attention)
     out = engine.generate(_prompts(258, [3, 30]), GREEDY)
     assert all(len(r.output_token_ids) == 10 for r in out)
+
+
+def test_a_scale_table_shorter_than_a_gemm_output_is_refused_before_the_c_step(tmp_path, monkeypatch):
+    monkeypatch.delenv("ZGTOOL_NO_KERNELS", raising=False)
+    _need_kernels()
+    arch, overrides = CASES["d32-issue26"]
+    engine = _engine(write_checkpoint(tmp_path, arch, overrides))
+    model = engine.model
+    # the issue-26 shape: the table once stopped at the vocabulary (258) while gate_up has 704 outputs
+    model._lm_ones = torch.ones(overrides["vocab_size"])
+    model._ptrs_key = -1
+    with pytest.raises(RuntimeError, match="scale table of 258"):
+        model._layer_ptrs()
