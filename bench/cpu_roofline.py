@@ -118,6 +118,7 @@ def measure(model_name: str, dtype: str, threads: int, tokens: int, rounds: int,
     params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
     eng.generate(prompt, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))  # warm-up
     runs = []
+    ck.library().pool_reset_counters()
     for _ in range(rounds):
         for t in (step, layers, lm_head):
             t.reset()
@@ -135,6 +136,7 @@ def measure(model_name: str, dtype: str, threads: int, tokens: int, rounds: int,
     per_step_ms = 1e3 * best["step_s"] / max(1, best["steps"])
     layers_ms = 1e3 * best["layers_s"] / max(1, best["steps"])
     lm_ms = 1e3 * best["lm_s"] / max(1, best["steps"])
+    chunks, jobs, shared = ck.pool_counters_shared(threads)
     attn_ms = attention_ms(model, len(prompt[0]) + tokens // 2, threads)
     return {
         "model": model_name, "dtype": dtype, "kernels": ck.engine_status(eng), "threads": threads,
@@ -146,6 +148,8 @@ def measure(model_name: str, dtype: str, threads: int, tokens: int, rounds: int,
         "python_between_ms": round(per_step_ms - layers_ms - lm_ms, 3),
         "attention_kernel_ms": round(attn_ms, 3),
         "layers_call_calls_per_step": round(best["layers_calls"] / max(1, best["steps"]), 2),
+        # per pool thread (0: the caller): chunks and jobs run, and jobs run on the caller's own CPU
+        "pool_chunks": chunks, "pool_jobs": jobs, "pool_jobs_on_callers_cpu": shared,
     }
 
 
@@ -169,7 +173,8 @@ def main() -> None:
                   f"{r['achieved_gb_s']:6.2f} GB/s = {100 * r['share_of_triad']:5.1f}% of triad "
                   f"({100 * r['share_of_read']:5.1f}% of read) | step {r['step_ms']:.2f} ms: layers call "
                   f"{r['layers_call_ms']} ms (attention kernel {r['attention_kernel_ms']} ms), lm_head "
-                  f"{r['lm_head_call_ms']} ms, Python {r['python_between_ms']} ms  [kernels {r['kernels']}]")
+                  f"{r['lm_head_call_ms']} ms, Python {r['python_between_ms']} ms  [kernels {r['kernels']}; pool jobs "
+                  f"{r['pool_jobs']}, on the caller's CPU {r['pool_jobs_on_callers_cpu']}]")
     print(json.dumps({"bench": "cpu_roofline", "threads": threads, **{k: round(v, 2) for k, v in bw.items()},
                       "results": rows}))
 

@@ -94,7 +94,7 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "lm_head_argmax": (None, [_P, _I64, _I64, _P, _P, _I64, _P, _I64, _P, _I64]),
     "nonfinite_rows": (_I64, [_P, _I64, _I64, _P]),
     "pool_workers": (_I64, []),
-    "pool_counters": (None, [_P, _P, _I64]),
+    "pool_counters": (None, [_P, _P, _P, _I64]),
     "pool_reset_counters": (None, []),
 }
 
@@ -427,7 +427,14 @@ def nonfinite_rows(x: torch.Tensor) -> list[int]:
 def pool_counters(threads: int) -> tuple[list[int], list[int]]:
     """The pool's per-thread counters since the last reset, thread 0 being the caller: chunks run
     and jobs in which the thread ran at least one chunk."""
-    chunks = torch.zeros(threads, dtype=torch.int64)
-    jobs = torch.zeros(threads, dtype=torch.int64)
-    library().pool_counters(chunks.data_ptr(), jobs.data_ptr(), threads)
-    return [int(c) for c in chunks], [int(j) for j in jobs]
+    chunks, jobs, _ = pool_counters_shared(threads)
+    return chunks, jobs
+
+
+def pool_counters_shared(threads: int) -> tuple[list[int], list[int], list[int]]:
+    """pool_counters, and per worker the jobs it ran on the CPU its caller posted them from (a
+    worker stacked on its caller's core adds no compute)."""
+    out = torch.zeros(3, threads, dtype=torch.int64)
+    library().pool_counters(out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr(), threads)
+    chunks, jobs, shared = ([int(v) for v in row] for row in out)
+    return chunks, jobs, shared

@@ -1,6 +1,7 @@
 /* The thread pool every multi-threaded kernel shares its work through (parallel_chunks). */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,12 +39,17 @@ static struct {
     pthread_mutex_t busy;         /* one job at a time; a second caller runs serially */
     pthread_mutex_t grow;
     /* per thread id, each written only by its thread (the caller's under `busy`): read by tests */
-    struct { int64_t chunks, jobs; char pad[48]; } count[POOL_MAX + 1];
+    /* shared: jobs in which the thread ran on the CPU its caller posted the job from (stacked
+       on one core with it: a worker placed there on wake-up computes nothing in parallel) */
+    struct { int64_t chunks, jobs, shared; char pad[40]; } count[POOL_MAX + 1];
+    _Atomic int32_t caller_cpu;   /* sched_getcpu() of the caller when it posted the job */
 } pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .grow = PTHREAD_MUTEX_INITIALIZER};
 
 static inline void count_job(int tid, int64_t chunks) {
     __atomic_fetch_add(&pool.count[tid].chunks, chunks, __ATOMIC_RELAXED);
     __atomic_fetch_add(&pool.count[tid].jobs, 1, __ATOMIC_RELAXED);
+    if (tid && sched_getcpu() == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed))
+        __atomic_fetch_add(&pool.count[tid].shared, 1, __ATOMIC_RELAXED);
 }
 
 static inline uint64_t pack(uint64_t gen, uint64_t nt, uint64_t n, uint64_t next) {
@@ -116,6 +122,7 @@ void parallel_chunks(chunk_fn fn, void *args, int64_t nchunks, int64_t nt) {
             pool.fn = fn;
             pool.args = args;
             atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+            atomic_store_explicit(&pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
             uint32_t gen = ++pool.gen;
             atomic_store_explicit(&pool.state, pack(gen, (uint64_t)nt, (uint64_t)nchunks, 0), memory_order_release);
             /* seq_cst (an xchg), not release: with a release store the load of `sleepers` below may
@@ -146,13 +153,14 @@ int64_t pool_workers(void) {
     return n;
 }
 
-/* chunks[tid] / jobs[tid] for tid in [0, n) (0 is the caller); call between jobs */
-void pool_counters(int64_t *chunks, int64_t *jobs, int64_t n) {
+/* chunks[tid] / jobs[tid] / shared[tid] for tid in [0, n) (0 is the caller); call between jobs */
+void pool_counters(int64_t *chunks, int64_t *jobs, int64_t *shared, int64_t n) {
     pthread_mutex_lock(&pool.busy);
     for (int64_t t = 0; t < n; t++) {
         int ok = t <= POOL_MAX;
         chunks[t] = ok ? __atomic_load_n(&pool.count[t].chunks, __ATOMIC_RELAXED) : 0;
         jobs[t] = ok ? __atomic_load_n(&pool.count[t].jobs, __ATOMIC_RELAXED) : 0;
+        shared[t] = ok ? __atomic_load_n(&pool.count[t].shared, __ATOMIC_RELAXED) : 0;
     }
     pthread_mutex_unlock(&pool.busy);
 }
@@ -162,6 +170,7 @@ void pool_reset_counters(void) {
     for (int t = 0; t <= POOL_MAX; t++) {
         __atomic_store_n(&pool.count[t].chunks, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&pool.count[t].jobs, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pool.count[t].shared, 0, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&pool.busy);
 }

@@ -39,10 +39,11 @@ void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, co
    thread: no OpenMP region beside the pool's spinning workers) */
 int64_t nonfinite_rows(const float *x, int64_t M, int64_t N, int64_t *rows);
 
-/* the thread pool's counters (per thread id: 0 is the caller): chunks run, and jobs in which
-   the thread ran at least one chunk; a state check that every configured thread takes work */
+/* the thread pool's counters (per thread id: 0 is the caller): chunks run, jobs in which the
+   thread ran at least one chunk, and of those the jobs it ran on its caller's CPU (stacked);
+   a state check that every configured thread takes work */
 int64_t pool_workers(void);
-void pool_counters(int64_t *chunks, int64_t *jobs, int64_t n);
+void pool_counters(int64_t *chunks, int64_t *jobs, int64_t *shared, int64_t n);
 void pool_reset_counters(void);
 
 #endif
