@@ -202,6 +202,7 @@ class Outcome:
     error: dict[str, Any] | None = None     # the error object of a 4xx or of an error event
     complete: bool = False                  # a finished answer, or a stream with its terminator
     failure: str = ""                       # transport failure: "hang", "dropped: ..."
+    cache: str | None = None                # a gateway's x-cache answer header (HIT: never reached the engine)
     start_s: float = 0.0
     token_times_s: list[float] = field(default_factory=list)      # client arrival of each text event
     engine_token_times_ms: list[float] = field(default_factory=list)  # the engine's own (zgtool-timing)
@@ -273,6 +274,7 @@ async def send(client: httpx.AsyncClient, base_url: str, api: str, body: bytes, 
             async with client.stream("POST", base_url + PATHS[api], content=body,
                                      headers=headers(api, key)) as r:
                 out.status = r.status_code
+                out.cache = r.headers.get("x-cache")
                 if "text/event-stream" not in r.headers.get("content-type", ""):
                     raw = await r.aread()
                     try:
@@ -356,12 +358,15 @@ class Victim:
 
 
 def victims(count: int, model: str, max_tokens: int = 48, seed: int = 7) -> list[Victim]:
-    """Greedy seeded streams, half per API, each its own prompt; OpenAI ones ignore EOS."""
+    """Greedy seeded streams, half per API, each its own prompt; OpenAI ones ignore EOS.
+
+    Greedy as top_k 1 at temperature 1, not temperature 0: pygw caches temperature-0 answers, and a
+    victim served from its cache would never meet the hostile requests in the engine."""
     out = []
     for i in range(count):
         api = ("anthropic", "openai")[i % 2]
         body: dict[str, Any] = {
-            "model": model, "max_tokens": max_tokens, "stream": True, "temperature": 0, "seed": seed,
+            "model": model, "max_tokens": max_tokens, "stream": True, "temperature": 1.0, "top_k": 1, "seed": seed,
             "messages": [{"role": "user", "content": f"victim {i}: tell me a story about the number {i * 37}"}],
         }
         if api == "openai":
@@ -375,6 +380,8 @@ def victim_verdict(o: Outcome, ref: Outcome) -> str:
         return f"{o.status} {o.failure or o.error}"
     if o.error is not None:
         return f"error event {o.error}"
+    if o.cache == "HIT":
+        return "served from a gateway cache: it never met the hostile requests"
     if not o.complete:
         return "did not finish"
     if (o.text, o.finish) != (ref.text, ref.finish):
