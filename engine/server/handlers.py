@@ -226,8 +226,11 @@ def _admit(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, prompt: l
     filt = app.safety.output_filter() if app.safety is not None else None
     tasks = app.request_tasks
     try:
+        # each API key is a tenant: running seats are shared fairly between keys (engine/scheduler.py),
+        # so one key filling the batch cannot starve another (an open server has one tenant)
         stream = engine.add_request(prompt, params, request_id=ctx.rid, output_filter=filt,
-                                    step_now=tasks is not None and len(tasks) <= 1)
+                                    step_now=tasks is not None and len(tasks) <= 1,
+                                    tenant=None if adm.open else principal.name)
     except BaseException:
         adm.release(principal, 0, None, time.monotonic())
         raise
