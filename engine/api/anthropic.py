@@ -106,6 +106,7 @@ def parse_messages(obj: dict[str, Any], max_tokens_limit: int) -> ChatRequest:
         stream=opt_bool(obj, "stream"),
         metadata=metadata,
         seed=opt_seed(obj),  # a zgtool extension (OpenAI's seed; pygw forwards it)
+        ignore_eos=opt_bool(obj, "ignore_eos"),  # a zgtool extension too (vLLM's; pygw forwards it)
     )
 
 
