@@ -499,7 +499,11 @@ def parse_listen(spec: str) -> tuple[str, int]:
     return (host.strip("[]") if sep and host else "127.0.0.1"), p
 
 
-def attach_spans(samples: Iterable[RequestSample], store: SpanStore, wait_s: float = 2.0) -> int:
+# the OpenTelemetry SDK's BatchSpanProcessor exports every OTEL_BSP_SCHEDULE_DELAY (5000 ms by default)
+SPAN_WAIT_S = 6.0
+
+
+def attach_spans(samples: Iterable[RequestSample], store: SpanStore, wait_s: float = SPAN_WAIT_S) -> int:
     """Give every ok request that no in-band adapter timed the engine timing of the span in its trace.
 
     Waits up to `wait_s` for spans still on their way (exporters batch). A span whose figures are

@@ -153,8 +153,46 @@ def waterfall_section(rs: ResultSet) -> Section:
                     for p in phases if p in t.get("phases", {})]
             rows.append((t["name"], segs))
         parts.append(f'<h3>{escape(config_label(d.get("config") or {}))}</h3>' + svg.stacked_bars(rows))
+        if d.get("join"):
+            parts.append(join_table(d["join"]))
     sec.body = "".join(parts)
     return sec
+
+
+def _stat(s: dict[str, Any] | None, key: str = "median_ms") -> str:
+    if not s or s.get(key) is None:
+        return "–"
+    lo, hi = s.get("lo_ms"), s.get("hi_ms")
+    ci = f" <span class=muted>[{lo:.2f}, {hi:.2f}]</span>" if lo is not None and hi is not None else ""
+    return f"{s[key]:.2f}{ci}"
+
+
+def join_table(join: dict[str, Any]) -> str:
+    """The join of one latency_split: per path the engine's source and total, each hop's self-report, the time
+    outside the engine and the unexplained remainder; then each hop's report beside its measured tax."""
+    head = ("<tr><th>path</th><th>engine time from</th><th>total</th><th>engine total</th><th>hops (self-reported)"
+            "</th><th>outside engine</th><th>unexplained</th></tr>")
+    rows = []
+    for name, p in (join.get("paths") or {}).items():
+        src = ", ".join(f"{escape(s)} ({n})" for s, n in (p.get("engine_sources") or {}).items()) or "none"
+        hops = "; ".join(f"{escape(h)} {_stat(v)}" for h, v in (p.get("hops_self_ms") or {}).items()) or "–"
+        flag = (f" <b>{p['flagged']} below −{p.get('clock_tolerance_ms', 1):g} ms</b>" if p.get("flagged") else "")
+        rows.append(f"<tr><td>{escape(name)}</td><td>{src}</td><td class=num>{_stat(p.get('total_ms'))}</td>"
+                    f"<td class=num>{_stat(p.get('engine_total_ms'))}</td><td>{hops}</td>"
+                    f"<td class=num>{_stat(p.get('outside_engine_ms'))}</td>"
+                    f"<td class=num>{_stat(p.get('remainder_ms'))}{flag}</td></tr>")
+    html = ('<p class="note">Joined per request: unexplained = total − DNS/connect/TLS − each hop\'s own reported '
+            "time − the engine's total (client, sending, network and what no hop reports of itself). Medians, "
+            "95% bootstrap CI.</p>" + f'<table class="t"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>')
+    audit = join.get("hop_audit") or []
+    if audit:
+        arows = "".join(
+            f"<tr><td>{escape(a['path'])}</td><td>{escape(a['hop'])} ({escape(a['self_report'])})</td>"
+            f"<td class=num>{_stat(a.get('self_ms'))}</td><td class=num>{_stat(a.get('measured_tax_ms'), 'diff_ms')}</td>"
+            f"<td class=num>{_stat(a.get('unreported_ms'), 'diff_ms')}</td></tr>" for a in audit)
+        html += ('<table class="t"><thead><tr><th>path</th><th>hop</th><th>self-reported</th><th>measured tax</th>'
+                 f"<th>not in its report</th></tr></thead><tbody>{arows}</tbody></table>")
+    return html
 
 
 def percentile_section(rs: ResultSet) -> Section:

@@ -1,0 +1,26 @@
+"""The report's waterfall section carries the join: engine source, hops' self-reports, remainder, hop audit."""
+
+from __future__ import annotations
+
+from zgtool.latency.analysis import analyse, result_data
+from zgtool.latency.model import FROM_SCHEDULING, EngineTiming, RequestSample, SplitConfig
+from zgtool.report.sections_latency import join_table
+from zgtool.targets import Target
+
+
+def _s(i: int, total: float, hops: dict[str, float]) -> RequestSample:
+    return RequestSample(index=i, worker=0, round=i % 4, ok=True, total_ms=total, hop_reports=hops,
+                         engine=EngineTiming(source="TGI headers", queue_ms=1.0, total_ms=20.0,
+                                             total_start=FROM_SCHEDULING))
+
+
+def test_join_table_names_the_source_hops_remainder_and_flags() -> None:
+    direct = [_s(i, 22.0 + 0.01 * i, {}) for i in range(16)]
+    gw = [_s(i, 30.0 + 0.01 * i, {"x-kong-proxy-latency": 5.0}) for i in range(16)]
+    gw[0].total_ms = 23.0                                   # kong 5 + engine 20 > 23: flagged
+    res = analyse([Target("direct", "http://127.0.0.1:1"), Target("kong", "http://127.0.0.1:2")], [direct, gw],
+                  SplitConfig(num_requests=16, stream=False, resamples=200))
+    html = join_table(result_data(res)["join"])
+    assert "TGI headers (16)" in html and "kong 5.00" in html
+    assert "1 below −1 ms" in html
+    assert "x-kong-proxy-latency" in html and "not in its report" in html
