@@ -255,7 +255,8 @@ def _engine_choice(cfg: VerifyConfig) -> dict[str, Any] | None:
     from zgtool.engine.cpu_kernels import choice_status
 
     choice = dict(engine_choice(cfg.model, cfg.dtype, "auto", cfg.num_threads))
-    choice["kernels"] = choice_status(str(choice["device"]), choice["dtype"])  # "on" | "off: <reason>"
+    dtype = choice["dtype"]
+    choice["kernels"] = choice_status(str(choice["device"]), None if dtype is None else str(dtype))  # on | off: why
     return choice
 
 
