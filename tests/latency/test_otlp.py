@@ -73,6 +73,9 @@ def test_vllm_span_attributes_become_engine_phases_in_ms_from_arrival() -> None:
     assert t.total_ms == pytest.approx(a["gen_ai.latency.e2e"] * 1000)
     assert t.ttft_ms == pytest.approx(a["gen_ai.latency.time_to_first_token"] * 1000)
     assert t.ttft_start == t.total_start == FROM_ARRIVAL
+    # what the scheduler phases leave of e2e is vLLM's frontend, named so the parts sum to the total
+    assert t.other_ms == {"frontend": pytest.approx(203.1 - 1.25 - 35.2 - 161.8)}
+    assert sum(t.phases().values()) == pytest.approx(t.total_ms)
 
 
 def test_a_span_without_e2e_is_not_an_engine_timing_and_a_negative_one_is_refused() -> None:

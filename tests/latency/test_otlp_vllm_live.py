@@ -77,5 +77,8 @@ def test_20_requests_joined_to_their_vllm_spans(traced_vllm: tuple[str, int]) ->
         e = s["engine"]
         assert e is not None and e["source"] == "vLLM OTLP span", s.get("engine_warnings")
         assert e["total_ms"] <= s["total_ms"]
-        phases = e["queue_ms"] + e["prefill_ms"] + e["decode_ms"]
-        assert abs(phases - e["total_ms"]) <= 1.0, (phases, e)
+        # vLLM's scheduler phases lie inside its e2e; what they leave (its frontend: tokenising, IPC,
+        # detokenising; ~23 ms of 825 ms here) is a named part, so the phases sum to e2e within 1 ms
+        scheduler = e["queue_ms"] + e["prefill_ms"] + e["decode_ms"]
+        assert scheduler <= e["total_ms"] + 1.0, e
+        assert abs(scheduler + e["other_ms"]["frontend"] - e["total_ms"]) <= 1.0, e
