@@ -9,7 +9,7 @@ invocation (KV pressure: to a quiet run on the same small-pool engine), and "req
 (accepted with neither an answer nor an error event; must be 0). Hostile 5xx and failed victims are
 counted too. TTFT and ITL are what the victim's client saw (a frozen event loop shows there; a busy
 client reading coalesced events makes quiet ITLs tiny); "engine's" ITL is from the engine's own
-per-token times (the zgtool-timing SSE comment; absent through pygw). The last line is one JSON
+per-token times and TTFT (the zgtool-timing SSE comment). The last line is one JSON
 object; the exit status is 1 when anything was lost.
 On a shared CPU, read the ratios, not the absolute times.
 """
@@ -124,6 +124,9 @@ class ClassResult:
     def itl_p99_ms(self) -> float:
         return percentile([x * 1e3 for o in self.victims for x in o.itls_s], 99)
 
+    def engine_ttft_p99_ms(self) -> float:
+        return percentile([o.engine_ttft_ms for o in self.victims if o.engine_ttft_ms is not None], 99)
+
     def engine_itl_p99_ms(self) -> float:
         return percentile([x for o in self.victims for x in o.engine_itls_ms], 99)
 
@@ -199,7 +202,9 @@ def _row(res: ClassResult, quiet: ClassResult) -> dict[str, Any]:
     statuses = Counter(str(o.status) if o.status else "none" for o in res.hostile)
     return {
         "ttft_p99_ms": round(res.ttft_p99_ms(), 2), "itl_p99_ms": round(res.itl_p99_ms(), 3),
+        "engine_ttft_p99_ms": round(res.engine_ttft_p99_ms(), 2),
         "engine_itl_p99_ms": round(res.engine_itl_p99_ms(), 3),
+        "engine_ttft_p99_ratio": ratio(res.engine_ttft_p99_ms(), quiet.engine_ttft_p99_ms()),
         "ttft_p99_ratio": ratio(res.ttft_p99_ms(), quiet.ttft_p99_ms()),
         "itl_p99_ratio": ratio(res.itl_p99_ms(), quiet.itl_p99_ms()),
         "engine_itl_p99_ratio": ratio(res.engine_itl_p99_ms(), quiet.engine_itl_p99_ms()),
@@ -250,7 +255,8 @@ def _line(name: str, r: dict[str, Any]) -> str:
     def f(v: Any) -> str:
         return "-" if v is None else f"{v}"
 
-    return (f"{name:16s} TTFT p99 {r['ttft_p99_ms']:9.2f} ms (x{f(r['ttft_p99_ratio'])})  "
+    return (f"{name:16s} TTFT p99 {r['ttft_p99_ms']:9.2f} ms (x{f(r['ttft_p99_ratio'])}; "
+            f"engine's x{f(r['engine_ttft_p99_ratio'])})  "
             f"ITL p99 {r['itl_p99_ms']:8.3f} ms (x{f(r['itl_p99_ratio'])}; engine's x{f(r['engine_itl_p99_ratio'])})  "
             f"victims failed {r['victims_failed']}"
             f"/{r['victim_runs']}  hostile {r['hostile_sent']} {r['hostile_status']} 5xx {r['hostile_5xx']}  "

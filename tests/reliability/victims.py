@@ -206,6 +206,7 @@ class Outcome:
     start_s: float = 0.0
     token_times_s: list[float] = field(default_factory=list)      # client arrival of each text event
     engine_token_times_ms: list[float] = field(default_factory=list)  # the engine's own (zgtool-timing)
+    engine_ttft_ms: float | None = None                               # from its arrival at the engine
 
     @property
     def ttft_s(self) -> float | None:
@@ -293,6 +294,7 @@ async def send(client: httpx.AsyncClient, base_url: str, api: str, body: bytes, 
                         with contextlib.suppress(ValueError, TypeError):
                             timing = json.loads(line[len(TIMING_COMMENT):])
                             out.engine_token_times_ms = [float(x) for x in timing.get("token_times_ms") or []]
+                            out.engine_ttft_ms = float(timing["ttft_ms"]) if "ttft_ms" in timing else None
                     elif line.startswith("event:"):
                         event = line[6:].strip()
                     elif line.startswith("data:"):
