@@ -103,3 +103,12 @@ def test_engine_status_reads_the_models_plan() -> None:
     assert ck.engine_status(Engine()) == "on"
     Plan.library_off = "disabled by ZGTOOL_NO_KERNELS"
     assert ck.engine_status(Engine()) == "off: disabled by ZGTOOL_NO_KERNELS"
+
+
+def test_serve_banner_has_a_kernels_row() -> None:
+    from zgtool.commands.serve_banner import kernels_row
+
+    class NullEngine:
+        model = None
+
+    assert kernels_row(NullEngine()) == "off: no model (null backend)"

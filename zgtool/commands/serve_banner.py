@@ -28,6 +28,7 @@ def startup_rows(built: Any) -> list[tuple[str, str]]:
         ("device", str(e.device)),
         ("dtype", dtype_row(e)),
         ("threads", threads_row(e, cfg.num_threads)),
+        ("kernels", kernels_row(e)),
         ("context", f"{e.max_model_len} tokens"),
         ("KV pool", kv),
         ("listening", built.url),
@@ -46,6 +47,13 @@ def startup_rows(built: Any) -> list[tuple[str, str]]:
     if cfg.otlp_endpoint:
         rows.append(("OTLP traces", f"{cfg.otlp_endpoint} (one span per request, JSON)"))
     return rows
+
+
+def kernels_row(e: Any) -> str:
+    """on | off: <reason> | partial: ... (engine/cpu_kernels.py engine_status): ~3.9x slower off."""
+    from zgtool.engine.cpu_kernels import engine_status
+
+    return engine_status(e)
 
 
 def model_row(e: Any) -> str:
