@@ -578,11 +578,13 @@ class LlamaModel:
 
     def nonfinite_greedy_rows(self, m: int) -> list[int]:
         """Rows of the last greedy_tokens call whose logits were not all finite (the C argmax
-        would have answered token 0 for a NaN row): one isfinite pass over the logits buffer."""
+        would have answered token 0 for a NaN row): one C pass over the logits buffer (torch's
+        isfinite over SmolLM2's 49152 logits opened an OpenMP region that cost up to ~100 ms a step
+        on a loaded 2-core box, beside the kernel pool's spinning workers)."""
+        from zgtool.engine.cpu_kernels import nonfinite_rows
+
         rows, vocab = self._argmax_shape
-        logits = self._scratch["logits"][:rows * vocab].view(rows, vocab)
-        ok = torch.isfinite(logits).all(dim=-1)
-        return [] if bool(ok.all()) else [int(i) for i in (~ok).nonzero().flatten().tolist()]
+        return nonfinite_rows(self._scratch["logits"][:rows * vocab].view(rows, vocab))
 
     def _silu_mul_c(self, gu: torch.Tensor) -> torch.Tensor:
         """gu [T, 2I] (gate | up) -> silu(gate) * up [T, I], one C pass"""

@@ -9,10 +9,20 @@ from zgtool.engine.errors import SequenceFault
 
 
 def check_finite(logits: torch.Tensor) -> None:
-    """Rows whose logits are not all finite (a model fault, never a token 0): SequenceFault."""
-    ok = torch.isfinite(logits).all(dim=-1)
-    if not bool(ok.all()):
-        rows = [int(i) for i in (~ok).nonzero().flatten().tolist()]
+    """Rows whose logits are not all finite (a model fault, never a token 0): SequenceFault.
+    On CPU fp32 one C pass (cpu_kernels.nonfinite_rows), else torch."""
+    rows: list[int] | None = None
+    if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2:
+        from zgtool.engine.cpu_kernels import KernelsUnavailable, nonfinite_rows
+
+        try:
+            rows = nonfinite_rows(logits.contiguous())
+        except KernelsUnavailable:
+            rows = None
+    if rows is None:
+        ok = torch.isfinite(logits).all(dim=-1)
+        rows = [] if bool(ok.all()) else [int(i) for i in (~ok).nonzero().flatten().tolist()]
+    if rows:
         raise SequenceFault(rows, "non-finite logits")
 
 
