@@ -201,7 +201,7 @@ def main() -> None:
     result: dict[str, Any] = {"config": {"requests": args.requests, "concurrency": cs, "max_tokens": 8,
                                          "stream": False, "paths": ["direct", *PATHS]}, "engines": {}}
     t0 = time.monotonic()
-    for model in args.models.split(","):
+    for model in filter(None, args.models.split(",")):
         try:
             result["engines"][f"zgtool:{model}"] = run_zgtool(model, cs, args.requests)
         except Exception as exc:  # noqa: BLE001 - one engine failing must not lose the others' figures
