@@ -229,13 +229,25 @@ def _admit(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, prompt: l
         # each API key is a tenant: running seats are shared fairly between keys (engine/scheduler.py),
         # so one key filling the batch cannot starve another (an open server has one tenant)
         stream = engine.add_request(prompt, params, request_id=ctx.rid, output_filter=filt,
-                                    step_now=tasks is not None and len(tasks) <= 1,
-                                    tenant=None if adm.open else principal.name)
+                                    step_now=tasks is not None and len(tasks) <= 1, tenant=_tenant(ctx, adm))
     except BaseException:
         adm.release(principal, 0, None, time.monotonic())
         raise
     flight.started = True
     return stream, filt
+
+
+def _tenant(ctx: Ctx, adm: Any) -> str | None:
+    """Whose request this is, for the fair scheduler: the API key's name; behind a gateway that
+    authenticates its own clients (pygw), the client key it names in x-zgtool-tenant. The header is
+    believed only where it cannot take a seat from someone else's key: an open engine (no keys, so
+    nothing to impersonate) or a request with the admin key."""
+    principal = ctx.principal
+    assert principal is not None
+    named = ctx.headers.get(b"x-zgtool-tenant")
+    if named and (adm.open or principal.is_admin):
+        return "gw:" + named.decode("latin-1")[:128]
+    return None if adm.open else principal.name
 
 
 def _finished(app: ServerApp, ctx: Ctx, stream: Any, flight: Flight) -> None:

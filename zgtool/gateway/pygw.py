@@ -60,6 +60,12 @@ log = logging.getLogger("pygw")
 # request and failed on it, and a gateway that resends it multiplies a poison request (issue 22:
 # one bad parameter killed every in-flight request, three times over through pygw's retries).
 RETRY_STATUSES = frozenset({502, 503, 504, 529})
+# An idle upstream connection is dropped before the engine's own idle timeout (--keep-alive-s,
+# 5 s by default) can close it under a request being sent: 60 s gave an occasional 502
+# ("connection lost while sending") on a tiny request (the isolation fuzzer, issue 22).
+UPSTREAM_KEEPALIVE_S = 4.0
+# The client key a request came in with, for the engine's fair scheduler (seats shared by key).
+TENANT_HEADER = "x-zgtool-tenant"
 # hop-by-hop or rewritten by pygw: never copied from the upstream answer
 _DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"server", b"date",
                    b"x-request-id", b"via", b"server-timing", b"content-encoding"})
@@ -158,7 +164,8 @@ class Gateway:
     async def startup(self) -> None:
         self.loop = asyncio.get_running_loop()
         limits = httpx.Limits(max_connections=self.cfg.max_connections,
-                              max_keepalive_connections=self.cfg.max_connections, keepalive_expiry=60)
+                              max_keepalive_connections=self.cfg.max_connections,
+                              keepalive_expiry=UPSTREAM_KEEPALIVE_S)
         timeout = httpx.Timeout(connect=5.0, read=3600.0, write=60.0, pool=60.0)
         self.client = httpx.AsyncClient(base_url=self.cfg.upstream, limits=limits, timeout=timeout)
         if self.cfg.redis_url:
@@ -271,6 +278,7 @@ class Gateway:
         body = await read_body(receive, self.cfg.max_body_bytes, _header(scope, b"content-length"))
         timer.last = time.perf_counter()  # reading the body counts in gw_total only
         ident, pol = self._who(scope)
+        scope["zg_tenant"] = ident      # forwarded as x-zgtool-tenant: the engine shares seats by client key
         timer.mark("gw_auth")
         rl_headers = await self._admit(ident, pol)
         timer.mark("gw_ratelimit")
@@ -392,6 +400,8 @@ class Gateway:
                 headers[k.decode()] = v.decode("latin-1")
         if self.cfg.keys.upstream_key:
             headers["x-api-key"] = self.cfg.keys.upstream_key
+        if scope.get("zg_tenant"):
+            headers[TENANT_HEADER] = str(scope["zg_tenant"])
         client_ip = (scope.get("client") or ("", 0))[0]
         if client_ip:
             headers["x-forwarded-for"] = client_ip
