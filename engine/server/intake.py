@@ -42,12 +42,32 @@ _SURROGATE = re.compile("[\ud800-\udfff]")   # what json leaves of an unpaired e
 Parse = Callable[[dict[str, Any], int], ChatRequest]
 
 
-def check_message_count(obj: dict[str, Any]) -> None:
+def message_cap(max_model_len: int) -> int:
+    """Every message takes at least one token of the context (its role marker), so a request with
+    more messages than the context holds can never be served."""
+    return max(1, min(MAX_MESSAGES, max_model_len))
+
+
+def _too_many(n: int, cap: int) -> ParamError:
+    return ParamError(f"messages: at most {cap} messages per request (each takes at least one token of the "
+                      f"model's context), got {n}", param="messages", code="array_above_max_length")
+
+
+def check_message_count(obj: dict[str, Any], cap: int = MAX_MESSAGES) -> None:
     """400 before any per-message work when ``messages`` has more entries than the cap."""
     msgs = obj.get("messages")
-    if isinstance(msgs, list) and len(msgs) > MAX_MESSAGES:
-        raise ParamError(f"messages: at most {MAX_MESSAGES} messages per request, got {len(msgs)}",
-                         param="messages", code="array_above_max_length")
+    if isinstance(msgs, list) and len(msgs) > cap:
+        raise _too_many(len(msgs), cap)
+
+
+def precheck_message_count(body: bytes, cap: int) -> None:
+    """Before decoding: every message carries a "role" key, and a JSON string cannot hold the bytes
+    "role" with bare quotes, so their count bounds the messages. A body of 200,000 empty messages is
+    refused in about a millisecond instead of after a decode that holds the GIL (and so every
+    stream) for hundreds of ms. A key spelled with escapes is still caught after the decode."""
+    n = body.count(b'"role"')
+    if n > cap:
+        raise _too_many(n, cap)
 
 
 def _has_surrogate(obj: Any) -> bool:
@@ -84,13 +104,14 @@ def _decode(parse: Parse, body: bytes, max_model_len: int) -> ChatRequest:
         obj = decode_yielding(body)
     else:
         obj = load_json_object(body)
-    check_message_count(obj)
+    check_message_count(obj, message_cap(max_model_len))
     return parse(obj, max_model_len)
 
 
 async def parse_body(parse: Parse, body: bytes, max_model_len: int) -> ChatRequest:
     """The request parsed by ``parse`` (an API's parser); off the loop for a large body."""
     if len(body) > OFFLOAD_BODY_BYTES:
+        precheck_message_count(body, message_cap(max_model_len))
         return await asyncio.to_thread(_decode, parse, body, max_model_len)
     return _decode(parse, body, max_model_len)
 

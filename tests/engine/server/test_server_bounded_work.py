@@ -219,3 +219,19 @@ def test_count_tokens_parses_a_large_body_off_the_loop_too(server, monkeypatch):
     r = httpx.post(server.url + "/v1/messages/count_tokens", json=body, headers=ANTH, timeout=60)
     assert r.status_code == 200 and r.json()["input_tokens"] > 20_000
     assert where == [False]
+
+
+def test_more_messages_than_the_context_holds_is_refused_before_the_body_is_decoded(start_server, monkeypatch):
+    """200,000 empty messages (6.6 MB): refused from a byte count, the JSON never decoded."""
+    decoded: list[int] = []
+    real = intake.load_json_object
+    monkeypatch.setattr(intake, "load_json_object", lambda b: (decoded.append(len(b)), real(b))[1])
+    monkeypatch.setattr(intake, "decode_yielding", lambda b: (decoded.append(len(b)), real(b))[1])
+    with start_server(max_model_len=4096) as s:
+        body = json.dumps(_body(200_000)).encode()
+        r = httpx.post(s.url + "/v1/messages", content=body, headers={**ANTH, "content-type": "application/json"},
+                       timeout=60)
+        assert r.status_code == 400 and "at most 4096 messages" in r.json()["error"]["message"]
+        assert decoded == []
+        small = httpx.post(s.url + "/v1/messages", json=_body(3, "hi"), headers=ANTH, timeout=30)
+        assert small.status_code == 200
