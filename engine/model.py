@@ -576,6 +576,17 @@ class LlamaModel:
         self._argmax_shape = (m, vocab)
         return toks[:m].tolist()
 
+    def nonfinite_rows(self, logits: torch.Tensor) -> list[int]:
+        """Rows of logits [M, V] with a NaN or an infinity: one C pass where this model runs on the
+        kernels (torch's isfinite over a large vocabulary opens an OpenMP region that competes with
+        the kernel pool), torch otherwise (a shape the kernels do not take never calls them)."""
+        if self._one_call_ok and logits.device.type == "cpu" and logits.dtype == torch.float32:
+            from zgtool.engine.cpu_kernels import nonfinite_rows
+
+            return nonfinite_rows(logits.contiguous())
+        ok = torch.isfinite(logits).all(dim=-1)
+        return [] if bool(ok.all()) else [int(i) for i in (~ok).nonzero().flatten().tolist()]
+
     def nonfinite_greedy_rows(self, m: int) -> list[int]:
         """Rows of the last greedy_tokens call whose logits were not all finite (the C argmax
         would have answered token 0 for a NaN row): one C pass over the logits buffer (torch's

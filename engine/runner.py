@@ -94,7 +94,7 @@ class ModelRunner:
         params = [batch.seqs[i].params for i in which]
         gens = [batch.seqs[i].generator for i in which]  # type: ignore[misc]
         try:
-            tokens = sample(logits, params, gens)  # type: ignore[arg-type]
+            tokens = sample(logits, params, gens, self.model.nonfinite_rows)  # type: ignore[arg-type]
         except SequenceFault as fault:  # rows of `which` -> rows of the batch
             rows = [list(which)[r] for r in fault.rows]
             if fault.message != "non-finite logits":

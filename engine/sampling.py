@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from zgtool.engine.config import SamplingParams
 from zgtool.engine.errors import SequenceFault
 
+NonfiniteRows = Callable[[torch.Tensor], list[int]]
 
-def check_finite(logits: torch.Tensor) -> None:
+
+def torch_nonfinite_rows(logits: torch.Tensor) -> list[int]:
+    ok = torch.isfinite(logits).all(dim=-1)
+    return [] if bool(ok.all()) else [int(i) for i in (~ok).nonzero().flatten().tolist()]
+
+
+def check_finite(logits: torch.Tensor, nonfinite_rows: NonfiniteRows | None = None) -> None:
     """Rows whose logits are not all finite (a model fault, never a token 0): SequenceFault.
-    On CPU fp32 one C pass (cpu_kernels.nonfinite_rows), else torch."""
-    rows: list[int] | None = None
-    if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2:
-        from zgtool.engine.cpu_kernels import KernelsUnavailable, nonfinite_rows
-
-        try:
-            rows = nonfinite_rows(logits.contiguous())
-        except KernelsUnavailable:
-            rows = None
-    if rows is None:
-        ok = torch.isfinite(logits).all(dim=-1)
-        rows = [] if bool(ok.all()) else [int(i) for i in (~ok).nonzero().flatten().tolist()]
+    `nonfinite_rows` is the model's own check (one C pass where it runs on the kernels,
+    LlamaModel.nonfinite_rows), else torch."""
+    rows = (nonfinite_rows or torch_nonfinite_rows)(logits)
     if rows:
         raise SequenceFault(rows, "non-finite logits")
 
@@ -32,11 +32,12 @@ def make_generator(params: SamplingParams, device: torch.device) -> torch.Genera
     return torch.Generator(device=device).manual_seed(params.seed)
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> list[int]:
+def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None],
+           nonfinite_rows: NonfiniteRows | None = None) -> list[int]:
     """logits [N, V] float32 -> one token id per row. Finite logits never give NaN probabilities:
     each row is shifted by its max before the temperature divides it, so the top logit maps to
     exp(0) = 1 and the sum is >= 1 whatever the temperature."""
-    check_finite(logits)
+    check_finite(logits, nonfinite_rows)
     greedy_rows = [i for i, p in enumerate(params) if p.greedy]
     if len(greedy_rows) == len(params):  # all greedy: one argmax, one host copy
         return [int(t) for t in logits.argmax(dim=-1).tolist()]
