@@ -128,3 +128,24 @@ def test_latency_split_names_the_engine_source_and_counts_what_it_ignored(replay
     assert r.returncode == 0, r.stderr
     target = json.loads(r.stdout)["data"]["targets"][0]
     assert target["attribution_warnings"] == {"openai-processing-ms header: total_ms exceeds the client's total": 2}
+
+
+# --- llama-cpp-python 0.3.36's server, recorded (see the files' headers) --------------------------------------
+# It sends no `timings` object (that is the C++ llama-server's; see llamacpp_documented_stream) but an
+# openai-processing-ms header: the whole answer's time for a non-stream request, the time to the
+# headers for a stream (so it is not read there).
+
+def test_llama_cpp_python_recorded_whole_answer_reports_openai_processing_ms(replay: str) -> None:
+    s = measure(replay, "llamacpp_nonstream", stream=False, hold_ms=200)
+    assert s.ok, s.error
+    e = s.engine
+    assert e is not None and e.source != "llama.cpp timings" and e.total_ms == 159.0
+    assert e.total_ms <= (s.total_ms or 0.0) and s.engine_warnings == []
+
+
+def test_llama_cpp_python_recorded_stream_completes_without_engine_timing(replay: str) -> None:
+    s = measure(replay, "llamacpp_stream", stream=True)
+    assert s.ok, s.error
+    # nor any usage chunk, though the client asked for one (stream_options.include_usage)
+    assert s.engine is None and s.output_tokens is None and s.content_events == 6
+    assert len(s.trace_id or "") == 32
