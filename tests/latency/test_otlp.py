@@ -158,7 +158,9 @@ def test_attach_fills_untimed_requests_and_counts_spans_that_do_not_fit() -> Non
     assert too_short.engine is None
     assert too_short.engine_warnings == [f"{SOURCE}: total_ms exceeds the client's total"]
     assert in_band.engine.source == "vLLM per-request metrics"
-    assert absent.engine is None and absent.engine_warnings == []
+    # a request whose trace got no span is counted, never silently untimed
+    assert absent.engine is None and absent.engine_warnings == [
+        f"{SOURCE}: no span for the request's trace arrived within 0 s"]
 
 
 def test_wait_for_returns_when_the_span_arrives_from_another_thread() -> None:

@@ -526,6 +526,9 @@ def attach_spans(samples: Iterable[RequestSample], store: SpanStore, wait_s: flo
     for s in todo:
         assert s.trace_id is not None
         if s.trace_id.lower() in missing:
+            # counted in the result's attribution_warnings: a run whose engine sent no spans (not
+            # pointed at this receiver, backed off, dropped by a gateway) never looks like one it timed
+            s.engine_warnings.append(f"{SOURCE}: no span for the request's trace arrived within {wait_s:g} s")
             continue
         for span in store.spans(s.trace_id):
             try:
