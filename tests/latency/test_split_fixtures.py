@@ -55,7 +55,9 @@ def test_ttft_comes_before_the_end_of_a_stream(origin: str, gateway: str) -> Non
     _, per_target, _ = split([origin, gateway], stream=True)
     for s in (s for samples in per_target for s in samples):
         assert s.ttft_ms is not None and s.total_ms is not None
-        assert 0 < s.ttft_ms < s.total_ms
+        # a client that read the whole stream in one late read (flagged as lagged) stamps the first
+        # token with that read's time: equal, never after; every unflagged request shows the order
+        assert 0 < s.ttft_ms <= s.total_ms and (s.lagged or s.ttft_ms < s.total_ms)
         assert s.content_events == 4 and len(s.itl_ms) == 3 and s.output_tokens == 4
         assert s.tpot_ms == pytest.approx((s.total_ms - s.ttft_ms) / 3)
 

@@ -35,8 +35,11 @@ def test_short_k6_run_on_null_engine_and_pygw_has_every_phase_and_no_failures(nu
             assert s[phase]["count"] == s["requests"], (name, phase)
             assert s[phase]["p95"] >= 0
     assert data["scenarios"]["gateway"]["url"] == null_stack["pygw"]
-    # the shipped default policy reads this result without a policy error (0 pass / 1 breach)
-    assert cli("gate", out).returncode in (0, 1)
+    # the shipped default policy reads this result without a policy error (0 pass, 1 breach, or 5 when
+    # a busy machine made the load generator's own checks fail: "the measurement is unreliable")
+    gate = cli("gate", out)
+    assert gate.returncode in (0, 1, 5), gate.stderr
+    assert gate.returncode != 5 or "measurement is unreliable" in gate.stderr
 
 
 def test_bench_start_runs_the_local_stack_itself(cli, tmp_path):
