@@ -19,8 +19,9 @@ reports/<timestamp>/); the default gate policy is applied, and the verdict
 A part that cannot run (no nginx, no k6, no capture privilege, no GPU) is
 skipped with the reason; the rest still runs. Everything started is stopped at
 the end, on failure and on Ctrl-C. Exit: 0 done, 1 a measuring stage failed
-(or a gate breached with --fail-on-gate), 2 usage or start-up failure, 130
-interrupted.
+(or a gate breached with --fail-on-gate), 2 usage or start-up failure, 5 with
+--fail-on-gate when the load generator's own checks failed (the measurement is
+unreliable, not a breach), 130 interrupted.
 """
 
 
@@ -77,6 +78,11 @@ def register(app: typer.Typer) -> None:
             raise VerdictFailed(f"{len(failed)} measuring stage(s) failed: "
                                 f"{'; '.join(f'{s.title}: {s.reason}' for s in failed[:3])} (report {report})")
         if fail_on_gate and data.gate and not data.gate["passed"]:
+            if data.gate.get("verdict") == "unreliable":
+                from zgtool.errors import MeasurementUnreliable
+
+                raise MeasurementUnreliable(f"gate: the measurement is unreliable, not judged: "
+                                            f"{'; '.join(data.gate['failed'][:3])} (report {report})")
             raise VerdictFailed(f"gate breached: {'; '.join(data.gate['failed'][:3])} (report {report})")
 
 

@@ -126,7 +126,7 @@ def _stages_table(rs: ResultSet) -> str:
     if v is None:
         return ""
     stages = (v.get("data") or {}).get("stages") or []
-    bad = ("failed", "breached", "interrupted")      # a breached gate is a finding, never green or grey
+    bad = ("failed", "breached", "unreliable", "interrupted")  # a finding, never green or grey
     rows = "".join(f'<tr><td><span class="badge {"good" if s["status"] == "ok" else "bad" if s["status"] in bad else "muted"}">'
                    f'{escape(s["status"])}</span></td><td>{escape(s["title"])}</td><td class=num>{s["seconds"]:.1f}</td>'
                    f'<td>{escape(s.get("reason") or "")}</td></tr>' for s in stages)

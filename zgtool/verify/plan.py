@@ -109,7 +109,7 @@ class Stage:
 
     name: str
     title: str
-    status: str = "pending"              # ok | skipped | failed | interrupted
+    status: str = "pending"              # ok | skipped | failed | breached | unreliable | interrupted
     reason: str | None = None
     seconds: float = 0.0
     files: list[str] = field(default_factory=list)

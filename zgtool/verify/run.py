@@ -46,7 +46,8 @@ class Ui:
             self._progress = None
         # a breached gate is a finding, never a green tick
         mark = {"ok": "[green]✓[/green]", "skipped": "[yellow]–[/yellow]", "failed": "[red]✗[/red]",
-                "breached": "[red]✗[/red]", "interrupted": "[red]![/red]"}.get(stage.status, "?")
+                "breached": "[red]✗[/red]", "unreliable": "[yellow]?[/yellow]",
+                "interrupted": "[red]![/red]"}.get(stage.status, "?")
         why = f" [dim]({stage.reason})[/dim]" if stage.reason else ""
         self.console.print(f"{mark} {stage.title} [dim]{stage.seconds:.1f} s[/dim]{why}", highlight=False)
 
@@ -281,11 +282,16 @@ def _gate(runner: Runner, data: VerifyData, cfg: VerifyConfig, out_dir: Path, st
     policy = load_policy(cfg.policy)
     report = evaluate(policy, loaded)
     runner.write("gate", make_result("gate", report, command=f"zgtool gate {' '.join(files)}"), st)
-    data.gate = {"passed": report.passed, "counts": report.counts, "policy": report.policy,
+    data.gate = {"passed": report.passed, "verdict": report.verdict, "counts": report.counts,
+                 "policy": report.policy,
                  "failed": [f"{r.rule} ({r.result})" for r in report.rows if r.status == "fail"]}
-    if not report.passed:
+    if report.breaches:
         st.status = "breached"
-        st.reason = f"{report.counts.get('fail', 0)} check(s) breached"
+        st.reason = f"{len(report.breaches)} check(s) breached"
+    elif report.verdict == "unreliable":
+        # the load generator's own checks failed: the run cannot judge the system (exit 5 in `zgtool gate`)
+        st.status = "unreliable"
+        st.reason = "the measurement is unreliable: " + "; ".join(r.rule for r in report.unreliable_rows)
 
 
 def _verdict(data: VerifyData, out_dir: Path) -> None:

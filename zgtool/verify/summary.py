@@ -50,7 +50,9 @@ def render_summary(data: VerifyData, report: Path, console: Console) -> None:
     if data.gate:
         g = data.gate
         counts = g.get("counts") or {}
-        state = "[green]pass[/green]" if g["passed"] else "[red]✗ breached[/red]"
+        state = ("[green]pass[/green]" if g["passed"] else
+                 "[yellow]? the measurement is unreliable[/yellow]" if g.get("verdict") == "unreliable" else
+                 "[red]✗ breached[/red]")
         console.print(f"Gate ({Path(g['policy']).name}): {state} — {counts.get('pass', 0)} pass, "
                       f"{counts.get('fail', 0)} fail, {counts.get('skip', 0)} skip"
                       + (f": {'; '.join(g['failed'][:3])}" if g.get("failed") else ""))
