@@ -149,3 +149,19 @@ def test_llama_cpp_python_recorded_stream_completes_without_engine_timing(replay
     # nor any usage chunk, though the client asked for one (stream_options.include_usage)
     assert s.engine is None and s.output_tokens is None and s.content_events == 6
     assert len(s.trace_id or "") == 32
+
+
+# --- the C++ llama-server, recorded (see the files' headers): `timings` on the final chunk or body ---------------
+
+@pytest.mark.parametrize(("name", "stream", "prefill", "decode", "cache_n", "hold"), [
+    ("llamaserver_stream", True, 129.986, 63.995, 0.0, 250),
+    ("llamaserver_nonstream", False, 35.388, 61.647, 36.0, 150),   # a prefix-cache hit: 36 of 37 tokens
+])
+def test_llama_server_recorded_timings_through_the_client(replay: str, name: str, stream: bool, prefill: float,
+                                                          decode: float, cache_n: float, hold: int) -> None:
+    s = measure(replay, name, stream=stream, hold_ms=hold)
+    assert s.ok, s.error
+    e = s.engine
+    assert e is not None and e.source == "llama.cpp timings" and s.engine_warnings == []
+    assert (e.prefill_ms, e.decode_ms) == (prefill, decode) and e.total_ms == pytest.approx(prefill + decode)
+    assert e.info.get("cache_n") == cache_n and e.total_ms <= (s.total_ms or 0.0)
