@@ -24,35 +24,14 @@ from zgtool.engine.api.common import (
 )
 from zgtool.engine.errors import InvalidRequest
 from zgtool.http.finish import openai_finish_reason
+from zgtool.http.openai_params import UNSUPPORTED as OPENAI_UNSUPPORTED
 from zgtool.http.sse import DONE, timing_comment
 
 ROLES = ("system", "developer", "user", "assistant")
 _dumps = json.dumps
 
 
-def _zero(v: Any) -> bool:
-    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v == 0)
-
-
-# Parameters this server cannot honour: accepted only at values that change nothing
-# (vLLM answers 400 for what it does not support; so does OpenAI, with code unsupported_parameter).
-UNSUPPORTED = {
-    "tools": lambda v: not v,
-    "tool_choice": lambda v: v in (None, "none", "auto"),
-    "functions": lambda v: not v,
-    "function_call": lambda v: v in (None, "none", "auto"),
-    "parallel_tool_calls": lambda v: True,
-    "logprobs": lambda v: v in (None, False),
-    "top_logprobs": lambda v: v in (None, 0),
-    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
-    "presence_penalty": _zero,
-    "frequency_penalty": _zero,
-    "logit_bias": lambda v: not v,
-    "audio": lambda v: v is None,
-    "modalities": lambda v: v is None or v == ["text"],
-    "prediction": lambda v: v is None,
-    "web_search_options": lambda v: v is None,
-}
+UNSUPPORTED = OPENAI_UNSUPPORTED  # zgtool/http/openai_params.py: one table for the engine and pygw
 
 
 def _messages(obj: dict[str, Any]) -> tuple[list[dict[str, str]], str | None]:

@@ -33,6 +33,7 @@ from typing import Any
 from zgtool.http.body import type_name
 from zgtool.http.errors import ApiError, error_payload, parse_error_body
 from zgtool.http.finish import openai_from_anthropic
+from zgtool.http.openai_params import UNSUPPORTED as OPENAI_UNSUPPORTED
 from zgtool.http.sse import SSEParser, comment
 
 DEFAULT_MAX_TOKENS = 1024
@@ -47,30 +48,7 @@ class TranslationError(ApiError):
         super().__init__(400, "invalid_request_error", message, param=param, code=code)
 
 
-def _zero(v: Any) -> bool:
-    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v == 0)
-
-
-# OpenAI parameters with no translation to the upstream's Anthropic API: accepted only at a value
-# that changes nothing (the same table as zgtool's engine's OpenAI API, checked against it by
-# tests/gateway/test_pygw_openai_params.py; vLLM and OpenAI also answer 400 unsupported_parameter)
-UNTRANSLATED: dict[str, Any] = {
-    "tools": lambda v: not v,
-    "tool_choice": lambda v: v in (None, "none", "auto"),
-    "functions": lambda v: not v,
-    "function_call": lambda v: v in (None, "none", "auto"),
-    "parallel_tool_calls": lambda v: True,
-    "logprobs": lambda v: v in (None, False),
-    "top_logprobs": lambda v: v in (None, 0),
-    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
-    "presence_penalty": _zero,
-    "frequency_penalty": _zero,
-    "logit_bias": lambda v: not v,
-    "audio": lambda v: v is None,
-    "modalities": lambda v: v is None or v == ["text"],
-    "prediction": lambda v: v is None,
-    "web_search_options": lambda v: v is None,
-}
+UNTRANSLATED = OPENAI_UNSUPPORTED  # zgtool/http/openai_params.py: one table for the engine and pygw
 
 
 def _reject_untranslated(req: dict[str, Any]) -> None:
