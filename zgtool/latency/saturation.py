@@ -1,0 +1,164 @@
+"""Where a load sweep saturates (the knee) and how much earlier it does behind a gateway (capacity tax).
+
+Pure functions on per-point figures, so the rule is tested on synthetic curves. A point is
+saturated when the path stops keeping up with the load it was offered, or when its tail latency
+climbs past a factor of its value at the lowest load; the first saturated point ends the curve
+(later points never "recover" it). The knee is the highest load before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+RATE = "rate"                   # open loop: load = offered req/s
+CONCURRENCY = "concurrency"     # closed loop: load = streams in flight
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One load point of one path. `achieved_rps` None or 0: nothing was answered."""
+
+    load: float
+    achieved_rps: float | None
+    latency_p99_ms: float | None      # TTFT p99 on streams, E2E p99 on whole answers
+
+
+@dataclass(frozen=True)
+class KneeRule:
+    kind: str = RATE
+    shortfall: float = 0.10           # rate: saturated when achieved < (1 - shortfall) x offered
+    min_gain: float = 0.5             # concurrency: saturated when more streams add < this share of
+    #                                   the throughput they would add if each ran at the previous speed
+    latency_factor: float = 3.0       # either: p99 latency > factor x its value at the lowest load
+    latency_metric: str = "TTFT"      # the name shown in the rule (TTFT, or E2E for whole answers)
+
+    def __post_init__(self) -> None:
+        if self.kind not in (RATE, CONCURRENCY):
+            raise ValueError(f"kind must be {RATE!r} or {CONCURRENCY!r}, not {self.kind!r}")
+        if not 0 < self.shortfall < 1 or not 0 < self.min_gain <= 1 or not self.latency_factor > 1:
+            raise ValueError("shortfall in (0, 1), min_gain in (0, 1], latency_factor > 1")
+
+    def describe(self) -> str:
+        """The rule in one sentence, printed with every sweep and written into its result."""
+        if self.kind == RATE:
+            first = f"achieved < {1 - self.shortfall:.0%} of the offered rate"
+        else:
+            first = (f"raising the streams adds < {self.min_gain:.0%} of the throughput they would add at "
+                     f"the previous point's per-stream rate")
+        return (f"saturated at the first load where {first}, or {self.latency_metric} p99 > "
+                f"{self.latency_factor:g}x its value at the lowest load; the knee is the load before it")
+
+    def public(self) -> dict[str, object]:
+        return {"kind": self.kind, "shortfall": self.shortfall, "min_gain": self.min_gain,
+                "latency_factor": self.latency_factor, "latency_metric": self.latency_metric,
+                "text": self.describe()}
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """One path's curve judged: `knee` None with `saturated_at` set means saturated at the lowest load;
+    `saturated_at` None means not saturated anywhere up to `max_load`."""
+
+    knee: float | None
+    saturated_at: float | None
+    reason: str | None
+    min_load: float
+    max_load: float
+
+    def describe(self, unit: str) -> str:
+        if self.saturated_at is None:
+            return f"not saturated up to {self.max_load:g} {unit}"
+        if self.knee is None:
+            return f"saturated already at the lowest load, {self.saturated_at:g} {unit} ({self.reason})"
+        return f"knee at {self.knee:g} {unit}; saturated at {self.saturated_at:g} {unit} ({self.reason})"
+
+
+def _why_saturated(p: CurvePoint, prev: CurvePoint | None, low_p99: float | None, rule: KneeRule) -> str | None:
+    if not p.achieved_rps:
+        return "no request answered"
+    if rule.kind == RATE and p.achieved_rps < (1 - rule.shortfall) * p.load:
+        return f"achieved {p.achieved_rps:.3g} req/s < {1 - rule.shortfall:.0%} of {p.load:g} offered"
+    if rule.kind == CONCURRENCY and prev is not None and prev.achieved_rps and p.load > prev.load:
+        ideal_gain = prev.achieved_rps * (p.load / prev.load - 1)
+        gain = p.achieved_rps - prev.achieved_rps
+        if gain < rule.min_gain * ideal_gain:
+            return (f"{prev.load:g} -> {p.load:g} streams: {prev.achieved_rps:.3g} -> {p.achieved_rps:.3g} req/s, "
+                    f"{max(gain, 0.0) / ideal_gain:.0%} of the proportional gain")
+    if low_p99 and p.latency_p99_ms is not None and p.latency_p99_ms > rule.latency_factor * low_p99:
+        return (f"{rule.latency_metric} p99 {p.latency_p99_ms:.3g} ms > {rule.latency_factor:g}x "
+                f"{low_p99:.3g} ms at the lowest load")
+    return None
+
+
+def detect(points: Sequence[CurvePoint], rule: KneeRule) -> Saturation:
+    """The knee of one path's curve; points in any order (sorted by load here)."""
+    pts = sorted(points, key=lambda p: p.load)
+    if not pts:
+        raise ValueError("no load points")
+    low_p99 = next((p.latency_p99_ms for p in pts if p.latency_p99_ms is not None and p.achieved_rps), None)
+    prev: CurvePoint | None = None
+    for p in pts:
+        why = _why_saturated(p, prev, low_p99, rule)
+        if why is not None:
+            return Saturation(prev.load if prev else None, p.load, why, pts[0].load, pts[-1].load)
+        prev = p
+    return Saturation(None, None, None, pts[0].load, pts[-1].load)
+
+
+@dataclass(frozen=True)
+class CapacityTax:
+    """How much earlier a candidate path (behind a gateway) saturates than the baseline, in %.
+
+    bound: "exact" (both knees on the measured grid), "at least" / "at most" (one side's capacity
+    is only bounded), or None with tax_pct None (no figure: neither saturated, or both at the lowest)."""
+
+    baseline: str
+    candidate: str
+    baseline_knee: float | None
+    candidate_knee: float | None
+    tax_pct: float | None
+    bound: str | None
+    text: str
+
+
+def _estimate(s: Saturation) -> tuple[float | None, str]:
+    """The path's capacity on the load grid and what it is: "knee" (last sustained load), "at least"
+    (never saturated: its highest load) or "below" (saturated at the lowest load)."""
+    if s.saturated_at is None:
+        return s.max_load, "at least"
+    if s.knee is None:
+        return s.saturated_at, "below"
+    return s.knee, "knee"
+
+
+def capacity_tax(baseline: str, base: Saturation, candidate: str, cand: Saturation, unit: str) -> CapacityTax:
+    """100 x (1 - candidate knee / baseline knee); where one capacity is only bounded, the bound that holds."""
+    (b, b_kind), (c, c_kind) = _estimate(base), _estimate(cand)
+    assert b is not None and c is not None
+    t = 100.0 * (1.0 - c / b)
+
+    def out(tax: float | None, bound: str | None, text: str) -> CapacityTax:
+        return CapacityTax(baseline, candidate, base.knee, cand.knee, tax, bound, text)
+
+    if b_kind == "knee" and c_kind == "knee":
+        return out(t, "exact", f"knee at {b:g} {unit} {baseline} vs {c:g} {unit} {candidate}: "
+                               f"capacity tax {t:.0f}%")
+    if b_kind == "at least" and c_kind in ("knee", "below") and t > 0:
+        held = f"knee at {c:g}" if c_kind == "knee" else f"saturated already at {c:g}"
+        return out(t, "at least", f"{held} {unit} {candidate} while {baseline} held {b:g} {unit} "
+                                  f"unsaturated: capacity tax at least {t:.0f}%")
+    if b_kind == "knee" and c_kind == "below":
+        return out(t, "at least", f"{candidate} saturated already at {c:g} {unit}, {baseline}'s knee at "
+                                  f"{b:g} {unit}: capacity tax more than {t:.0f}%")
+    if b_kind == "knee" and c_kind == "at least":
+        if t <= 0:
+            return out(0.0, "at most", f"{candidate} held {c:g} {unit} unsaturated, at or past {baseline}'s "
+                                       f"knee at {b:g} {unit}: no capacity tax")
+        return out(t, "at most", f"{candidate} held {c:g} {unit} unsaturated, {baseline}'s knee at {b:g} "
+                                 f"{unit}: capacity tax at most {t:.0f}%")
+    if b_kind == "at least" and c_kind == "at least":
+        return out(None, None, f"{candidate} vs {baseline}: neither saturated up to {min(b, c):g} {unit}, "
+                               "so no capacity tax")
+    return out(None, None, f"{candidate} vs {baseline}: no capacity tax ({baseline}: {base.describe(unit)}; "
+                           f"{candidate}: {cand.describe(unit)})")
