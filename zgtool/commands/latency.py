@@ -103,13 +103,27 @@ def _all_failed(t: TargetResult) -> str:
     return line + (f": the server said {said!r}" if said else "")
 
 
+def _open_loop_options(rate: str | None, arrivals: str, max_in_flight: int, concurrency: int) -> dict:
+    """SplitConfig fields of --rate/--arrivals/--max-in-flight (one rate: zgtool.latency.arrivals.parse_rate),
+    checked before anything is sent."""
+    from zgtool.latency.arrivals import parse_rate
+    from zgtool.latency.model import SplitConfig
+
+    opts = {"rate_rps": parse_rate(rate) if rate is not None else None, "arrivals": arrivals,
+            "max_in_flight": max_in_flight}
+    SplitConfig(concurrency=concurrency, **opts)   # type: ignore[arg-type]
+    return opts
+
+
 def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup: int = 2, stream: bool = True,
         prompt: str = "short", prompt_file: Path | None = None, max_tokens: str = "short",
         new_connection: bool = False, api: str | None = None, model: str | None = None,
         timeout: float = 30.0, insecure: bool = False, cacert: Path | None = None, rounds: int = 0,
         config: Path | None = None, as_json: bool = False, out: Path | None = None,
         slo: list[str] | None = None, cpu_pids: list[str] | None = None,
-        otlp_listen: str | None = None, vllm_metrics: str | None = None) -> dict:
+        otlp_listen: str | None = None, vllm_metrics: str | None = None,
+        rate: str | None = None, arrivals: str = "poisson", max_in_flight: int = 0, quiet: bool = False,
+        csv_dir: Path | None = None, otlp_endpoint: str | None = None) -> dict:
     """The command's logic, callable without Typer; returns the versioned result."""
     from zgtool.errors import UsageError, VerdictFailed
     from zgtool.latency.analysis import analyse, result_data
@@ -122,6 +136,9 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
 
     if not targets:
         raise UsageError("give at least one TARGET (a URL or a name from zgtool.toml)")
+    open_loop_opts = _open_loop_options(rate, arrivals, max_in_flight, concurrency)
+    if rate is not None and vllm_metrics:
+        raise UsageError("--vllm-metrics reads deltas around one request at a time; it cannot run with --rate")
     if insecure and cacert is not None:
         raise UsageError("--insecure and --cacert exclude each other")
     if cacert is not None and not cacert.is_file():
@@ -150,10 +167,22 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
                       new_connection=new_connection, prompt=text, prompt_name=prompt_name,
                       max_tokens=_max_tokens(max_tokens), timeout_s=timeout,
                       verify=verify, rounds=rounds,
-                      slo=Slo.parse(slo))
+                      slo=Slo.parse(slo), **open_loop_opts)
+    from zgtool.latency.openloop import OpenLoopLog
+
+    open_loop = OpenLoopLog() if cfg.open_loop else None
     cpu = CpuWatch(_cpu_groups(cpu_pids)) if cpu_pids else None
 
     untold = dict(detected)
+    from zgtool.progress import ProgressLine
+
+    bar = ProgressLine("latency-split", cfg.num_requests * len(resolved), quiet=quiet)
+    block_done: dict[str, int] = {}
+    exporter = None
+    if otlp_endpoint:
+        from zgtool.otel_metrics import GenAiMetrics
+
+        exporter = GenAiMetrics.for_endpoint(otlp_endpoint, verify=verify)
 
     def progress(name: str, done: int, total: int) -> None:
         if as_json:
@@ -162,7 +191,8 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
             tname, found = untold.popitem()
             err_console.print(f"{tname}: detected the {found['api']} API, model {found['model']!r} "
                               f"({found['how']}); --api/--model override", highlight=False)
-        err_console.print(f"[dim]{name}: {done}/{total}[/dim]")
+        block_done[name] = done
+        bar.advance_to(sum(block_done.values()))
 
     receiver = None
     if otlp_listen:
@@ -182,21 +212,30 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
 
             watch = DeltaWatch(vllm_metrics, cfg.concurrency)
             hooks = [watch for _ in resolved]
-        samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu, hooks=hooks)
+        samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu, hooks=hooks, open_loop=open_loop,
+                                  on_sample=lambda s: bar.add(s.ok))
         if receiver is not None:
             from zgtool.latency.otlp import attach_spans
 
             for per_target in samples:
                 attach_spans(per_target, receiver.store)
     finally:
+        bar.close()
         if receiver is not None:
             receiver.close()
+    if exporter is not None:
+        exporter.export_split(resolved, samples, stream=cfg.stream, err=err_console)
     res = analyse(resolved, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
     from zgtool.latency.adapters import count_warnings
 
     for tr, per_target in zip(res.targets, samples, strict=True):
         tr.attribution_warnings = count_warnings(per_target)
         tr.detected = detected.get(tr.name)
+    if open_loop is not None:
+        from zgtool.latency.openloop_stats import summarize_open_loop
+
+        for tr, per_target in zip(res.targets, samples, strict=True):
+            tr.open_loop = summarize_open_loop(per_target, cfg, open_loop.records.get(tr.name))
     data = result_data(res)
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
     if not as_json:
@@ -214,7 +253,16 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
             for reason, n in tr.attribution_warnings.items():
                 console.print(f"  {tr.name}: engine timing ignored on {n} request(s): {reason}", style="yellow",
                               highlight=False)
+        if open_loop is not None:
+            from zgtool.latency.render_openloop import print_open_loop
+
+            print_open_loop(res, console)
     emit_result(result, as_json=as_json, out=out)
+    if csv_dir is not None:
+        from zgtool.csvout import write_csv
+
+        for path in write_csv(result, csv_dir):
+            err_console.print(f"[dim]wrote {path}[/dim]", highlight=False)
     dead = [t for t in res.targets if t.num_ok == 0]
     if dead:
         raise VerdictFailed("; ".join(_all_failed(t) for t in dead))
@@ -238,7 +286,8 @@ def register(app: typer.Typer) -> None:
                                        "given, by probing /v1/messages and /v1/chat/completions)."),
         model: str | None = typer.Option(None, "--model", help="Model name to request (URL targets: the first "
                                          "GET /v1/models lists, when not given)."),
-        timeout: float = typer.Option(30.0, "--timeout", help="Per-request timeout, seconds."),
+        timeout_s: float = typer.Option(30.0, "--timeout-s", help="Per-request timeout, seconds."),
+        timeout_old: float | None = typer.Option(None, "--timeout", hidden=True, help="Old name of --timeout-s."),
         insecure: bool = typer.Option(False, "-k", "--insecure", help="Do not verify TLS certificates."),
         cacert: Path | None = typer.Option(None, "--cacert", help="CA bundle for a self-signed target."),
         rounds: int = typer.Option(0, "--rounds", help="Alternate targets in this many blocks; the interval "
@@ -249,12 +298,28 @@ def register(app: typer.Typer) -> None:
         config: Path | None = typer.Option(None, "--config", help="zgtool.toml with named targets."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result to stdout."),
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the JSON result to this file."),
+        csv_dir: Path | None = typer.Option(None, "--csv", metavar="DIR", help="Also write every request and "
+                                            "every summary table as CSV files into DIR."),
+        quiet: bool = typer.Option(False, "-q", "--quiet", help="No live progress line on stderr."),
+        otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", metavar="URL", help="Export the OTel "
+                                                 "GenAI client metrics (gen_ai.client.*) over OTLP/HTTP to URL "
+                                                 "(a collector's base URL or its /v1/metrics)."),
         otlp_listen: str | None = typer.Option(None, "--otlp-listen", help="Receive the engine's OTLP/HTTP "
                                                "spans on auto, PORT or HOST:PORT and join them by trace id."),
         vllm_metrics: str | None = typer.Option(None, "--vllm-metrics", help="The engine's /metrics URL: vLLM's "
                                                 "phases from histogram deltas around each request (-c 1 only)."),
+        rate: str | None = typer.Option(None, "--rate", help="Open loop: send R requests/s per target on a "
+                                        "schedule, whatever the answers take; latency is also counted from "
+                                        "each request's due time, and a client that fell behind is flagged."),
+        arrivals: str = typer.Option("poisson", "--arrivals", help="With --rate: poisson (exponential gaps, "
+                                     "seeded) or constant (evenly spaced)."),
+        max_in_flight: int = typer.Option(0, "--max-in-flight", help="With --rate: at most this many requests "
+                                          "in flight (worker threads); a request due while all are busy waits "
+                                          "and is counted (0: 256)."),
     ) -> None:
         run(targets, requests=requests, concurrency=concurrency, warmup=warmup, stream=stream, prompt=prompt,
             prompt_file=prompt_file, max_tokens=max_tokens, new_connection=new_connection, api=api, model=model,
-            timeout=timeout, insecure=insecure, cacert=cacert, rounds=rounds, config=config, as_json=as_json,
-            out=out, slo=slo, cpu_pids=cpu_pid, otlp_listen=otlp_listen, vllm_metrics=vllm_metrics)
+            timeout=timeout_old if timeout_old is not None else timeout_s, insecure=insecure, cacert=cacert, rounds=rounds, config=config, as_json=as_json,
+            out=out, slo=slo, cpu_pids=cpu_pid, otlp_listen=otlp_listen, vllm_metrics=vllm_metrics,
+            rate=rate, arrivals=arrivals, max_in_flight=max_in_flight,
+            quiet=quiet, csv_dir=csv_dir, otlp_endpoint=otlp_endpoint)

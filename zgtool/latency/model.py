@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zgtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from zgtool.latency.openloop_stats import OpenLoopSummary
 
 # How each figure is defined; repeated in `--help` and written into every result.
 DEFINITIONS: dict[str, str] = {
@@ -31,11 +34,30 @@ DEFINITIONS: dict[str, str] = {
                  "shown as a metric because a server may start its clock before the body is sent",
     "statistics": "p50/p90/p95/p99 (linear), mean, stddev; 95% bootstrap interval of each median, resampling "
                   "whole rounds (paired between paths: requests of one round share machine state) when there "
-                  "are >= 3 rounds; a difference whose interval contains 0 is 'not significant'",
+                  "are >= 3 rounds; a latency's interval is drawn on log latency (ci_method 'log', never "
+                  "negative), a difference's on the linear scale; a difference whose interval contains 0 is "
+                  "'not significant'",
+    "rounds": "targets alternate block-wise (A B, B A, ...); every block opens its connections anew, so "
+              "per-connection effects are resampled with the rounds; with keep-alive, each worker's first "
+              "request of a block pays (and measures) the connect, the rest reuse it",
+    "min_effect_ms": "the smallest difference that matters: max(0.2 ms, 2% of the baseline's median of that "
+                     "figure); a difference whose estimate is below it, significant or not, and whose "
+                     "interval is significant or lies within +-min_effect_ms, is 'negligible'",
+    "mde_ms": "minimum detectable effect: the smallest true difference this run would call significant "
+              "(family-adjusted) 80% of the time, (z(1-alpha/2m) + z(0.8)) x the interval's standard error",
+    "lo_adj/hi_adj": "the difference's interval at confidence 1 - 0.05/m (Bonferroni), m = candidates x "
+                     "configurations compared (family_size): the one a headline picking the largest uses",
     "request_rps": "ok requests / the wall time of this target's measured blocks (vLLM request_throughput)",
     "output_tok_s": "output tokens (the API's usage) of ok requests / the same wall time (vLLM output_throughput)",
     "goodput_rps": "ok requests meeting every SLO of --slo / the same wall time (vLLM --goodput, DistServe); "
                    "non-stream: TTFT is the whole answer's time and a TPOT SLO does not apply",
+    "open_loop": "--rate R: each target's blocks are sent on a schedule (poisson: seeded exponential gaps, "
+                 "the same draw for every target of a round; constant: 1/R apart), whatever the answers take. "
+                 "scheduled_s = when a request was due; dispatch_lag_ms = its actual send - due; "
+                 "*_from_scheduled_ms = the latency counted from due time (what a user arriving on schedule "
+                 "saw); achieved rate = sends / (first due -> last actual send) per block, against the schedule "
+                 "drawn; load_generator_behind when that is under 95% (one request of slack), the lag p99 "
+                 "is over 5 ms, or a request was due while every worker was busy",
     "cpu_ms_per_request": "CPU time of each local process group (engine, gateway processes) during this target's "
                           "blocks / its requests: what a co-located gateway takes from a CPU-bound engine",
 }
@@ -124,8 +146,15 @@ class SplitConfig:
     seed: int = 0
     slo: Slo | None = None
     quick: bool = False                # few requests: the figures are indicative
+    family_size: int = 1               # configurations compared together (verify: its splits), for lo_adj/hi_adj
+    # open loop (zgtool.latency.openloop): requests sent on a schedule, not when a worker is free
+    rate_rps: float | None = None      # per target; None (and no schedule_s): closed loop, -c workers
+    arrivals: str = "poisson"          # poisson | constant (zgtool.latency.arrivals)
+    schedule_s: tuple[float, ...] | None = None   # explicit send offsets for the whole run (trace replay)
+    max_in_flight: int = 0             # open-loop worker pool bound; 0: OPEN_LOOP_MAX_IN_FLIGHT
 
     def __post_init__(self) -> None:
+        self._check_open_loop()
         if self.num_requests < 1:
             raise UsageError(f"-n must be at least 1, not {self.num_requests}")
         if self.concurrency < 1:
@@ -144,6 +173,32 @@ class SplitConfig:
             raise UsageError(f"--confidence must be in [0.5, 1), not {self.confidence}")
         if self.resamples < 100:
             raise UsageError(f"--resamples must be at least 100, not {self.resamples}")
+        if self.family_size < 1:
+            raise UsageError(f"family_size must be at least 1, not {self.family_size}")
+
+    def _check_open_loop(self) -> None:
+        from zgtool.latency.arrivals import ARRIVALS, check_schedule
+
+        if self.arrivals not in ARRIVALS:
+            raise UsageError(f"--arrivals must be one of {', '.join(ARRIVALS)}, not {self.arrivals!r}")
+        if self.rate_rps is not None and not (0 < self.rate_rps < float("inf")):
+            raise UsageError(f"--rate must be a positive number of requests per second, not {self.rate_rps:g}")
+        if self.max_in_flight < 0:
+            raise UsageError(f"--max-in-flight must be at least 1 (or 0 for automatic), not {self.max_in_flight}")
+        if self.schedule_s is not None:
+            if len(self.schedule_s) != self.num_requests:
+                raise UsageError(f"the schedule has {len(self.schedule_s)} send times for {self.num_requests} "
+                                 f"requests")
+            why = check_schedule(self.schedule_s)
+            if why:
+                raise UsageError(f"the schedule is not usable: {why}")
+        if self.open_loop and self.concurrency != 1:
+            raise UsageError(f"-c {self.concurrency} sets closed-loop workers; with --rate the requests in "
+                             f"flight are capped by --max-in-flight instead")
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate_rps is not None or self.schedule_s is not None
 
     @property
     def effective_rounds(self) -> int:
@@ -155,7 +210,11 @@ class SplitConfig:
                 "stream": self.stream, "new_connection": self.new_connection, "prompt": self.prompt_name,
                 "prompt_chars": len(self.prompt), "max_tokens": self.max_tokens, "timeout_s": self.timeout_s,
                 "rounds": self.effective_rounds, "confidence": self.confidence, "resamples": self.resamples,
-                "seed": self.seed, "slo": self.slo.public() if self.slo else None, "quick": self.quick}
+                "seed": self.seed, "slo": self.slo.public() if self.slo else None, "quick": self.quick,
+                "family_size": self.family_size,
+                "open_loop": ({"rate_rps": self.rate_rps, "arrivals": self.arrivals if self.schedule_s is None
+                               else "schedule", "max_in_flight": self.max_in_flight or None}
+                              if self.open_loop else None)}
 
 
 # where each engine clock starts (EngineTiming.ttft_start / total_start)
@@ -229,6 +288,12 @@ class RequestSample:
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms
     engine_warnings: list[str] = field(default_factory=list)     # why an engine report was ignored
     error_detail: str | None = None     # the server's error body, trimmed to one line
+    # open loop only (zgtool.latency.openloop): None in a closed-loop run
+    scheduled_s: float | None = None    # when it was due, since the run started (same clock as start_s)
+    dispatch_lag_ms: float | None = None          # start_s - scheduled_s: how late the client sent it
+    total_from_scheduled_ms: float | None = None  # total_ms + dispatch lag: what a user arriving on time saw
+    ttft_from_scheduled_ms: float | None = None
+    waited_for_worker: bool = False     # every open-loop worker was busy when it was due
 
 
 @dataclass
@@ -241,6 +306,7 @@ class PhaseStats:
     median_lo: float | None
     median_hi: float | None
     waterfall_mean_ms: float | None    # mean contribution per ok request (absent = 0): sums to mean total
+    ci_method: str = "linear"          # how median_lo/hi were drawn: log | linear, clipped at 0 | linear
 
 
 @dataclass
@@ -256,6 +322,13 @@ class PhaseDifference:
     verdict: str                       # higher | lower | not significant
     method: str = "requests"           # what the bootstrap resampled: rounds (paired) or requests
     rounds: int | None = None
+    negligible: bool = False           # |diff| below min_effect_ms (zgtool.latency.design)
+    min_effect_ms: float | None = None
+    mde_ms: float | None = None        # smallest effect this run detects with 80% power (family-adjusted)
+    lo_adj: float | None = None        # interval at 1 - (1 - confidence) / comparisons
+    hi_adj: float | None = None
+    significant_adj: bool = False
+    comparisons: int = 1               # m of the adjustment: candidates x family_size
 
 
 @dataclass
@@ -289,6 +362,7 @@ class TargetResult:
     cpu_ms_per_request: dict[str, float] | None = None   # local process group -> CPU ms per request
     attribution_warnings: dict[str, int] = field(default_factory=dict)  # engine reports ignored: reason -> n
     detected: dict[str, str] | None = None                # api/model found by probing (zgtool.latency.detect)
+    open_loop: OpenLoopSummary | None = None              # achieved rate, dispatch lag (zgtool.latency.openloop_stats)
 
 
 @dataclass

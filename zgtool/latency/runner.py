@@ -18,6 +18,7 @@ from zgtool.errors import TargetUnreachable
 from zgtool.latency.client import Endpoint, Session, is_ip_literal, ssl_context
 from zgtool.latency.cputime import CpuWatch
 from zgtool.latency.model import RequestSample, SplitConfig
+from zgtool.latency.openloop import OpenLoop, OpenLoopLog
 from zgtool.targets import Target
 
 Progress = Callable[[str, int, int], None]
@@ -79,9 +80,11 @@ class _Block:
     """`count` requests to one target over `workers` threads; indices handed out in order."""
 
     def __init__(self, sessions: list[Session], first_index: int, count: int, rnd: int,
-                 t_run0_ns: int, out: list[RequestSample], hook: RequestHook | None = None) -> None:
+                 t_run0_ns: int, out: list[RequestSample], hook: RequestHook | None = None,
+                 on_sample: Callable[[RequestSample], None] | None = None) -> None:
         self.sessions = sessions
         self.hook = hook
+        self.on_sample = on_sample  # the live progress line: called after each measured request
         self.next = first_index
         self.stop = first_index + count
         self.rnd = rnd
@@ -106,6 +109,8 @@ class _Block:
                 self.hook.after(token, sample)
             with self.lock:
                 self.out.append(sample)
+            if self.on_sample is not None:
+                self.on_sample(sample)
 
     def run(self) -> None:
         workers = min(len(self.sessions), self.stop - self.next)
@@ -122,8 +127,13 @@ class _Block:
 
 def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
                     progress: Progress | None = None, cpu: CpuWatch | None = None,
-                    hooks: Sequence[RequestHook | None] | None = None) -> list[list[RequestSample]]:
+                    hooks: Sequence[RequestHook | None] | None = None,
+                    open_loop: OpenLoopLog | None = None,
+                    on_sample: Callable[[RequestSample], None] | None = None) -> list[list[RequestSample]]:
     """Samples per target (same order as `targets`), each sorted by request index.
+
+    With cfg.rate_rps or cfg.schedule_s each block is sent open-loop (zgtool.latency.openloop) on its
+    own schedule; `open_loop` then receives what the dispatcher saw per target (its CPU time, pool size).
 
     With `cpu`, the CPU time of its process groups is read before and after every block
     (outside the timed requests) and accumulated for the block's target."""
@@ -140,7 +150,9 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
             finally:
                 for s in warm:
                     s.close()
-    sessions = [[Session(ep, cfg, ctx) for _ in range(cfg.concurrency)] for ep in endpoints]
+    loop = OpenLoop(endpoints, [t.name for t in targets], cfg, ctx, t_run0, hooks, open_loop) \
+        if cfg.open_loop else None
+    sessions = [] if loop else [[Session(ep, cfg, ctx) for _ in range(cfg.concurrency)] for ep in endpoints]
     samples: list[list[RequestSample]] = [[] for _ in targets]
     done = [0 for _ in targets]
     rounds = cfg.effective_rounds
@@ -152,14 +164,19 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
             for ti in order:
                 if cpu is not None:
                     cpu.begin()
-                _Block(sessions[ti], done[ti], count, rnd, t_run0, samples[ti],
-                       hooks[ti] if hooks else None).run()
+                if loop is not None:
+                    loop.run_block(ti, done[ti], count, rnd, samples[ti])
+                else:
+                    _Block(sessions[ti], done[ti], count, rnd, t_run0, samples[ti],
+                           hooks[ti] if hooks else None, on_sample).run()
                 if cpu is not None:
                     cpu.end(targets[ti].name, count)
                 done[ti] += count
                 if progress is not None:
                     progress(targets[ti].name, done[ti], cfg.num_requests)
     finally:
+        if loop is not None:
+            loop.close()
         for per_target in sessions:
             for s in per_target:
                 s.close()

@@ -1,0 +1,223 @@
+"""Open-loop dispatch: each request is sent when its schedule says, not when a worker is free.
+
+A closed loop (-c workers) waits for an answer before it sends the next request, so a slow server
+slows the offered load down and hides its own queue (coordinated omission). Here the calling thread
+is the dispatcher: it sleeps until each send offset and hands the request to a pool of worker
+threads, each owning one keep-alive Session to the target. The pool grows on demand (one spare
+kept ahead of the next send, so a slow answer never delays a send) up to `max_in_flight`; a
+request due while every worker is busy waits in the queue and is marked `waited_for_worker`.
+
+Every sample records when it was due (`scheduled_s`), how late it left (`dispatch_lag_ms`) and its
+latency counted from when it was due (`total_from_scheduled_ms`, `ttft_from_scheduled_ms`) beside
+the usual figures counted from the actual send. zgtool.latency.openloop_stats judges whether the
+client kept its schedule.
+"""
+
+from __future__ import annotations
+
+import queue
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import TYPE_CHECKING
+
+from zgtool.latency.arrivals import arrival_offsets_s, block_schedule
+from zgtool.latency.model import RequestSample, SplitConfig
+
+if TYPE_CHECKING:
+    from zgtool.latency.client import Endpoint, Session
+    from zgtool.latency.runner import RequestHook
+
+OPEN_LOOP_MAX_IN_FLIGHT = 256     # default bound of the worker pool (threads, connections)
+# a waiting dispatcher takes the GIL back from a busy worker within this (Python's default is 5 ms)
+DISPATCH_SWITCH_INTERVAL_S = 0.0005
+
+
+@dataclass
+class DispatchRecord:
+    """What the dispatcher saw for one target, summed over its blocks."""
+
+    blocks: int = 0
+    wall_s: float = 0.0             # the blocks' wall time, first send due -> last answer
+    cpu_s: float = 0.0              # this process's CPU time (all threads) over the same time
+    workers_max: int = 0            # the pool's largest size
+    max_in_flight: int = 0
+
+
+@dataclass
+class OpenLoopLog:
+    """Filled by measure_targets in an open-loop run: one record per target name.
+
+    `before_send` runs in the dispatcher just before each hand-off: a seam for tests that need a
+    client which falls behind (a CPU hog), never used by the command."""
+
+    records: dict[str, DispatchRecord] = field(default_factory=dict)
+    before_send: Callable[[], None] | None = None
+
+
+def _apply_schedule(sample: RequestSample, due_ns: int, t_run0_ns: int, waited: bool) -> None:
+    sample.scheduled_s = (due_ns - t_run0_ns) / 1e9
+    lag_ms = (sample.start_s - sample.scheduled_s) * 1e3
+    sample.dispatch_lag_ms = lag_ms
+    sample.waited_for_worker = waited
+    if sample.total_ms is not None:
+        sample.total_from_scheduled_ms = sample.total_ms + lag_ms
+    if sample.ttft_ms is not None:
+        sample.ttft_from_scheduled_ms = sample.ttft_ms + lag_ms
+
+
+class WorkerPool:
+    """Worker threads for one target; each owns one Session and takes jobs from one queue."""
+
+    def __init__(self, make_session: Callable[[], Session], max_in_flight: int, t_run0_ns: int,
+                 hook: RequestHook | None = None) -> None:
+        self.make_session = make_session
+        self.max_in_flight = max_in_flight
+        self.t_run0_ns = t_run0_ns
+        self.hook = hook
+        self.jobs: queue.SimpleQueue[tuple[int, int, int, bool, list[RequestSample]] | None] = queue.SimpleQueue()
+        self.cv = threading.Condition()
+        self.free = 0                 # workers not holding a job (negative: jobs queued)
+        self.pending = 0              # jobs handed off and not yet answered
+        self.ready = 0                # workers whose session exists (waiting for jobs)
+        self.threads: list[threading.Thread] = []
+
+    @property
+    def size(self) -> int:
+        return len(self.threads)
+
+    def _spawn(self) -> None:       # caller holds self.cv
+        t = threading.Thread(target=self._work, args=(len(self.threads),), daemon=True,
+                             name=f"zgtool-openloop-{len(self.threads)}")
+        self.threads.append(t)
+        self.free += 1
+        t.start()
+
+    def ensure(self, n: int) -> None:
+        """At least min(n, max_in_flight) workers, each started and waiting for a job."""
+        with self.cv:
+            while self.size < min(n, self.max_in_flight):
+                self._spawn()
+            while self.ready < self.size:
+                self.cv.wait()
+
+    def submit(self, index: int, rnd: int, due_ns: int, out: list[RequestSample]) -> bool:
+        """Hand one request to a worker; True when every worker was busy (it waits in the queue)."""
+        with self.cv:
+            if self.free <= 0 and self.size < self.max_in_flight:
+                self._spawn()
+            waited = self.free <= 0
+            self.free -= 1
+            self.pending += 1
+        self.jobs.put((index, rnd, due_ns, waited, out))
+        return waited
+
+    def top_up(self) -> None:
+        """Keep one idle worker ahead of the next send (thread start-up stays off the send path)."""
+        with self.cv:
+            if self.free <= 0 and self.size < self.max_in_flight:
+                self._spawn()
+
+    def wait_idle(self) -> None:
+        with self.cv:
+            while self.pending:
+                self.cv.wait()
+
+    def _work(self, worker: int) -> None:
+        session = self.make_session()
+        with self.cv:
+            self.ready += 1
+            self.cv.notify_all()
+        try:
+            while (job := self.jobs.get()) is not None:
+                index, rnd, due_ns, waited, out = job
+                token = self.hook.before() if self.hook is not None else None
+                sample = session.measure(index, worker, rnd, self.t_run0_ns)
+                if self.hook is not None:
+                    self.hook.after(token, sample)
+                _apply_schedule(sample, due_ns, self.t_run0_ns, waited)
+                with self.cv:
+                    out.append(sample)
+                    self.free += 1
+                    self.pending -= 1
+                    if not self.pending:
+                        self.cv.notify_all()
+        finally:
+            session.close()
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+        for t in self.threads:
+            t.join()
+
+
+def run_block(pool: WorkerPool, first_index: int, offsets_s: Sequence[float], rnd: int,
+              out: list[RequestSample], record: DispatchRecord,
+              before_send: Callable[[], None] | None = None) -> None:
+    """Send len(offsets_s) requests, request k at block start + offsets_s[k], and wait for every answer."""
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(old_interval, DISPATCH_SWITCH_INTERVAL_S))
+    pool.ensure(2)
+    cpu0 = time.process_time()
+    t0 = perf_counter_ns()
+    try:
+        for k, off in enumerate(offsets_s):
+            due = t0 + round(off * 1e9)
+            wait_ns = due - perf_counter_ns()
+            if wait_ns > 0:
+                time.sleep(wait_ns / 1e9)
+            if before_send is not None:
+                before_send()
+            pool.submit(first_index + k, rnd, due, out)
+            pool.top_up()
+        pool.wait_idle()
+    finally:
+        sys.setswitchinterval(old_interval)
+    record.blocks += 1
+    record.wall_s += (perf_counter_ns() - t0) / 1e9
+    record.cpu_s += time.process_time() - cpu0
+    record.workers_max = max(record.workers_max, pool.size)
+    record.max_in_flight = pool.max_in_flight
+
+
+def block_seed(seed: int, rnd: int) -> int:
+    """One Poisson draw per round, shared by every target of that round: the paired comparison sees
+    the same arrival pattern on each path."""
+    return seed * 1_000_003 + rnd
+
+
+class OpenLoop:
+    """The open-loop side of measure_targets: one worker pool per target, kept across its blocks."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], names: Sequence[str], cfg: SplitConfig,
+                 ctx: ssl.SSLContext | None, t_run0_ns: int, hooks: Sequence[RequestHook | None] | None,
+                 log: OpenLoopLog | None) -> None:
+        from zgtool.latency.client import Session
+
+        self.cfg = cfg
+        self.names = names
+        self.log = log if log is not None else OpenLoopLog()
+        limit = cfg.max_in_flight or OPEN_LOOP_MAX_IN_FLIGHT
+        self.pools = [WorkerPool(lambda ep=ep: Session(ep, cfg, ctx), limit, t_run0_ns,  # type: ignore[misc]
+                                 hooks[i] if hooks else None) for i, ep in enumerate(endpoints)]
+
+    def offsets(self, first_index: int, count: int, rnd: int) -> tuple[float, ...]:
+        cfg = self.cfg
+        if cfg.schedule_s is not None:
+            return block_schedule(cfg.schedule_s[first_index:first_index + count])
+        assert cfg.rate_rps is not None
+        return arrival_offsets_s(count, cfg.rate_rps, cfg.arrivals, block_seed(cfg.seed, rnd))
+
+    def run_block(self, ti: int, first_index: int, count: int, rnd: int, out: list[RequestSample]) -> None:
+        record = self.log.records.setdefault(self.names[ti], DispatchRecord())
+        run_block(self.pools[ti], first_index, self.offsets(first_index, count, rnd), rnd, out, record,
+                  self.log.before_send)
+
+    def close(self) -> None:
+        for pool in self.pools:
+            pool.close()
