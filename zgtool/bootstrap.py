@@ -13,6 +13,11 @@ difference. With few rounds the spread of a cluster bootstrap is too small by ab
 (R-1)/R and its tails too light, so the interval is widened about the estimate by
 t(R-1)/z * sqrt(R/(R-1)); tests/latency/test_bootstrap.py checks that 95% intervals cover a
 known injected delay in >= 90% of simulated runs with round-correlated noise.
+
+A latency's own interval can be drawn on log latency (`median_ci(..., scale=LOG)`): widened and
+back-transformed there, its bounds stay positive however few rounds there are. A difference
+keeps the linear scale (it can be negative) and can carry a family-adjusted interval
+(Bonferroni: confidence 1 - alpha/m over m comparisons) drawn from the same resamples.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ LOWER = "lower"
 
 BY_ROUNDS = "rounds"      # Interval.method: paired cluster bootstrap over rounds
 BY_REQUESTS = "requests"  # Interval.method: every request resampled independently
+LINEAR = "linear"         # median_ci scale: bootstrap the values themselves
+LOG = "log"               # median_ci scale: bootstrap log values, back-transform (bounds stay > 0)
 
 
 @dataclass(frozen=True)
@@ -62,10 +69,17 @@ class Difference:
 
     interval: Interval
     verdict: str          # HIGHER | LOWER | NOT_SIGNIFICANT
+    adjusted: Interval | None = None   # at 1 - (1 - confidence) / family_size; None without an interval
 
     @property
     def significant(self) -> bool:
         return self.verdict != NOT_SIGNIFICANT
+
+    @property
+    def significant_adjusted(self) -> bool:
+        """The family-adjusted interval excludes 0 (the same as `significant` for a family of one)."""
+        iv = self.adjusted
+        return iv is not None and iv.lo is not None and iv.hi is not None and (iv.lo > 0 or iv.hi < 0)
 
 
 def _ok(v: Any) -> bool:
@@ -176,16 +190,33 @@ def _round_index(*group_lists: Sequence[Hashable]) -> dict[Hashable, int]:
 
 def median_ci(values: Sequence[float], *, groups: Sequence[Hashable] | None = None,
               confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
-              seed: int = 0) -> Interval:
+              seed: int = 0, scale: str = LINEAR) -> Interval:
     """The sample median with a percentile-bootstrap interval; rounds resampled when `groups`
-    (each value's round) are given and there are at least MIN_ROUNDS of them."""
-    import numpy as np
+    (each value's round) are given and there are at least MIN_ROUNDS of them.
 
+    scale=LOG (every value > 0): the interval of the median of log values, back-transformed, so
+    both bounds are positive; the estimate stays the linear sample median."""
     _check(confidence, resamples)
     if groups is not None:
         xs, gs = _clean_grouped(values, groups)
     else:
         xs, gs = _clean(values), []
+    if scale == LOG:
+        if any(x <= 0 for x in xs):
+            raise ValueError("a log-scale interval needs every value > 0")
+        iv = _median_ci([math.log(x) for x in xs], gs, confidence, resamples, seed)
+        est = percentile(xs, 50)
+        lo = None if iv.lo is None else min(math.exp(iv.lo), est)
+        hi = None if iv.hi is None else max(math.exp(iv.hi), est)
+        return Interval(est, lo, hi, iv.confidence, iv.resamples, iv.n, iv.method, iv.rounds)
+    if scale != LINEAR:
+        raise ValueError(f"scale must be {LINEAR!r} or {LOG!r}, not {scale!r}")
+    return _median_ci(xs, gs, confidence, resamples, seed)
+
+
+def _median_ci(xs: list[float], gs: list[Hashable], confidence: float, resamples: int, seed: int) -> Interval:
+    import numpy as np
+
     est = percentile(xs, 50)
     if len(xs) < MIN_SAMPLES:
         return Interval(est, None, None, confidence, 0, len(xs))
@@ -204,17 +235,21 @@ def median_difference(baseline: Sequence[float], candidate: Sequence[float], *,
                       baseline_groups: Sequence[Hashable] | None = None,
                       candidate_groups: Sequence[Hashable] | None = None,
                       confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
-                      seed: int = 0) -> Difference:
+                      seed: int = 0, family_size: int = 1) -> Difference:
     """median(candidate) - median(baseline).
 
     With groups for both (each value's round), the same rounds are drawn for both paths in
     every resample (paired cluster bootstrap); otherwise both are resampled independently,
     request by request. The verdict is HIGHER/LOWER only when the whole interval lies
-    above/below zero.
+    above/below zero. `adjusted` is the interval at 1 - (1 - confidence) / family_size, from the
+    same resamples (Bonferroni over the family of comparisons a headline picks from).
     """
     import numpy as np
 
     _check(confidence, resamples)
+    if family_size < 1:
+        raise ValueError(f"family_size must be at least 1, not {family_size}")
+    adj_conf = 1.0 - (1.0 - confidence) / family_size
     paired = baseline_groups is not None and candidate_groups is not None
     if paired:
         assert baseline_groups is not None and candidate_groups is not None
@@ -232,13 +267,21 @@ def median_difference(baseline: Sequence[float], candidate: Sequence[float], *,
         w = _round_weights(len(labels), resamples, rng)
         da = _weighted_medians(a, [labels[g] for g in ga], w)
         db = _weighted_medians(b, [labels[g] for g in gb], w)
-        lo, hi = _widen(est, *_bounds((db - da).tolist(), confidence),
-                        small_cluster_factor(len(labels), confidence))
-        iv = Interval(est, lo, hi, confidence, resamples, n, BY_ROUNDS, len(labels))
+        dist = (db - da).tolist()
+        method, rounds = BY_ROUNDS, len(labels)
     else:
         da_l = _resampled_medians(a, resamples, rng)
         db_l = _resampled_medians(b, resamples, rng)
-        lo, hi = _bounds([y - x for x, y in zip(da_l, db_l, strict=True)], confidence)
-        iv = Interval(est, lo, hi, confidence, resamples, n, BY_REQUESTS, len(labels) or None)
-    verdict = HIGHER if lo > 0 else LOWER if hi < 0 else NOT_SIGNIFICANT
-    return Difference(iv, verdict)
+        dist = [y - x for x, y in zip(da_l, db_l, strict=True)]
+        method, rounds = BY_REQUESTS, len(labels) or None
+
+    def at(conf: float) -> Interval:
+        lo, hi = _bounds(dist, conf)
+        if method == BY_ROUNDS:
+            lo, hi = _widen(est, lo, hi, small_cluster_factor(len(labels), conf))
+        return Interval(est, lo, hi, conf, resamples, n, method, rounds)
+
+    iv = at(confidence)
+    assert iv.lo is not None and iv.hi is not None
+    verdict = HIGHER if iv.lo > 0 else LOWER if iv.hi < 0 else NOT_SIGNIFICANT
+    return Difference(iv, verdict, iv if family_size == 1 else at(adj_conf))

@@ -14,7 +14,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from zgtool.bootstrap import LOWER, NOT_SIGNIFICANT, median_ci, median_difference
+from zgtool.bootstrap import LOWER, NOT_SIGNIFICANT, Difference, median_ci, median_difference
+from zgtool.latency import design
 from zgtool.latency.model import (
     DEFINITIONS,
     PhaseDifference,
@@ -26,7 +27,7 @@ from zgtool.latency.model import (
     TargetResult,
     Throughput,
 )
-from zgtool.stats import summarize
+from zgtool.stats import percentile, summarize
 from zgtool.targets import Target
 
 # connection set-up ends before the request's first byte, so it never overlaps the server's time;
@@ -152,9 +153,13 @@ def _phase_values(ok: Sequence[RequestSample], rows: Sequence[dict[str, float]],
 
 def _phase_stats(name: str, values: list[float], groups: list[int], n_ok: int, waterfall_sum: float | None,
                  cfg: SplitConfig) -> PhaseStats:
-    ci = median_ci(values, groups=groups, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed)
+    # a latency's interval on log latency cannot go below 0, however few rounds widen it
+    method = design.ci_method(values)
+    ci = median_ci(values, groups=groups, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed,
+                   scale=design.bootstrap_scale(method))
+    lo = ci.lo if ci.lo is None or method != design.CI_CLIPPED else max(0.0, ci.lo)
     mean_contrib = None if waterfall_sum is None or not n_ok else waterfall_sum / n_ok
-    return PhaseStats(name, len(values), summarize(values), ci.lo, ci.hi, mean_contrib)
+    return PhaseStats(name, len(values), summarize(values), lo, ci.hi, mean_contrib, method)
 
 
 def summarize_target(target: Target, samples: list[RequestSample], cfg: SplitConfig,
@@ -188,9 +193,12 @@ def differences(results: Sequence[TargetResult], cfg: SplitConfig) -> list[Phase
 
     A gateway phase the baseline does not have (gw_* on a direct path) costs it 0 ms, so the
     gateway's own parts count fully toward its tax. Rounds are paired between the two paths.
+    Each difference also carries its minimum effect (below it: negligible), the smallest effect the
+    run could detect, and its interval adjusted for the family of comparisons (zgtool.latency.design).
     """
     if len(results) < 2:
         return []
+    m = design.comparisons(len(results) - 1, cfg.family_size)
     base = results[0]
     base_ok = [s for s in base.samples if s.ok]
     base_rows = [decompose(s, cfg.stream) for s in base_ok]
@@ -213,11 +221,21 @@ def differences(results: Sequence[TargetResult], cfg: SplitConfig) -> list[Phase
                 continue
             # paired by round: both paths ran round r back to back, on the same machine state
             d = median_difference(a, b, baseline_groups=ga, candidate_groups=gb, confidence=cfg.confidence,
-                                  resamples=cfg.resamples, seed=cfg.seed)
-            iv = d.interval
-            out.append(PhaseDifference(phase, base.name, cand.name, iv.estimate, iv.lo, iv.hi, d.verdict,
-                                       iv.method, iv.rounds))
+                                  resamples=cfg.resamples, seed=cfg.seed, family_size=m)
+            out.append(_difference(phase, base.name, cand.name, d, percentile(a, 50), cfg.confidence, m))
     return out
+
+
+def _difference(phase: str, base: str, cand: str, d: Difference, base_median_ms: float, confidence: float,
+                m: int) -> PhaseDifference:
+    iv, adj = d.interval, d.adjusted
+    floor = design.min_effect_ms(base_median_ms)
+    return PhaseDifference(
+        phase, base, cand, iv.estimate, iv.lo, iv.hi, d.verdict, iv.method, iv.rounds,
+        negligible=design.is_negligible(iv.estimate, iv.lo, iv.hi, d.significant, floor),
+        min_effect_ms=floor, mde_ms=design.mde_ms(iv.lo, iv.hi, confidence, m),
+        lo_adj=adj.lo if adj else None, hi_adj=adj.hi if adj else None,
+        significant_adj=d.significant_adjusted, comparisons=m)
 
 
 def measured_duration_s(samples: Sequence[RequestSample]) -> float:
