@@ -266,6 +266,13 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
     dead = [t for t in res.targets if t.num_ok == 0]
     if dead:
         raise VerdictFailed("; ".join(_all_failed(t) for t in dead))
+    behind = [t for t in res.targets if t.open_loop is not None and t.open_loop.load_generator_behind]
+    if behind:
+        from zgtool.errors import MeasurementUnreliable
+
+        raise MeasurementUnreliable("latency-split: the load generator fell behind its schedule, so the run does "
+                                    "not show the asked load: " + "; ".join(
+                                        f"{t.name}: {t.open_loop.reason}" for t in behind if t.open_loop))
     return result
 
 
