@@ -59,12 +59,29 @@ def fmt_ms(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _digits(*values: float) -> int:
+    """One precision for a figure and its bounds: 2 decimals under 10, 1 under 1000, else none."""
+    m = max(abs(v) for v in values)
+    return 2 if m < 10 else 1 if m < 1000 else 0
+
+
+def fmt_ci(lo: float | None, hi: float | None, *, signed: bool = True) -> str:
+    """`[+10.7, +92.4]`: the interval's own bounds, never a ± that reads as containing 0 or not."""
+    if lo is None or hi is None:
+        return "[–]"
+    d = _digits(lo, hi)
+    f = f"{{:{'+' if signed else ''}.{d}f}}"
+    return f"[{f.format(lo)}, {f.format(hi)}]"
+
+
 def fmt_pm(value: float, lo: float | None, hi: float | None, *, signed: bool = False) -> str:
-    """`6.44 ±0.30`: the 95% interval as its wider half, so one number says how sure we are."""
+    """`6.44 [6.20, 6.71]`: the figure and its 95% interval as bounds (a latency's never below 0)."""
     s = f"{value:+.2f}" if signed else f"{value:.2f}"
     if lo is None or hi is None:
         return s
-    return f"{s} ±{max(value - lo, hi - value, 0.0):.2f}"
+    if not signed:
+        lo, hi = max(lo, 0.0), max(hi, 0.0)
+    return f"{s} {fmt_ci(lo, hi, signed=signed)}"
 
 
 def fmt_p50(p: PhaseStats | None) -> str:
