@@ -68,17 +68,20 @@ def test_new_connection_pays_connect_on_every_request(origin: str) -> None:
     assert len({s.local_port for s in samples}) == len(samples)
 
 
-def test_keep_alive_pays_connect_once_per_connection(origin: str) -> None:
-    _, (samples,), _ = split([origin], new_connection=False)
+def test_kept_connections_pay_connect_once_per_worker(origin: str) -> None:
+    # the earlier design, kept for bench/verdict_calibration.py's comparison
+    _, (samples,), _ = split([origin], new_connection=False, fresh_connections=False)
     assert [s.connect_ms is not None for s in samples] == [True] + [False] * (len(samples) - 1)
     assert len({s.local_port for s in samples if s.local_port}) == 1
-
-
-def test_keep_alive_with_concurrency_opens_one_connection_per_worker(origin: str) -> None:
-    _, (samples,), _ = split([origin], num_requests=9, concurrency=3)
-    assert len(samples) == 9
+    _, (samples,), _ = split([origin], num_requests=9, concurrency=3, fresh_connections=False)
     assert sum(s.connect_ms is not None for s in samples) == 3
-    assert {s.worker for s in samples} == {0, 1, 2}
+
+
+def test_keep_alive_measures_no_connect_each_block_warms_its_own(origin: str) -> None:
+    # issue 25: every block opens its connections anew and warms them unmeasured, so no measured
+    # request carries a connect the others do not (tests/latency/test_stats_connections.py counts them)
+    _, (samples,), _ = split([origin], num_requests=9, concurrency=3, rounds=3)
+    assert len(samples) == 9 and all(s.ok and s.connect_ms is None for s in samples)
 
 
 def test_openai_api_gives_the_same_phases(origin: str) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zgtool.errors import UsageError
+from zgtool.workload.model import Workload
 
 if TYPE_CHECKING:
     from zgtool.latency.openloop_stats import OpenLoopSummary
@@ -147,11 +148,16 @@ class SplitConfig:
     slo: Slo | None = None
     quick: bool = False                # few requests: the figures are indicative
     family_size: int = 1               # configurations compared together (verify: its splits), for lo_adj/hi_adj
+    # every block opens its connections anew (issue 25); False: each worker keeps one per target for the
+    # whole run, the earlier design (bench/verdict_calibration.py compares the two)
+    fresh_connections: bool = True
     # open loop (zgtool.latency.openloop): requests sent on a schedule, not when a worker is free
     rate_rps: float | None = None      # per target; None (and no schedule_s): closed loop, -c workers
     arrivals: str = "poisson"          # poisson | constant (zgtool.latency.arrivals)
     schedule_s: tuple[float, ...] | None = None   # explicit send offsets for the whole run (trace replay)
     max_in_flight: int = 0             # open-loop worker pool bound; 0: OPEN_LOOP_MAX_IN_FLIGHT
+    # per-request prompts and max_tokens (zgtool.workload); request i sends workload.spec(i)
+    workload: Workload | None = None
 
     def __post_init__(self) -> None:
         self._check_open_loop()
@@ -211,10 +217,11 @@ class SplitConfig:
                 "prompt_chars": len(self.prompt), "max_tokens": self.max_tokens, "timeout_s": self.timeout_s,
                 "rounds": self.effective_rounds, "confidence": self.confidence, "resamples": self.resamples,
                 "seed": self.seed, "slo": self.slo.public() if self.slo else None, "quick": self.quick,
-                "family_size": self.family_size,
+                "family_size": self.family_size, "fresh_connections": self.fresh_connections,
                 "open_loop": ({"rate_rps": self.rate_rps, "arrivals": self.arrivals if self.schedule_s is None
                                else "schedule", "max_in_flight": self.max_in_flight or None}
-                              if self.open_loop else None)}
+                              if self.open_loop else None),
+                "workload": self.workload.public() if self.workload is not None else None}
 
 
 # where each engine clock starts (EngineTiming.ttft_start / total_start)

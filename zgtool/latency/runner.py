@@ -1,8 +1,13 @@
 """Run a latency split: check every target is reachable, warm up, then measure in rounds.
 
 Targets alternate block-wise (A B, B A, A B, ...) so slow drift of the machine is shared
-evenly instead of landing on whichever target ran last. Each of the -c workers keeps one
-session per target across rounds, so keep-alive pays its connect once per worker.
+evenly instead of landing on whichever target ran last. Every block opens its -c sessions anew:
+what one connection happens to get (a server thread, its socket's way through the kernel) then
+varies from round to round and the round bootstrap sees it, instead of one path carrying it for
+the whole run (issue 25: A/A runs called ~10% of identical paths different). With keep-alive,
+each fresh session first sends one unmeasured request (outside the block's timed window and CPU
+reading), so every measured request is a steady-state one on a warm connection, as before; the
+connect is then measured only with --new-connection (where every request pays it).
 """
 
 from __future__ import annotations
@@ -125,6 +130,24 @@ class _Block:
             t.join()
 
 
+def _fresh_sessions(ep: Endpoint, cfg: SplitConfig, ctx: ssl.SSLContext | None, t_run0_ns: int) -> list[Session]:
+    """A block's -c sessions, each with a warm connection when keep-alive is on (one unmeasured request
+    each, sent together, so the block's first requests do not carry a connect the rest do not)."""
+    sessions = [Session(ep, cfg, ctx) for _ in range(cfg.concurrency)]
+    if cfg.new_connection:
+        return sessions
+    if len(sessions) == 1:
+        sessions[0].measure(-1, 0, -1, t_run0_ns)
+        return sessions
+    threads = [threading.Thread(target=s.measure, args=(-1, w, -1, t_run0_ns), daemon=True)
+               for w, s in enumerate(sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sessions
+
+
 def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
                     progress: Progress | None = None, cpu: CpuWatch | None = None,
                     hooks: Sequence[RequestHook | None] | None = None,
@@ -143,7 +166,7 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
     t_run0 = perf_counter_ns()
     if cfg.warmup:
         for ep in endpoints:
-            # warm-up sessions are thrown away so the measured keep-alive connect stays visible
+            # warm-up sessions are thrown away: every block opens (and warms) its own
             warm = [Session(ep, cfg, ctx) for _ in range(min(cfg.concurrency, cfg.warmup))]
             try:
                 _Block(warm, 0, cfg.warmup, -1, t_run0, []).run()
@@ -152,7 +175,8 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
                     s.close()
     loop = OpenLoop(endpoints, [t.name for t in targets], cfg, ctx, t_run0, hooks, open_loop) \
         if cfg.open_loop else None
-    sessions = [] if loop else [[Session(ep, cfg, ctx) for _ in range(cfg.concurrency)] for ep in endpoints]
+    keep = loop is None and not cfg.fresh_connections
+    sessions = [[Session(ep, cfg, ctx) for _ in range(cfg.concurrency)] for ep in endpoints] if keep else []
     samples: list[list[RequestSample]] = [[] for _ in targets]
     done = [0 for _ in targets]
     rounds = cfg.effective_rounds
@@ -162,13 +186,18 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
             if rnd % 2:
                 order.reverse()
             for ti in order:
+                fresh = [] if keep or loop is not None else _fresh_sessions(endpoints[ti], cfg, ctx, t_run0)
                 if cpu is not None:
                     cpu.begin()
                 if loop is not None:
                     loop.run_block(ti, done[ti], count, rnd, samples[ti])
                 else:
-                    _Block(sessions[ti], done[ti], count, rnd, t_run0, samples[ti],
-                           hooks[ti] if hooks else None, on_sample).run()
+                    try:
+                        _Block(sessions[ti] if keep else fresh, done[ti], count, rnd, t_run0, samples[ti],
+                               hooks[ti] if hooks else None, on_sample).run()
+                    finally:
+                        for s in fresh:
+                            s.close()
                 if cpu is not None:
                     cpu.end(targets[ti].name, count)
                 done[ti] += count
