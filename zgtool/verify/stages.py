@@ -46,7 +46,8 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
     text, name = prompt_of(vcfg.prompt)
     cfg = SplitConfig(num_requests=run.num_requests, concurrency=run.concurrency, warmup=plan.split_warmup,
                       stream=run.stream, prompt=text, prompt_name=name, max_tokens=plan.split_max_tokens,
-                      rounds=plan.split_rounds, slo=Slo.parse(list(vcfg.slo)), quick=vcfg.quick)
+                      rounds=plan.split_rounds, slo=Slo.parse(list(vcfg.slo)), quick=vcfg.quick,
+                      family_size=len(plan.splits))   # the verdict picks among every configuration
     cpu = CpuWatch(cpu_groups) if cpu_groups and available() else None
     samples = measure_targets(targets, cfg, cpu=cpu)
     res = analyse(targets, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
