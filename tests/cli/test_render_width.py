@@ -1,6 +1,6 @@
 """Human output at 80 columns: the latency-split tables, gate output, `dcgm watch` and the serve
-banner keep every line within 80 characters, use short path names with a legend, intervals in
-`±` form, and show no Python reprs (`None`, `{'...`)."""
+banner keep every line within 80 characters, use short path names with a legend, intervals as
+`[lo, hi]`, and show no Python reprs (`None`, `{'...`)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_latency_split_with_url_targets_uses_letters_and_a_legend_at_80_columns(
         assert_readable(text)
         assert "A = http://127.0.0.1:41234" in text and "B = http://127.0.0.1:41999" in text
         # no Rich markup leaks into the tables (intervals printed as [lo, hi] by the join are data)
-        assert "B - A" in text and "±" in text
+        assert "B - A" in text and "±" not in text and re.search(r"[+-]\d+\.\d\d \[[+-]\d", text)
         assert not re.search(r"\[/?(bold|dim|red|green|yellow|cyan|italic)[^\]]*\]", text.split("side by side")[1])
 
 
@@ -91,7 +91,7 @@ def test_latency_split_flags_requests_the_client_could_not_vouch_for():
 def test_latency_split_names_every_phase_in_words():
     text = render_split(split_result(("direct", "stack")))
     assert "outside_engine" not in text and "_ms" not in text
-    assert "outside engine" in text and "engine decode" in text and "n.s." in text
+    assert "outside engine" in text and "engine decode" in text and "n.s." not in text
 
 
 def test_gate_output_is_one_block_per_check_at_80_columns():

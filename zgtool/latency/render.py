@@ -13,7 +13,8 @@ from rich.text import Text
 from zgtool.latency.analysis import phase as find_phase
 from zgtool.latency.model import PhaseDifference, PhaseStats, SplitResult, TargetResult
 
-MIN_BAR_WIDTH = 10
+MIN_BAR_WIDTH = 6
+ENGINE_ROWS = ("queue_ms", "prefill_ms", "decode_ms", "detok_ms", "safety_ms", "engine_other_ms")
 LABELS = {
     "dns_ms": "DNS lookup", "connect_ms": "TCP connect", "tls_ms": "TLS handshake", "send_ms": "send request",
     "gw_other_ms": "gateway other+hop", "queue_ms": "engine queue", "prefill_ms": "engine prefill",
@@ -91,14 +92,11 @@ def fmt_p50(p: PhaseStats | None) -> str:
 
 
 def fmt_diff(d: PhaseDifference | None) -> Text:
+    """`+36.33 [+10.7, +92.4]`: red when higher, green when lower, dim when the interval contains 0."""
     if d is None or d.diff_ms is None:
         return Text("-", style="dim")
-    if d.verdict == "higher":
-        return Text(fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True), style="red")
-    if d.verdict == "lower":
-        return Text(fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True), style="green")
-    # the interval is in the JSON; here the point is that no cost or saving can be claimed
-    return Text(f"{d.diff_ms:+.2f} n.s.", style="dim")
+    style = {"higher": "red", "lower": "green"}.get(d.verdict, "dim")
+    return Text(fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True), style=style)
 
 
 def _bar(offset: float, width: float, scale: float, style: str, bar_width: int) -> Text:
@@ -120,33 +118,101 @@ def _title(tr: TargetResult, res: SplitResult, short: str) -> str:
             f"{mode}, ok {tr.num_ok}/{tr.num_ok + tr.num_error}")
 
 
-def waterfall(tr: TargetResult, res: SplitResult, scale: float, *, short: str | None = None,
-              width: int = 80) -> Table:
-    # phase 17 + mean 7 + p50 12 + p99 7 + seen 5, one space between: the bar gets the rest
-    bar_width = max(MIN_BAR_WIDTH, width - 53)
-    t = Table(title=_title(tr, res, short or tr.name), title_justify="left", box=None, pad_edge=False,
-              show_edge=False)
-    t.add_column("phase", max_width=17, overflow="ellipsis", no_wrap=True)
-    t.add_column("mean", justify="right")
-    t.add_column("p50 ±CI", justify="right", no_wrap=True)
-    t.add_column("p99", justify="right")
-    t.add_column("seen", justify="right")
-    t.add_column("waterfall", no_wrap=True, max_width=bar_width, overflow="crop")
+def _text(renderable: object, width: int) -> str:
+    console = Console(width=width, record=True, force_terminal=False, color_system=None)
+    with console.capture() as cap:
+        console.print(renderable)
+    return cap.get()
+
+
+def fits(renderable: object, width: int) -> bool:
+    """Printed at `width`, every cell shows whole: no ellipsis, no line past the edge."""
+    text = _text(renderable, width)
+    return "…" not in text and max((len(ln) for ln in text.splitlines()), default=0) <= width
+
+
+def natural_width(renderable: object) -> int:
+    return max((len(ln.rstrip()) for ln in _text(renderable, 1000).splitlines()), default=0)
+
+
+def _unattributed(tr: TargetResult) -> bool:
+    """No engine phase reached the client on this path: its rest holds the engine's time too."""
+    return not any(find_phase(tr, p) is not None for p in ENGINE_ROWS)
+
+
+def row_label(name: str, engine_unknown: bool) -> str:
+    if name == "network_client_ms" and engine_unknown:
+        return "unattributed"
+    return label(name)
+
+
+def _waterfall_table(tr: TargetResult, res: SplitResult, scale: float, title: str, *, bar_width: int,
+                     with_ci: bool) -> Table:
+    t = Table(title=title, title_justify="left", box=None, pad_edge=False, show_edge=False)
+    t.add_column("phase", overflow="fold")
+    t.add_column("mean", justify="right", no_wrap=True)
+    t.add_column("p50 [95% CI]" if with_ci else "p50", justify="right", no_wrap=True)
+    t.add_column("p99", justify="right", no_wrap=True)
+    t.add_column("seen", justify="right", no_wrap=True)
+    if bar_width:
+        t.add_column("waterfall", no_wrap=True, max_width=bar_width, overflow="crop")
+    unknown = _unattributed(tr)
     offset = 0.0
     for name in res.waterfall_phases:
         p = find_phase(tr, name)
         if p is None or p.waterfall_mean_ms is None:
             continue
         seen = "" if p.count == tr.num_ok else f"{p.count}/{tr.num_ok}"
-        t.add_row(label(name), fmt_ms(p.waterfall_mean_ms), fmt_p50(p), fmt_ms(p.summary.get("p99")), seen,
-                  _bar(offset, max(p.waterfall_mean_ms, 0.0), scale, _color(name), bar_width))
+        cells: list[str | Text] = [row_label(name, unknown), fmt_ms(p.waterfall_mean_ms),
+                                   fmt_p50(p) if with_ci else fmt_ms(p.summary.get("p50")),
+                                   fmt_ms(p.summary.get("p99")), seen]
+        if bar_width:
+            cells.append(_bar(offset, max(p.waterfall_mean_ms, 0.0), scale, _color(name), bar_width))
+        t.add_row(*cells)
         offset += max(p.waterfall_mean_ms, 0.0)
     for name in res.metric_phases:
         p = find_phase(tr, name)
         if p is not None:
-            t.add_row(Text(label(name), style="bold"), fmt_ms(p.summary.get("mean")), fmt_p50(p),
-                      fmt_ms(p.summary.get("p99")), str(p.count), "")
+            cells = [Text(label(name), style="bold"), fmt_ms(p.summary.get("mean")),
+                     fmt_p50(p) if with_ci else fmt_ms(p.summary.get("p50")), fmt_ms(p.summary.get("p99")),
+                     str(p.count)]
+            t.add_row(*cells, *([""] if bar_width else []))
     return t
+
+
+def _lines(renderable: object, width: int) -> int:
+    return len(_text(renderable, width).splitlines())
+
+
+def bar_room(tr: TargetResult, res: SplitResult, width: int, *, with_ci: bool = True) -> int:
+    """The widest waterfall bar that leaves every other cell of this path's table as it is at full width."""
+    bare = _waterfall_table(tr, res, 0.0, "", bar_width=0, with_ci=with_ci)
+    need = _lines(bare, 1000)
+    room = width - natural_width(bare) - 2
+    while room >= MIN_BAR_WIDTH:
+        if _lines(_waterfall_table(tr, res, 0.0, "", bar_width=room, with_ci=with_ci), width) <= need:
+            return room
+        room -= 1
+    return 0
+
+
+def waterfall(tr: TargetResult, res: SplitResult, scale: float, *, short: str | None = None,
+              width: int = 80, bar_width: int | None = None) -> Table:
+    """The path's phases with their figures and a waterfall bar. Numbers are never cut: the bar takes
+    only the width they leave (`bar_width`, the same for every path when given), and goes when that is
+    under MIN_BAR_WIDTH; at a width too narrow even then, the medians lose their interval before any
+    figure is cut."""
+    title = _title(tr, res, short or tr.name)
+    for with_ci in (True, False):
+        room = bar_room(tr, res, width, with_ci=with_ci) if bar_width is None else bar_width
+        if room >= MIN_BAR_WIDTH:
+            table = _waterfall_table(tr, res, scale, title, bar_width=room, with_ci=with_ci)
+            if fits(table, width):
+                return table
+        bare = _waterfall_table(tr, res, scale, title, bar_width=0, with_ci=with_ci)
+        if fits(bare, width):
+            return bare
+    return bare
 
 
 def errors_text(tr: TargetResult, short: str | None = None) -> Text | None:
@@ -171,26 +237,42 @@ def lag_text(tr: TargetResult, short: str) -> Text | None:
                 f"may be late by that much", style="yellow")
 
 
-def side_by_side(res: SplitResult, short: dict[str, str] | None = None) -> Table:
+def _side_table(res: SplitResult, short: dict[str, str], candidates: list[TargetResult], *,
+                with_ci: bool) -> Table:
     base = res.targets[0]
-    short = short or short_names([tr.name for tr in res.targets])
-    compact = len(res.targets) > 2         # three or more paths: medians without intervals, to fit
-    t = Table(title=f"side by side: p50 ms; difference of medians vs {short[base.name]}", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    t.add_column("phase", max_width=17, overflow="ellipsis", no_wrap=True)
-    for tr in res.targets:
+    t = Table(title=f"side by side: p50 ms; difference of medians vs {short[base.name]} [95% CI]",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    t.add_column("phase", overflow="fold")
+    shown = [base, *candidates]
+    for tr in shown:
         t.add_column(short[tr.name], justify="right", no_wrap=True)
-    for tr in res.targets[1:]:
+    for tr in candidates:
         t.add_column(f"{short[tr.name]} - {short[base.name]}", justify="right", no_wrap=True)
     diffs = {(d.candidate, d.phase): d for d in res.differences}
+    unknown = any(_unattributed(tr) for tr in shown)
     for name in [*res.waterfall_phases, *res.metric_phases]:
-        cells: list[str | Text] = [label(name)]
-        for tr in res.targets:
+        cells: list[str | Text] = [row_label(name, unknown)]
+        for tr in shown:
             p = find_phase(tr, name)
-            cells.append(fmt_ms(p.summary.get("p50")) if compact and p is not None else fmt_p50(p))
-        cells += [fmt_diff(diffs.get((tr.name, name))) for tr in res.targets[1:]]
+            cells.append(fmt_p50(p) if with_ci else fmt_ms(p.summary.get("p50") if p is not None else None))
+        cells += [fmt_diff(diffs.get((tr.name, name))) for tr in candidates]
         t.add_row(*cells)
     return t
+
+
+def side_by_side(res: SplitResult, short: dict[str, str] | None = None, width: int = 80) -> Table | Group:
+    """Each path's median and each difference with its interval. Numbers are never cut: when the
+    table does not fit, the medians lose their intervals, then each candidate gets its own table."""
+    short = short or short_names([tr.name for tr in res.targets])
+    cands = res.targets[1:]
+    layouts: list[Table | Group] = [_side_table(res, short, cands, with_ci=True)] if len(cands) == 1 else []
+    layouts.append(_side_table(res, short, cands, with_ci=False))
+    if len(cands) > 1:
+        layouts.append(Group(*(_side_table(res, short, [c], with_ci=False) for c in cands)))
+    for layout in layouts:
+        if fits(layout, width):
+            return layout
+    return layouts[-1]
 
 
 def render(res: SplitResult, console: Console) -> None:
@@ -200,13 +282,15 @@ def render(res: SplitResult, console: Console) -> None:
     scale = max(totals) if totals and means else 0.0
     short = short_names([tr.name for tr in res.targets])
     blocks: list[Table | Text] = []
+    # one bar width for every path, so that bars on the shared scale compare
+    room = min(bar_room(tr, res, console.width) for tr in res.targets)
     for tr in res.targets:
-        blocks.append(waterfall(tr, res, scale, short=short[tr.name], width=console.width))
+        blocks.append(waterfall(tr, res, scale, short=short[tr.name], width=console.width, bar_width=room))
         if (err := errors_text(tr, short[tr.name])) is not None:
             blocks.append(err)
         blocks.append(Text(""))
     if len(res.targets) > 1:
-        blocks.append(side_by_side(res, short))
+        blocks.append(side_by_side(res, short, width=console.width))
         if (lg := legend([tr.name for tr in res.targets], short)) is not None:
             blocks.append(lg)
     from zgtool.latency.join import Boot, join_data
@@ -214,14 +298,15 @@ def render(res: SplitResult, console: Console) -> None:
 
     joined = join_data(res.targets, Boot.of(res.config))
     if any(p["engine_sources"] or p["hops_self_ms"] for p in joined["paths"].values()):
-        blocks.append(render_join(joined, short))   # type: ignore[arg-type]
+        blocks.append(render_join(joined, short, console.width))   # type: ignore[arg-type]
     for tr in res.targets:
         if (lag := lag_text(tr, short[tr.name])) is not None:
             blocks.append(lag)
     for name, parts in res.unattributed_parts.items():
         blocks.append(Text(f"  {short[name]}: Server-Timing parts not attributed (overlap unknown): "
                            f"{', '.join(parts)}", style="dim"))
-    blocks.append(Text("  ms; ± = 95% bootstrap CI (its wider half); n.s. = not significant (the CI "
-                       "contains 0). TTFT/E2E from request start; ITL = every gap; TPOT = (E2E - TTFT)/"
-                       "(tokens - 1) (vLLM). Waterfall rows sum to the mean total.", style="dim"))
+    blocks.append(Text("  ms; [lo, hi] = 95% bootstrap CI (latency bounds clipped at 0); a difference whose CI "
+                       "contains 0 is not significant (dim). TTFT/E2E from request start; ITL = every gap; TPOT = "
+                       "(E2E - TTFT)/(tokens - 1) (vLLM). Waterfall rows sum to the mean total; unattributed = "
+                       "time no Server-Timing part or engine adapter explains.", style="dim"))
     console.print(Group(*blocks))

@@ -51,6 +51,29 @@ def join_table(join: dict[str, Any], short: dict[str, str]) -> Table:
     return t
 
 
+def join_list(join: dict[str, Any], short: dict[str, str]) -> Table:
+    """The join table turned on its side (one figure a line) for a terminal too narrow for its 8 columns:
+    numbers are never cut."""
+    t = Table(title="Where each millisecond went (medians, 95% CI)", box=None, title_justify="left",
+              show_header=False, pad_edge=False)
+    t.add_column("figure", style="dim", no_wrap=True)
+    t.add_column("value", overflow="fold")
+    for name, p in join["paths"].items():
+        t.add_row(Text(short.get(name, name), style="bold"), "")
+        sources = ", ".join(f"{s} ({n})" for s, n in p["engine_sources"].items()) or "none"
+        phases = "; ".join(f"{k} {v['median_ms']:.2f}" for k, v in p["engine_phases_ms"].items() if v) or "-"
+        hops = "; ".join(f"{h} {v['median_ms']:.2f}" for h, v in p["hops_self_ms"].items() if v) or "-"
+        rem = _cell(p["remainder_ms"])
+        if p["flagged"]:
+            rem += f" ! {p['flagged']} below -{p['clock_tolerance_ms']:g}"
+        for k, v in (("  engine source", sources), ("  total", _cell(p["total_ms"])),
+                     ("  engine total", _cell(p["engine_total_ms"])), ("  engine phases", phases),
+                     ("  hops (self-reported)", hops), ("  outside engine", _cell(p["outside_engine_ms"])),
+                     ("  unexplained", rem)):
+            t.add_row(k, v)
+    return t
+
+
 def audit_table(join: dict[str, Any], short: dict[str, str]) -> Table | None:
     if not join["hop_audit"]:
         return None
@@ -63,8 +86,11 @@ def audit_table(join: dict[str, Any], short: dict[str, str]) -> Table | None:
     return t
 
 
-def render_join(join: dict[str, Any], short: dict[str, str]) -> Group:
-    blocks: list[Table | Text] = [join_table(join, short)]
+def render_join(join: dict[str, Any], short: dict[str, str], width: int | None = None) -> Group:
+    from zgtool.latency.render import fits
+
+    table = join_table(join, short)
+    blocks: list[Table | Text] = [table if width is None or fits(table, width) else join_list(join, short)]
     if (audit := audit_table(join, short)) is not None:
         blocks.append(audit)
     starts = {s for p in join["paths"].values() for s in p["engine_ttft_start"]}

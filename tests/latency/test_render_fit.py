@@ -1,0 +1,91 @@
+"""latency-split's terminal tables never cut a number (issue 25: `184…` whenever a value is ≥ 1000 ms or an
+interval is wide): at any width the bar shrinks or goes, then intervals of the medians go, never a figure."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from rich.console import Console
+
+from zgtool.latency.analysis import analyse
+from zgtool.latency.model import RequestSample, SplitConfig, SplitResult
+from zgtool.latency.render import fmt_ci, fmt_ms, fmt_pm, render
+from zgtool.targets import Target
+
+
+def slow_split(names: tuple[str, ...] = ("direct", "stack"), *, engine: bool = True) -> SplitResult:
+    """Seconds-long requests with a wide spread: medians ≥ 1000 ms and intervals hundreds of ms wide."""
+    rnd = random.Random(7)
+    cfg = SplitConfig(num_requests=30, stream=True, resamples=200, rounds=3)
+    targets = [Target(name=n, url=f"http://127.0.0.1:9/{n}/v1/messages") for n in names]
+    samples = []
+    for k, _ in enumerate(targets):
+        per = []
+        for i in range(30):
+            total = 1400.0 + 90.0 * k + rnd.uniform(-600.0, 900.0)
+            timing = {"queue": 3.0, "prefill": 240.0, "decode": total - 300.0, "total": total - 20.0} if engine else {}
+            per.append(RequestSample(index=i, worker=0, round=i % 3, ok=True, status=200, error=None, send_ms=0.05,
+                                     ttfb_ms=total * 0.25, ttft_ms=total * 0.3, total_ms=total, tpot_ms=80.0,
+                                     itl_ms=[70.0, 95.0], output_tokens=16, input_tokens=8, content_events=16,
+                                     server_timing=timing))
+        samples.append(per)
+    return analyse(targets, samples, cfg)
+
+
+def printed(res: SplitResult, width: int) -> str:
+    console = Console(width=width, record=True, force_terminal=False, color_system=None)
+    with console.capture() as cap:
+        render(res, console)
+    return cap.get()
+
+
+def expected_numbers(res: SplitResult) -> list[str]:
+    out = []
+    for tr in res.targets:
+        for p in tr.phases:
+            for key in ("p50", "p99"):
+                if p.summary.get(key) is not None:
+                    out.append(fmt_ms(p.summary[key]))
+    for d in res.differences:
+        if d.diff_ms is not None:
+            out.append(fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True))
+    return out
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 200])
+def test_every_number_is_printed_whole_at_any_width(width: int) -> None:
+    res = slow_split()
+    assert any(p.summary["p50"] >= 1000 for tr in res.targets for p in tr.phases if p.name == "total_ms")
+    text = printed(res, width)
+    assert "…" not in text
+    assert max(len(ln) for ln in text.splitlines()) <= width
+    flat = " ".join(text.split())       # a folded phase label may wrap; numbers never do
+    for number in expected_numbers(res):
+        assert number in flat, (width, number)
+    assert "±" not in text
+
+
+def test_the_bar_takes_only_the_room_the_numbers_leave_and_goes_when_too_narrow() -> None:
+    res = slow_split()
+    wide, narrow = printed(res, 200), printed(res, 60)
+    assert "█" in wide and "waterfall" in wide
+    assert "waterfall" not in narrow
+
+
+def test_latency_intervals_are_never_negative_and_differences_keep_their_sign() -> None:
+    res = slow_split()
+    text = printed(res, 200)
+    medians = re.findall(r"\d+\.\d\d (\[[^\]]+\])", text)
+    assert medians
+    for ci in medians:
+        if not ci.startswith("[+") and not ci.startswith("[-"):
+            assert "-" not in ci, ci
+    assert fmt_ci(-1.5, 2.25) == "[-1.50, +2.25]" and fmt_ci(1200.4, 1890.0, signed=False) == "[1200, 1890]"
+    assert fmt_pm(5.0, -3.0, 12.0) == "5.00 [0.0, 12.0]"
+
+
+def test_without_the_engine_s_time_the_rest_is_unattributed_not_network() -> None:
+    text = printed(slow_split(engine=False), 120)
+    assert "unattributed" in text and "network + client" not in text
