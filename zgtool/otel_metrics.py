@@ -232,3 +232,52 @@ def _metric(name: str, per: dict[Attrs, Histogram], start_ns: int, now_ns: int) 
     histogram = points + _tag(2, 0) + _varint(CUMULATIVE)
     # metrics.v1.Metric{name=1, description=2, unit=3, histogram=9}
     return _ld(2, _string(1, name) + _string(2, description) + _string(3, unit) + _ld(9, histogram))
+
+
+def k6_durations(points_file: Any) -> Iterable[tuple[str, float, str | None]]:
+    """(path tag, seconds, error.type or None) of every http_req_duration point k6 wrote (--out csv)."""
+    import csv
+    import gzip
+    from urllib.parse import parse_qsl
+
+    with gzip.open(points_file, "rt", newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("metric_name") != "http_req_duration":
+                continue
+            tags = dict(parse_qsl(row.get("extra_tags") or ""))
+            path = tags.get("path") or row.get("scenario") or ""
+            failed = (row.get("expected_response") or "true") != "true"
+            status = row.get("status") or ""
+            error = None
+            if failed:   # the HTTP status when there was one, else k6's error code (timeouts, refused)
+                error = status if status not in ("", "0") else (row.get("error_code") or "_OTHER")
+            yield path, float(row["metric_value"]) / 1000.0, error
+
+
+def export_k6_points(endpoint: str, result: Any, targets: dict[str, Any], *, err: Any) -> None:
+    """`bench --otlp-endpoint`: gen_ai.client.operation.duration of every k6 request, per path. k6 sees
+    neither the first SSE event nor the token counts, so the chunk and token metrics are not sent."""
+    from pathlib import Path
+
+    points = Path(result.config["run_dir"]) / "points.csv.gz"
+    exporter = GenAiMetrics.for_endpoint(endpoint)
+    try:
+        rows = list(k6_durations(points))
+    except (OSError, EOFError, ValueError, KeyError) as exc:
+        err.print(f"OTLP export skipped: cannot read k6's points {points}: {exc}", style="yellow", highlight=False)
+        return
+    for path, seconds, error in rows:
+        target = targets.get(path)
+        if target is None:
+            continue
+        attrs = base_attrs(target)
+        attrs[PATH_ATTR] = target.name if path == "gateway" else path
+        if error is not None:
+            attrs["error.type"] = error
+        exporter.recorder.record(DURATION, attrs, seconds)
+    problem = exporter.push()
+    if problem:
+        err.print(problem, style="yellow", highlight=False)
+    else:
+        err.print(f"[dim]exported gen_ai.client.operation.duration of {len(rows)} k6 requests to "
+                  f"{exporter.url}[/dim]", highlight=False)

@@ -5,52 +5,18 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import pty
-import select
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from otlp_metrics_receiver import MetricsReceiver
+from otlp_metrics_receiver import attrs as _attrs
+from pty_run import run_on_a_terminal as _run_on_a_terminal
 from zgtest import run_zgtool
 
 from zgtool.errors import ExitCode
 
 FAST = ["--max-tokens", "4", "--warmup", "0", "--rounds", "2"]
-
-
-def _run_on_a_terminal(*args: str) -> tuple[int, str]:
-    """`zgtool ARGS` with stderr on a pseudo-terminal (stdout a pipe); returns (exit code, what the terminal got)."""
-    master, slave = pty.openpty()
-    env = {**os.environ, "ZGTOOL_PROGRESS_AFTER_S": "0", "COLUMNS": "200", "NO_COLOR": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "zgtool", *args], stdout=subprocess.PIPE, stderr=slave,
-                            stdin=subprocess.DEVNULL, env=env)
-    os.close(slave)
-    got = bytearray()
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], 60)
-            if not ready:
-                break
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:   # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            got += chunk
-        assert proc.stdout is not None
-        proc.stdout.read()
-        return proc.wait(timeout=60), got.decode(errors="replace")
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_a_terminal_sees_one_progress_line_rewritten_in_place(origin: str) -> None:
@@ -104,60 +70,16 @@ def test_csv_into_a_file_is_refused_before_anything_is_sent(origin: str, tmp_pat
     assert r.returncode == ExitCode.USAGE and "--csv" in r.stderr and r.stderr.count("\n") == 1
 
 
-class _Receiver:
-    """A real OTLP/HTTP metrics endpoint: POST /v1/metrics bodies decoded with the official classes."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-
-        self.requests: list[ExportMetricsServiceRequest] = []
-        self.content_types: list[str] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.path != "/v1/metrics":
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                outer.content_types.append(self.headers["Content-Type"])
-                outer.requests.append(ExportMetricsServiceRequest.FromString(body))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def receiver() -> Iterator[_Receiver]:
+def receiver() -> Iterator[MetricsReceiver]:
     pytest.importorskip("opentelemetry.proto", reason="the test extra opentelemetry-proto decodes the export")
-    r = _Receiver()
+    r = MetricsReceiver()
     yield r
     r.close()
 
 
-def _attrs(point: object) -> dict[str, object]:
-    out = {}
-    for kv in point.attributes:  # type: ignore[attr-defined]
-        v = kv.value
-        out[kv.key] = v.int_value if v.HasField("int_value") else v.string_value
-    return out
-
-
 def test_otlp_export_carries_the_genai_client_metrics_per_path(origin: str, gateway: str,
-                                                               receiver: _Receiver) -> None:
+                                                               receiver: MetricsReceiver) -> None:
     from zgtool.otel_metrics import DURATION_BUCKETS_S, TOKEN_BUCKETS
 
     r = run_zgtool("latency-split", origin, gateway, "-n", "5", *FAST, "--otlp-endpoint", receiver.url,
@@ -191,7 +113,7 @@ def test_otlp_export_carries_the_genai_client_metrics_per_path(origin: str, gate
     assert out_tok.sum == 5 * 4                                             # --max-tokens 4, five requests
 
 
-def test_failed_requests_are_exported_with_their_error_type(flaky_origin: str, receiver: _Receiver) -> None:
+def test_failed_requests_are_exported_with_their_error_type(flaky_origin: str, receiver: MetricsReceiver) -> None:
     r = run_zgtool("latency-split", flaky_origin, "-n", "6", *FAST, "--api", "anthropic", "--model", "m",
                    "--otlp-endpoint", receiver.url + "/v1/metrics", "-o", "/dev/null")
     assert r.returncode == 0, r.stderr

