@@ -48,6 +48,12 @@ resampling whole rounds, paired between targets (--rounds).
 """
 
 
+def _dataset_help() -> str:
+    from zgtool.workload.spec import HELP as DATASET_HELP
+
+    return DATASET_HELP
+
+
 def _max_tokens(value: str) -> int:
     from zgtool.errors import UsageError
     from zgtool.latency.model import MAX_TOKENS
@@ -115,7 +121,7 @@ def _open_loop_options(rate: str | None, arrivals: str, max_in_flight: int, conc
     return opts
 
 
-def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup: int = 2, stream: bool = True,
+def run(targets: list[str], *, requests: int | None = 50, concurrency: int = 1, warmup: int = 2, stream: bool = True,
         prompt: str = "short", prompt_file: Path | None = None, max_tokens: str = "short",
         new_connection: bool = False, api: str | None = None, model: str | None = None,
         timeout: float = 30.0, insecure: bool = False, cacert: Path | None = None, rounds: int = 0,
@@ -123,7 +129,8 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
         slo: list[str] | None = None, cpu_pids: list[str] | None = None,
         otlp_listen: str | None = None, vllm_metrics: str | None = None,
         rate: str | None = None, arrivals: str = "poisson", max_in_flight: int = 0, quiet: bool = False,
-        csv_dir: Path | None = None, otlp_endpoint: str | None = None) -> dict:
+        csv_dir: Path | None = None, otlp_endpoint: str | None = None,
+        dataset: str | None = None, speedup: float = 1.0, metrics_url: str | None = None) -> dict:
     """The command's logic, callable without Typer; returns the versioned result."""
     from zgtool.errors import UsageError, VerdictFailed
     from zgtool.latency.analysis import analyse, result_data
@@ -136,6 +143,18 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
 
     if not targets:
         raise UsageError("give at least one TARGET (a URL or a name from zgtool.toml)")
+    wl = None
+    if dataset:   # loaded and checked before anything is sent (zgtool.workload)
+        from zgtool.workload.split import prepare
+
+        wl = prepare(dataset, requests=requests, concurrency=concurrency, rate=rate, speedup=speedup,
+                     max_tokens=_max_tokens(max_tokens))
+        requests = wl.num_requests
+        if wl.schedule_s is not None and not rounds:
+            rounds = 1    # one timeline per target: blocks would restart the trace's clock at each block
+    elif speedup != 1.0:
+        raise UsageError("--speedup applies to a trace given with --dataset trace:FILE")
+    requests = requests if requests is not None else 50
     open_loop_opts = _open_loop_options(rate, arrivals, max_in_flight, concurrency)
     if rate is not None and vllm_metrics:
         raise UsageError("--vllm-metrics reads deltas around one request at a time; it cannot run with --rate")
@@ -167,7 +186,7 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
                       new_connection=new_connection, prompt=text, prompt_name=prompt_name,
                       max_tokens=_max_tokens(max_tokens), timeout_s=timeout,
                       verify=verify, rounds=rounds,
-                      slo=Slo.parse(slo), **open_loop_opts)
+                      slo=Slo.parse(slo), **open_loop_opts, **(wl.config_fields() if wl else {}))
     from zgtool.latency.openloop import OpenLoopLog
 
     open_loop = OpenLoopLog() if cfg.open_loop else None
@@ -212,8 +231,19 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
 
             watch = DeltaWatch(vllm_metrics, cfg.concurrency)
             hooks = [watch for _ in resolved]
+        pwatch = None
+        if wl is not None or metrics_url:    # the engine's prefix-cache hit rate over the measured requests
+            from zgtool.workload.prefix_cache import Chain
+            from zgtool.workload.split import prefix_watch
+
+            pwatch = prefix_watch([t.url for t in resolved] if wl else [],
+                                  [u for u in (metrics_url, vllm_metrics) if u])
+            if pwatch is not None:
+                hooks = [Chain(h, pwatch) for h in (hooks or [None] * len(resolved))]
         samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu, hooks=hooks, open_loop=open_loop,
                                   on_sample=lambda s: bar.add(s.ok))
+        if pwatch is not None:
+            pwatch.finish()
         if receiver is not None:
             from zgtool.latency.otlp import attach_spans
 
@@ -237,6 +267,8 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
         for tr, per_target in zip(res.targets, samples, strict=True):
             tr.open_loop = summarize_open_loop(per_target, cfg, open_loop.records.get(tr.name))
     data = result_data(res)
+    if pwatch is not None:
+        data["prefix_cache"] = pwatch.result()
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
     if not as_json:
         from zgtool.latency.render import render
@@ -246,6 +278,11 @@ def run(targets: list[str], *, requests: int = 50, concurrency: int = 1, warmup:
 
         for line in field_lines(res):
             console.print(line, style="dim", highlight=False)
+        if pwatch is not None:
+            from zgtool.workload.split import describe
+
+            for line in describe(data["prefix_cache"]):
+                console.print(line, highlight=False)
         for tr in res.targets:
             sources = sorted({s.engine.source for s in tr.samples if s.engine is not None})
             if sources:
@@ -280,7 +317,8 @@ def register(app: typer.Typer) -> None:
     @app.command("latency-split", help=HELP)
     def latency_split(
         targets: list[str] = typer.Argument(..., help="URLs or target names; the first is the baseline."),
-        requests: int = typer.Option(50, "-n", "--requests", help="Measured requests per target."),
+        requests: int | None = typer.Option(None, "-n", "--requests", help="Measured requests per target "
+                                            "(default 50; with --dataset FILE: its number of requests)."),
         concurrency: int = typer.Option(1, "-c", "--concurrency", help="Requests in flight per target."),
         warmup: int = typer.Option(2, "--warmup", help="Unmeasured requests per target first (own connections)."),
         stream: bool = typer.Option(True, "--stream/--no-stream", help="SSE streaming (TTFT, ITL) or one body."),
@@ -323,10 +361,16 @@ def register(app: typer.Typer) -> None:
         max_in_flight: int = typer.Option(0, "--max-in-flight", help="With --rate: at most this many requests "
                                           "in flight (worker threads); a request due while all are busy waits "
                                           "and is counted (0: 256)."),
+        dataset: str | None = typer.Option(None, "--dataset", help=_dataset_help()),
+        speedup: float = typer.Option(1.0, "--speedup", help="With --dataset trace:FILE: replay F times faster."),
+        metrics_url: str | None = typer.Option(None, "--metrics-url", help="An engine's /metrics (zgtool or "
+                                               "vLLM): its prefix-cache hit rate over the run is reported "
+                                               "(with --dataset, each target's own /metrics is tried too)."),
     ) -> None:
         run(targets, requests=requests, concurrency=concurrency, warmup=warmup, stream=stream, prompt=prompt,
             prompt_file=prompt_file, max_tokens=max_tokens, new_connection=new_connection, api=api, model=model,
             timeout=timeout_old if timeout_old is not None else timeout_s, insecure=insecure, cacert=cacert, rounds=rounds, config=config, as_json=as_json,
             out=out, slo=slo, cpu_pids=cpu_pid, otlp_listen=otlp_listen, vllm_metrics=vllm_metrics,
             rate=rate, arrivals=arrivals, max_in_flight=max_in_flight,
-            quiet=quiet, csv_dir=csv_dir, otlp_endpoint=otlp_endpoint)
+            quiet=quiet, csv_dir=csv_dir, otlp_endpoint=otlp_endpoint, dataset=dataset, speedup=speedup,
+            metrics_url=metrics_url)

@@ -88,6 +88,17 @@ def request_body(target: Target, cfg: SplitConfig) -> bytes:
     return json.dumps(body).encode()
 
 
+def request_bodies(target: Target, cfg: SplitConfig) -> tuple[tuple[bytes, bytes], ...]:
+    """With a workload: (body, content-length) per spec, encoded once here so no JSON is encoded inside
+    the timed window; empty without one (every request sends request_body)."""
+    if cfg.workload is None:
+        return ()
+    from zgtool.workload.bodies import encoded_bodies
+
+    return tuple((b, str(len(b)).encode()) for b in encoded_bodies(target.api, target.model, cfg.workload,
+                                                                     cfg.stream))
+
+
 def ssl_context(verify: bool | str) -> ssl.SSLContext:
     if verify is False:
         ctx = ssl.create_default_context()
@@ -113,6 +124,7 @@ class Endpoint:
     body: bytes
     stream: bool
     is_ip: bool
+    bodies: tuple[tuple[bytes, bytes], ...] = ()   # a workload's (body, content-length); request i: [i % n]
 
     @classmethod
     def build(cls, target: Target, cfg: SplitConfig, family: int = socket.AF_UNSPEC) -> Endpoint:
@@ -124,7 +136,7 @@ class Endpoint:
         if cfg.stream:
             headers["accept"] = "text/event-stream"
         return cls(target, host, port, target.scheme, api_path(target), family, headers,
-                   request_body(target, cfg), cfg.stream, is_ip_literal(host))
+                   request_body(target, cfg), cfg.stream, is_ip_literal(host), request_bodies(target, cfg))
 
     def url_for(self, ip: str) -> str:
         h = f"[{ip}]" if ":" in ip else ip
@@ -150,7 +162,7 @@ class Session:
         t = cfg.timeout_s
         self.timeouts = {"connect": t, "read": t, "write": t, "pool": t}
         self.headers = [(k.encode(), v.encode()) for k, v in ep.headers.items()]
-        self.headers.append((b"content-length", str(len(ep.body)).encode()))
+        self.default_body = (ep.body, str(len(ep.body)).encode())
         self.addr: str | None = ep.host if ep.is_ip else None
         self.url: str | None = ep.url_for(ep.host) if ep.is_ip else None
         self.lag_at_content_ns: int | None = None
@@ -162,7 +174,9 @@ class Session:
         ep = self.ep
         sample = RequestSample(index=index, worker=worker, round=rnd, ok=False)
         sample.trace_id, trace = trace_headers()
-        headers = self.headers + trace
+        # warm-up (rnd -1) sends the default body, so it does not seed a prefix cache with measured prompts
+        body, body_len = ep.bodies[index % len(ep.bodies)] if ep.bodies and rnd >= 0 else self.default_body
+        headers = [*self.headers, (b"content-length", body_len), *trace]
         ev = Evidence(stream=ep.stream)
         rec = _Trace()
         t0 = perf_counter_ns()
@@ -183,11 +197,11 @@ class Session:
         content_ns: list[int] = []
         end_ns: int | None = None
         self.lag_at_content_ns = None
-        MARKS.reset(has_body=bool(ep.body))
+        MARKS.reset(has_body=bool(body))
         MARKS.armed = True
         try:
             resp = self.pool.handle_request(httpcore.Request("POST", self.url or "", headers=headers,
-                                                             content=ep.body, extensions=ext))
+                                                             content=body, extensions=ext))
             try:
                 end_ns = self._read(resp, sample, content_ns, rec, ev)
             finally:

@@ -1,0 +1,90 @@
+"""--dataset SPEC -> Workload: the one entry the commands call (before anything is sent)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from zgtool.errors import UsageError
+from zgtool.workload.model import Workload
+
+HELP = ("Workload instead of one prompt: FILE (ShareGPT JSON/JSONL, JSONL of {prompt|messages, output_len}, "
+        "or a Mooncake trace, told apart by their fields), sharegpt:FILE, jsonl:FILE, "
+        "trace:FILE[,block=512] (replayed at its timestamps, see --speedup), "
+        "synthetic:input=DIST,output=DIST[,n=N,seed=S] with DIST fixed:N | uniform:LO:HI | "
+        "normal:MEAN:STD[:MIN[:MAX]] (GuideLLM's prompt_tokens=,output_tokens=,..._stdev/_min/_max also), "
+        "shared-prefix:groups=G,prefix=L,suffix=S,output=O, multi-turn:conversations=C,turns=T,input=I,output=O. "
+        "Lengths are in tokens (one filler word per token; ShareGPT answers: chars/4).")
+
+FILE_KINDS = ("sharegpt", "jsonl", "trace")
+GEN_KINDS = ("synthetic", "shared-prefix", "multi-turn")
+_KV = re.compile(r"^[A-Za-z_]+=")
+
+
+def _options(text: str, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"--dataset {what}: expected key=value, not {part!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _file_and_options(rest: str, what: str) -> tuple[Path, dict[str, str]]:
+    parts = rest.split(",")
+    k = len(parts)
+    while k > 1 and _KV.match(parts[k - 1].strip()):
+        k -= 1
+    path = ",".join(parts[:k]).strip()
+    if not path:
+        raise UsageError(f"--dataset {what}: give a file, e.g. {what}:data.jsonl")
+    return Path(path).expanduser(), _options(",".join(parts[k:]), what)
+
+
+def load_workload(spec: str, *, num_requests: int = 50, max_tokens: int = 16, speedup: float = 1.0) -> Workload:
+    """Parse and load SPEC (see HELP). `num_requests` sizes the generators that are not given n=;
+    `max_tokens` applies to JSONL rows without an output length; `speedup` divides a trace's offsets."""
+    from zgtool.workload import datasets, shared_prefix, trace
+    from zgtool.workload.rows import read_rows
+
+    spec = spec.strip()
+    if not spec:
+        raise UsageError("--dataset is empty; give a file or a generator like synthetic:input=fixed:128,output=fixed:16")
+    kind, sep, rest = spec.partition(":")
+    if sep and kind in GEN_KINDS:
+        opts = _options(rest, kind)
+        if kind == "synthetic":
+            return datasets.synthetic(opts, num_requests)
+        if kind == "shared-prefix":
+            return shared_prefix.shared_prefix(opts, num_requests)
+        return shared_prefix.multi_turn(opts)
+    if not (sep and kind in FILE_KINDS):
+        kind, rest = "auto", spec
+    path, opts = _file_and_options(rest, kind)
+    block = opts.pop("block", None)
+    if "speedup" in opts:
+        try:
+            speedup = float(opts.pop("speedup"))
+        except ValueError:
+            raise UsageError(f"--dataset {spec}: speedup must be a number") from None
+    if opts:
+        raise UsageError(f"--dataset {spec}: unknown option(s) {', '.join(opts)} (a trace takes block=, speedup=)")
+    rows = read_rows(path)
+    if kind == "auto":
+        first = rows[0][1]
+        kind = ("sharegpt" if "conversations" in first or "conversation" in first
+                else "trace" if "input_length" in first else "jsonl")
+    if block is not None and kind != "trace":
+        raise UsageError(f"--dataset {spec}: block= applies to a trace only")
+    if kind == "sharegpt":
+        return datasets.sharegpt(path, rows)
+    if kind == "jsonl":
+        return datasets.plain(path, max_tokens, rows)
+    try:
+        block_size = int(block) if block is not None else trace.BLOCK_SIZE
+    except ValueError:
+        raise UsageError(f"--dataset {spec}: block must be a whole number of tokens") from None
+    return trace.load(path, speedup=speedup, block_size=block_size, rows=rows)

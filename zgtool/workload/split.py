@@ -1,0 +1,71 @@
+"""latency-split's side of a workload: sizing the run from it, the trace's schedule, and the prefix-cache
+hit rate read from the engines' /metrics around the measured requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zgtool.errors import UsageError
+from zgtool.workload.model import Workload
+from zgtool.workload.prefix_cache import PrefixWatch, metrics_url, read
+
+DEFAULT_REQUESTS = 50
+
+
+@dataclass(frozen=True)
+class SplitWorkload:
+    """What latency-split needs from --dataset: the workload, -n, and the trace's send offsets."""
+
+    workload: Workload
+    num_requests: int
+    schedule_s: tuple[float, ...] | None
+
+    def config_fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"workload": self.workload}
+        if self.schedule_s is not None:
+            out["schedule_s"] = self.schedule_s
+        return out
+
+
+def prepare(spec: str, *, requests: int | None, concurrency: int, rate: str | None, speedup: float,
+            max_tokens: int) -> SplitWorkload:
+    """Load --dataset before anything is sent. Without -n, a file or multi-turn runs its own length and a
+    generator without n= runs 50; a trace is replayed at its timestamps (open loop, c=1)."""
+    from zgtool.workload.spec import load_workload
+
+    wl = load_workload(spec, num_requests=requests or DEFAULT_REQUESTS, max_tokens=max_tokens, speedup=speedup)
+    n = requests if requests is not None else len(wl.specs)
+    if wl.offsets_s is None:
+        if speedup != 1.0:
+            raise UsageError("--speedup applies to a trace (--dataset trace:FILE) only")
+        return SplitWorkload(wl, n, None)
+    if rate is not None:
+        raise UsageError("a trace is replayed at its own timestamps; --rate does not apply to it")
+    if concurrency != 1:
+        raise UsageError("a trace is replayed open-loop at its timestamps; -c does not apply "
+                         "(--max-in-flight bounds the requests in flight)")
+    if n > len(wl.offsets_s):
+        raise UsageError(f"-n {n}: the trace {wl.name} has only {len(wl.offsets_s)} requests")
+    return SplitWorkload(wl, n, wl.offsets_s[:n])
+
+
+def prefix_watch(target_urls: list[str], explicit: list[str]) -> PrefixWatch | None:
+    """Watch the explicit URLs (--metrics-url, --vllm-metrics) and each target's own /metrics that answers
+    with prefix-cache counters (zgtool serve, vLLM); None when none does."""
+    urls = list(dict.fromkeys(explicit))
+    for u in target_urls:
+        m = metrics_url(u)
+        if m not in urls and read(m) is not None:
+            urls.append(m)
+    return PrefixWatch(urls) if urls else None
+
+
+def describe(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per engine for the terminal, beside the latency tables."""
+    out = []
+    for r in rows:
+        rate = "n/a (no prompt tokens looked up)" if r["hit_rate"] is None else f"{100 * r['hit_rate']:.1f}%"
+        out.append(f"prefix-cache hit rate {rate}: {r['hit_tokens']:.0f} of {r['query_tokens']:.0f} prompt tokens "
+                   f"found ({r['source']} {r['url']}, measured requests of every target)")
+    return out
