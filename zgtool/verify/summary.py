@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from zgtool.latency.render import fmt_ci
 from zgtool.verify.plan import VerifyData
 
 NS = "not significant"
@@ -21,20 +22,23 @@ def _ms(v: float | None, signed: bool = True) -> str:
 
 
 def _tax_cell(p: dict[str, Any] | None, missing: bool = False) -> str:
-    """'+1.30 ±0.55*': the median difference, half its 95% interval, '*' when the interval excludes 0."""
+    """'+1.30 [+0.80, +1.90]': the median difference and its 95% interval as bounds (an interval that
+    excludes 0 is significant; no ± to misread)."""
     if missing:
         return "n/a"
     if not p or p.get("diff_ms") is None:
         return "–"
-    lo, hi = p.get("lo_ms"), p.get("hi_ms")
-    half = f" ±{(hi - lo) / 2:.2f}" if lo is not None and hi is not None else ""
-    star = "*" if p.get("significance") not in (None, NS) else ""
-    return f"{p['diff_ms']:+.2f}{half}{star}"
+    return f"{p['diff_ms']:+.2f} {fmt_ci(p.get('lo_ms'), p.get('hi_ms'))}"
 
 
 def _total(r: dict[str, Any]) -> dict[str, Any]:
     return {"diff_ms": r.get("tax_ms"), "lo_ms": r.get("tax_lo_ms"), "hi_ms": r.get("tax_hi_ms"),
             "significance": r.get("significance")}
+
+
+def _first_token(r: dict[str, Any]) -> dict[str, Any] | None:
+    """TTFT's difference on a stream (TTFB's when TTFT is absent)."""
+    return r.get("ttft") or r.get("ttfb")
 
 
 def render_summary(data: VerifyData, report: Path, console: Console) -> None:
@@ -62,20 +66,24 @@ def render_summary(data: VerifyData, report: Path, console: Console) -> None:
 
 
 def _tax_table(v: dict[str, Any], console: Console) -> None:
-    table = Table(title="Gateway tax, ms: gateway − direct medians ± half the 95% CI (* = excludes 0)",
+    table = Table(title="Gateway tax, ms: gateway − direct medians [95% CI] (significant when it excludes 0)",
                   title_justify="left")
-    for col in ("config", "direct", "outside engine", "total", "gw CPU/req"):
+    streams = any(r.get("ttft") for r in v["rows"])
+    cols = ["config", "direct", *(["first token"] if streams else []), "outside engine", "total", "gw CPU/req"]
+    for col in cols:
         table.add_column(col, justify="left" if col == "config" else "right")
     lines = []
     for r in v["rows"]:
         cpu = r.get("gateway_cpu_ms")
-        table.add_row(r["label"], _ms(r["baseline_total_ms"], False),
+        first = [_tax_cell(_first_token(r))] if streams else []
+        table.add_row(r["label"], _ms(r["baseline_total_ms"], False), *first,
                       _tax_cell(r.get("outside_engine"), bool(r.get("attribution_missing"))), _tax_cell(_total(r)),
                       "–" if cpu is None else f"{cpu:.2f}")
     for sentence in v.get("sentences") or []:
         lines.append(sentence)
     console.print(table)
-    console.print("outside engine: total minus the engine's own total (Server-Timing or any engine adapter); "
+    console.print(("first token: TTFT, stream only. " if streams else "") +
+                  "outside engine: total minus the engine's own total (Server-Timing or any engine adapter); "
                   "n/a: attribution missing. "
                   "gw CPU/req: CPU ms the gateway's processes used per request on this host.", style="dim")
     for line in lines:

@@ -1,0 +1,33 @@
+"""verify's terminal verdict prints intervals as [lo, hi] (issue 25: `+36.33 ±40.84*` read as both
+"contains 0" and "excludes 0") and, on a stream, the first token's tax beside the others."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from report_build import diff, split  # tests/report/report_build.py (the root conftest puts it on the path)
+from rich.console import Console
+
+from zgtool.report.verdict import describe, verdict
+from zgtool.results import to_jsonable
+from zgtool.verify.plan import VerifyData
+from zgtool.verify.summary import render_summary
+
+
+def test_the_tax_table_prints_bounds_never_plus_minus_or_stars(tmp_path: Path) -> None:
+    results = [split([diff("total_ms", 36.33, 10.7, 92.4), diff("outside_engine_ms", 21.1, 12.0, 30.0),
+                      diff("ttft_ms", 35.9, 12.4, 58.0), diff("ttfb_ms", 80.8, 60.2, 101.0)], stream=True),
+               split([diff("total_ms", 2.0, -5.0, 9.0), diff("outside_engine_ms", 0.5, -1.0, 2.0)])]
+    v = verdict(results)
+    assert v is not None
+    data = VerifyData(config={}, plan={}, urls={}, stages=[], files=[], gate=None,
+                      verdict={"headline": v.headline, "rows": to_jsonable(v.rows),
+                               "sentences": [describe(r) for r in v.rows], "indicative": False, "metrics": []})
+    buf = io.StringIO()
+    render_summary(data, tmp_path / "report.html", Console(file=buf, width=200, color_system=None))
+    out = buf.getvalue()
+    assert "±" not in out and "*" not in out
+    assert "+36.33 [+10.7, +92.4]" in out and "+21.10 [+12.0, +30.0]" in out and "+0.50 [-1.00, +2.00]" in out
+    assert "first token" in out and "+35.90 [+12.4, +58.0]" in out
+    assert out.index("Verdict:") < out.index("stack adds 35.9 ms to the first token")
