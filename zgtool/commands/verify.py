@@ -46,7 +46,11 @@ def register(app: typer.Typer) -> None:
         prompt: str = typer.Option("short", "--prompt", help="Prompt: short, medium, long, or the text itself."),
         slo: list[str] = typer.Option([], "--slo", help="Goodput SLOs in ms, vLLM form: "
                                       "'ttft:500 tpot:50 e2e:2000' (repeatable)."),
-        out: Path | None = typer.Option(None, "--out", help="Folder for results + report.html."),
+        out: Path | None = typer.Option(None, "-o", "--out", help="Folder for results + report.html."),
+        csv_dir: Path | None = typer.Option(None, "--csv", metavar="DIR", help="Also write every stage's "
+                                            "results (per request and summary tables) as CSV files into DIR."),
+        quiet: bool = typer.Option(False, "-q", "--quiet", help="No live spinner; the one line per finished "
+                                   "stage stays."),
         no_k6: bool = typer.Option(False, "--no-k6", help="Skip the k6 load stage."),
         gateway: str = typer.Option("stack", "--gateway", help="nginx | pygw | stack (nginx -> pygw) | haproxy | caddy | litellm | varnish | squid."),
         policy: Path | None = typer.Option(None, "--policy", help="Gate policy TOML (default: the shipped one)."),
@@ -65,8 +69,14 @@ def register(app: typer.Typer) -> None:
         cfg = VerifyConfig(model=model, quick=quick, out_dir=out, k6=not no_k6, gateway=gateway, policy=policy,
                            fail_on_gate=fail_on_gate, dtype=dtype, num_threads=num_threads, requests=requests,
                            max_tokens=max_tokens, concurrency=_levels(concurrency), prompt=prompt, slo=tuple(slo))
+        if csv_dir is not None and csv_dir.exists() and not csv_dir.is_dir():
+            from zgtool.errors import UsageError
+
+            raise UsageError(f"--csv {csv_dir} exists and is not a folder")
         _prepare_model(model, err_console)
-        data, report = run_verify(cfg, Ui(err_console))
+        data, report = run_verify(cfg, Ui(_quiet_console() if quiet else err_console))
+        if csv_dir is not None:
+            _write_csvs(report.parent, csv_dir, err_console)
         if as_json:
             sys.stdout.write(json.dumps(summary_json(data), indent=2) + "\n")
         else:
@@ -84,6 +94,28 @@ def register(app: typer.Typer) -> None:
                 raise MeasurementUnreliable(f"gate: the measurement is unreliable, not judged: "
                                             f"{'; '.join(data.gate['failed'][:3])} (report {report})")
             raise VerdictFailed(f"gate breached: {'; '.join(data.gate['failed'][:3])} (report {report})")
+
+
+def _quiet_console() -> object:
+    from rich.console import Console
+
+    return Console(stderr=True, force_terminal=False)   # not a terminal: the Ui draws no spinner
+
+
+def _write_csvs(report_dir: Path, csv_dir: Path, console: object) -> None:
+    """Every stage's result in the report folder as CSV files, each named after its result file."""
+    from zgtool.csvout import write_csv
+    from zgtool.results import load_result
+
+    n = 0
+    for path in sorted(report_dir.glob("*.json")):
+        try:
+            result = load_result(path)
+        except Exception:   # noqa: BLE001 - a file that is not a result (a k6 payload) has no tables
+            continue
+        if isinstance(result, dict) and "kind" in result and "data" in result:
+            n += len(write_csv(result, csv_dir, prefix=f"{path.stem}."))
+    console.print(f"[dim]wrote {n} CSV files to {csv_dir}[/dim]", highlight=False)  # type: ignore[attr-defined]
 
 
 def _levels(text: str) -> tuple[int, ...]:
