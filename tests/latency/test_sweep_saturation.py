@@ -32,7 +32,7 @@ def test_a_curve_that_keeps_up_everywhere_has_no_knee() -> None:
 def test_the_knee_is_the_last_load_the_path_kept_up_with(capacity: float, knee: float, saturated_at: float) -> None:
     s = detect(rate_curve(capacity), RATE_RULE)
     assert (s.knee, s.saturated_at) == (knee, saturated_at)
-    assert "achieved" in (s.reason or "")
+    assert "answered" in (s.reason or "")
 
 
 def test_points_are_judged_in_load_order_and_a_later_recovery_does_not_undo_saturation() -> None:
@@ -65,6 +65,15 @@ def test_saturated_at_the_lowest_load_has_no_knee() -> None:
     assert "lowest load" in s.describe("req/s")
 
 
+def test_a_rate_point_is_judged_on_what_reached_the_path() -> None:
+    # the client sent only 6 of the 8 req/s asked, and the path answered all 6: not the path's knee
+    pts = [CurvePoint(4, 4.0, 10.0), CurvePoint(8, 5.9, 11.0, offered_rps=6.0)]
+    assert detect(pts, RATE_RULE).saturated_at is None
+    short = [CurvePoint(4, 4.0, 10.0), CurvePoint(8, 4.1, 11.0, offered_rps=6.0)]
+    s = detect(short, RATE_RULE)
+    assert s.saturated_at == 8 and "of 6 sent" in (s.reason or "")
+
+
 def test_a_point_where_nothing_was_answered_is_saturated() -> None:
     s = detect([CurvePoint(1, 1, 5.0), CurvePoint(2, None, None)], RATE_RULE)
     assert (s.knee, s.saturated_at, s.reason) == (1, 2, "no request answered")
@@ -85,7 +94,7 @@ def test_concurrency_noise_in_throughput_does_not_make_a_knee() -> None:
 
 
 def test_the_rule_is_stated_with_its_numbers() -> None:
-    assert "achieved < 90% of the offered rate" in RATE_RULE.describe()
+    assert "answers/s < 90% of the offered rate" in RATE_RULE.describe()
     assert "TTFT p99 > 3x" in RATE_RULE.describe()
     assert "50% of the throughput" in CONC_RULE.describe()
     assert CONC_RULE.public()["text"] == CONC_RULE.describe()

@@ -121,7 +121,7 @@ def _open_loop_options(rate: str | None, arrivals: str, max_in_flight: int, conc
     return opts
 
 
-def run(targets: list[str], *, requests: int | None = 50, concurrency: int = 1, warmup: int = 2, stream: bool = True,
+def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str = 1, warmup: int = 2, stream: bool = True,
         prompt: str = "short", prompt_file: Path | None = None, max_tokens: str = "short",
         new_connection: bool = False, api: str | None = None, model: str | None = None,
         timeout: float = 30.0, insecure: bool = False, cacert: Path | None = None, rounds: int = 0,
@@ -143,6 +143,14 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int = 1, 
 
     if not targets:
         raise UsageError("give at least one TARGET (a URL or a name from zgtool.toml)")
+    from zgtool.latency.sweep import parse_load
+
+    concurrency, rate, sweep = parse_load(concurrency, rate)    # a list, or --rate sweep: a load sweep
+    if sweep is not None:
+        from zgtool.latency.sweep_cli import refuse_with_sweep
+
+        refuse_with_sweep(**{"--cpu-pid": cpu_pids, "--otlp-listen": otlp_listen, "--vllm-metrics": vllm_metrics,
+                             "--otlp-endpoint": otlp_endpoint})
     wl = None
     if dataset:   # loaded and checked before anything is sent (zgtool.workload)
         from zgtool.workload.split import prepare
@@ -150,6 +158,8 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int = 1, 
         wl = prepare(dataset, requests=requests, concurrency=concurrency, rate=rate, speedup=speedup,
                      max_tokens=_max_tokens(max_tokens))
         requests = wl.num_requests
+        if sweep is not None and wl.schedule_s is not None:
+            raise UsageError("a trace is replayed at its own timestamps; it cannot be a load sweep")
         if wl.schedule_s is not None and not rounds:
             rounds = 1    # one timeline per target: blocks would restart the trace's clock at each block
     elif speedup != 1.0:
@@ -160,6 +170,13 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int = 1, 
         raise UsageError("--vllm-metrics reads deltas around one request at a time; it cannot run with --rate")
     if insecure and cacert is not None:
         raise UsageError("--insecure and --cacert exclude each other")
+    if csv_dir is not None and csv_dir.exists() and not csv_dir.is_dir():
+        raise UsageError(f"--csv {csv_dir} exists and is not a folder")
+    exporter = None
+    if otlp_endpoint:   # checked before anything is sent
+        from zgtool.otel_metrics import GenAiMetrics
+
+        exporter = GenAiMetrics.for_endpoint(otlp_endpoint, verify=False if insecure else (str(cacert) if cacert else True))
     if cacert is not None and not cacert.is_file():
         raise UsageError(f"--cacert {cacert}: no such file")
     resolved = []
@@ -187,6 +204,10 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int = 1, 
                       max_tokens=_max_tokens(max_tokens), timeout_s=timeout,
                       verify=verify, rounds=rounds,
                       slo=Slo.parse(slo), **open_loop_opts, **(wl.config_fields() if wl else {}))
+    if sweep is not None:
+        from zgtool.latency.sweep_cli import run_sweep_command
+
+        return run_sweep_command(resolved, cfg, sweep, as_json=as_json, out=out, quiet=quiet, csv_dir=csv_dir)
     from zgtool.latency.openloop import OpenLoopLog
 
     open_loop = OpenLoopLog() if cfg.open_loop else None
@@ -197,11 +218,6 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int = 1, 
 
     bar = ProgressLine("latency-split", cfg.num_requests * len(resolved), quiet=quiet)
     block_done: dict[str, int] = {}
-    exporter = None
-    if otlp_endpoint:
-        from zgtool.otel_metrics import GenAiMetrics
-
-        exporter = GenAiMetrics.for_endpoint(otlp_endpoint, verify=verify)
 
     def progress(name: str, done: int, total: int) -> None:
         if as_json:
@@ -319,7 +335,9 @@ def register(app: typer.Typer) -> None:
         targets: list[str] = typer.Argument(..., help="URLs or target names; the first is the baseline."),
         requests: int | None = typer.Option(None, "-n", "--requests", help="Measured requests per target "
                                             "(default 50; with --dataset FILE: its number of requests)."),
-        concurrency: int = typer.Option(1, "-c", "--concurrency", help="Requests in flight per target."),
+        concurrency: str = typer.Option("1", "-c", "--concurrency", help="Requests in flight per target; a "
+                                        "list (1,4,16) sweeps them: one measurement per value, knee and "
+                                        "capacity tax per path."),
         warmup: int = typer.Option(2, "--warmup", help="Unmeasured requests per target first (own connections)."),
         stream: bool = typer.Option(True, "--stream/--no-stream", help="SSE streaming (TTFT, ITL) or one body."),
         prompt: str = typer.Option("short", "--prompt", help="Prompt preset: short, medium, long."),
@@ -355,7 +373,10 @@ def register(app: typer.Typer) -> None:
                                                 "phases from histogram deltas around each request (-c 1 only)."),
         rate: str | None = typer.Option(None, "--rate", help="Open loop: send R requests/s per target on a "
                                         "schedule, whatever the answers take; latency is also counted from "
-                                        "each request's due time, and a client that fell behind is flagged."),
+                                        "each request's due time, and a client that fell behind is flagged. "
+                                        "A list (1,2,4,8) sweeps the rates; 'sweep' starts at one stream's "
+                                        "rate (1 / the c=1 mean E2E) and doubles until every path saturates "
+                                        "(at most 8 points, no new point after 600 s)."),
         arrivals: str = typer.Option("poisson", "--arrivals", help="With --rate: poisson (exponential gaps, "
                                      "seeded) or constant (evenly spaced)."),
         max_in_flight: int = typer.Option(0, "--max-in-flight", help="With --rate: at most this many requests "

@@ -15,6 +15,11 @@ RATE = "rate"                   # open loop: load = offered req/s
 CONCURRENCY = "concurrency"     # closed loop: load = streams in flight
 
 
+def qty(load: float, unit: str) -> str:
+    """'8 req/s', '4 streams', '1 stream'."""
+    return f"{load:g} {unit.removesuffix('s') if unit == 'streams' and load == 1 else unit}"
+
+
 @dataclass(frozen=True)
 class CurvePoint:
     """One load point of one path. `achieved_rps` None or 0: nothing was answered."""
@@ -22,6 +27,7 @@ class CurvePoint:
     load: float
     achieved_rps: float | None
     latency_p99_ms: float | None      # TTFT p99 on streams, E2E p99 on whole answers
+    offered_rps: float | None = None  # rate: what reached the path, when it differs from `load`
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,8 @@ class KneeRule:
     def describe(self) -> str:
         """The rule in one sentence, printed with every sweep and written into its result."""
         if self.kind == RATE:
-            first = f"achieved < {1 - self.shortfall:.0%} of the offered rate"
+            first = (f"answers/s < {1 - self.shortfall:.0%} of the offered rate (of the rate actually sent, "
+                     "where the client fell behind)")
         else:
             first = (f"raising the streams adds < {self.min_gain:.0%} of the throughput they would add at "
                      f"the previous point's per-stream rate")
@@ -68,17 +75,18 @@ class Saturation:
 
     def describe(self, unit: str) -> str:
         if self.saturated_at is None:
-            return f"not saturated up to {self.max_load:g} {unit}"
+            return f"not saturated up to {qty(self.max_load, unit)}"
         if self.knee is None:
-            return f"saturated already at the lowest load, {self.saturated_at:g} {unit} ({self.reason})"
-        return f"knee at {self.knee:g} {unit}; saturated at {self.saturated_at:g} {unit} ({self.reason})"
+            return f"saturated already at the lowest load, {qty(self.saturated_at, unit)} ({self.reason})"
+        return f"knee at {qty(self.knee, unit)}; saturated at {qty(self.saturated_at, unit)} ({self.reason})"
 
 
 def _why_saturated(p: CurvePoint, prev: CurvePoint | None, low_p99: float | None, rule: KneeRule) -> str | None:
     if not p.achieved_rps:
         return "no request answered"
-    if rule.kind == RATE and p.achieved_rps < (1 - rule.shortfall) * p.load:
-        return f"achieved {p.achieved_rps:.3g} req/s < {1 - rule.shortfall:.0%} of {p.load:g} offered"
+    offered = p.offered_rps or p.load
+    if rule.kind == RATE and p.achieved_rps < (1 - rule.shortfall) * offered:
+        return f"answered {p.achieved_rps:.3g} req/s < {1 - rule.shortfall:.0%} of {offered:.3g} sent"
     if rule.kind == CONCURRENCY and prev is not None and prev.achieved_rps and p.load > prev.load:
         ideal_gain = prev.achieved_rps * (p.load / prev.load - 1)
         gain = p.achieved_rps - prev.achieved_rps
@@ -142,23 +150,23 @@ def capacity_tax(baseline: str, base: Saturation, candidate: str, cand: Saturati
         return CapacityTax(baseline, candidate, base.knee, cand.knee, tax, bound, text)
 
     if b_kind == "knee" and c_kind == "knee":
-        return out(t, "exact", f"knee at {b:g} {unit} {baseline} vs {c:g} {unit} {candidate}: "
+        return out(t, "exact", f"knee at {qty(b, unit)} {baseline} vs {qty(c, unit)} {candidate}: "
                                f"capacity tax {t:.0f}%")
     if b_kind == "at least" and c_kind in ("knee", "below") and t > 0:
-        held = f"knee at {c:g}" if c_kind == "knee" else f"saturated already at {c:g}"
-        return out(t, "at least", f"{held} {unit} {candidate} while {baseline} held {b:g} {unit} "
+        held = f"knee at {qty(c, unit)}" if c_kind == "knee" else f"saturated already at {qty(c, unit)}"
+        return out(t, "at least", f"{held} {candidate} while {baseline} held {qty(b, unit)} "
                                   f"unsaturated: capacity tax at least {t:.0f}%")
     if b_kind == "knee" and c_kind == "below":
-        return out(t, "at least", f"{candidate} saturated already at {c:g} {unit}, {baseline}'s knee at "
-                                  f"{b:g} {unit}: capacity tax more than {t:.0f}%")
+        return out(t, "at least", f"{candidate} saturated already at {qty(c, unit)}, {baseline}'s knee at "
+                                  f"{qty(b, unit)}: capacity tax more than {t:.0f}%")
     if b_kind == "knee" and c_kind == "at least":
         if t <= 0:
-            return out(0.0, "at most", f"{candidate} held {c:g} {unit} unsaturated, at or past {baseline}'s "
-                                       f"knee at {b:g} {unit}: no capacity tax")
-        return out(t, "at most", f"{candidate} held {c:g} {unit} unsaturated, {baseline}'s knee at {b:g} "
-                                 f"{unit}: capacity tax at most {t:.0f}%")
+            return out(0.0, "at most", f"{candidate} held {qty(c, unit)} unsaturated, at or past {baseline}'s "
+                                       f"knee at {qty(b, unit)}: no capacity tax")
+        return out(t, "at most", f"{candidate} held {qty(c, unit)} unsaturated, {baseline}'s knee at "
+                                 f"{qty(b, unit)}: capacity tax at most {t:.0f}%")
     if b_kind == "at least" and c_kind == "at least":
-        return out(None, None, f"{candidate} vs {baseline}: neither saturated up to {min(b, c):g} {unit}, "
+        return out(None, None, f"{candidate} vs {baseline}: neither saturated up to {qty(min(b, c), unit)}, "
                                "so no capacity tax")
     return out(None, None, f"{candidate} vs {baseline}: no capacity tax ({baseline}: {base.describe(unit)}; "
                            f"{candidate}: {cand.describe(unit)})")
