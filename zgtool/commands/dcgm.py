@@ -52,8 +52,23 @@ def _reflow(text: str) -> str:
     return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
 
 
-WATCH_HELP = _reflow(WATCH_HELP_RAW)
-DEFRAG_HELP = _reflow(DEFRAG_HELP_RAW)
+WATCH_EXAMPLES = """
+
+\b
+Examples:
+  zgtool dcgm watch --endpoint http://gpu-node:9400/metrics --duration 60 -o gpu.json
+  zgtool dcgm watch --engine http://127.0.0.1:8000 --once
+  zgtool dcgm watch --prometheus http://prometheus:9090 --selector 'Hostname=~"gpu-.*"' --fail-on-alert
+"""
+DEFRAG_EXAMPLES = """
+
+\b
+Examples:
+  zgtool defrag --engine http://127.0.0.1:8000 --dry-run
+  zgtool defrag --engine https://127.0.0.1:8443 --cacert cert.pem --drop-prefix-cache -o defrag.json
+"""
+WATCH_HELP = _reflow(WATCH_HELP_RAW) + WATCH_EXAMPLES
+DEFRAG_HELP = _reflow(DEFRAG_HELP_RAW) + DEFRAG_EXAMPLES
 
 
 def register(app: typer.Typer) -> None:
@@ -121,7 +136,8 @@ def register(app: typer.Typer) -> None:
                                                help="Also drop evictable prefix-cache blocks."),
         admin_key: str = typer.Option(None, "--admin-key", help="Admin key (default: $ZGTOOL_ADMIN_KEY).",
                                       show_default=False),
-        timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the engine."),
+        timeout: float = typer.Option(60.0, "--timeout-s", help="Seconds to wait for the engine."),
+        timeout_old: float | None = typer.Option(None, "--timeout", hidden=True, help="Old name of --timeout-s."),
         as_json: bool = typer.Option(False, "--json", help="Print the defrag result as JSON."),
         out: Path = typer.Option(None, "-o", "--output", help="Write the defrag result here."),
         insecure: bool = typer.Option(False, "--insecure", "-k", help="Do not verify TLS certificates."),
@@ -135,7 +151,7 @@ def register(app: typer.Typer) -> None:
         key = admin_key or os.environ.get(ADMIN_KEY_ENV) or None
         url = engine if "://" in engine else "http://" + engine
         data = run_defrag(DefragRequest(url, dry_run=dry_run, drop_prefix_cache=drop_prefix_cache,
-                                        admin_key=key, timeout_s=timeout,
+                                        admin_key=key, timeout_s=timeout if timeout_old is None else timeout_old,
                                         verify=verify_setting(insecure, cacert)))
         if not as_json:
             from zgtool.dcgm.render import defrag_table

@@ -45,6 +45,12 @@ Definitions (vLLM benchmark conventions):
               --slo 'ttft:500 tpot:50 e2e:2000'
 Statistics: p50/p90/p95/p99, mean, stddev; bootstrap CI of medians
 resampling whole rounds, paired between targets (--rounds).
+
+\b
+Examples:
+  zgtool latency-split http://127.0.0.1:8000 http://127.0.0.1:8080 -n 100 -c 4 -o split.json
+  zgtool latency-split local api --no-stream --new-connection --csv split-csv/
+  zgtool latency-split http://vllm:8000 --rate 8 -n 400 --otlp-endpoint http://otel-collector:4318
 """
 
 

@@ -11,6 +11,14 @@ from typing import Any
 import typer
 
 TARGET_HELP = "A target name from zgtool.toml (see `zgtool targets`) or a URL."
+EXAMPLES = """
+
+\b
+Examples:
+  zgtool probe --target http://127.0.0.1:8080 -o probe.json
+  zgtool probe headers https://api.anthropic.com --timeout-s 5
+  zgtool probe stream local --max-tokens 32 --json
+"""
 
 
 def _target(spec: str, config: Path | None, api: str | None, model: str | None) -> Any:
@@ -32,30 +40,35 @@ def _emit(kind: str, data: Any, target: Any, renderer: Any, as_json: bool, out: 
     emit_result(result, as_json=as_json, out=out)
 
 
-def _check_timeout(timeout: float) -> None:
+def _check_timeout(timeout: float, old: float | None = None) -> float:
+    """--timeout-s, or the old spelling --timeout (hidden) when that was given."""
     from zgtool.errors import UsageError
 
+    timeout = old if old is not None else timeout
     if not timeout > 0:
-        raise UsageError(f"--timeout must be > 0 seconds, not {timeout}")
+        raise UsageError(f"--timeout-s must be > 0 seconds, not {timeout}")
+    return timeout
 
 
 def register(app: typer.Typer) -> None:
-    probe_app = typer.Typer(help="Is there a gateway between you and the model, what is it, what does it cost?")
+    probe_app = typer.Typer(help="Is there a gateway between you and the model, what is it, what does it cost?"
+                            + EXAMPLES)
 
     config_opt = typer.Option(None, "--config", help="zgtool.toml to read.")
     api_opt = typer.Option(None, "--api", help="anthropic | openai (overrides the target's).")
     model_opt = typer.Option(None, "--model", help="Model name to request (overrides the target's).")
     json_opt = typer.Option(False, "--json", help="Print the versioned JSON result to stdout.")
     out_opt = typer.Option(None, "-o", "--output", help="Write the JSON result to FILE.")
-    timeout_opt = typer.Option(10.0, "--timeout", help="Per-step network timeout, seconds.")
-    insecure_opt = typer.Option(False, "--insecure", help="Do not verify the TLS certificate.")
+    timeout_opt = typer.Option(10.0, "--timeout-s", help="Per-step network timeout, seconds.")
+    old_timeout_opt = typer.Option(None, "--timeout", hidden=True, help="Old name of --timeout-s.")
+    insecure_opt = typer.Option(False, "-k", "--insecure", help="Do not verify the TLS certificate.")
 
     @probe_app.callback(invoke_without_command=True)
     def probe_root(
         ctx: typer.Context,
         target: str = typer.Option(None, "--target", help="Run every probe on this target. " + TARGET_HELP),
         config: Path = config_opt, api: str = api_opt, model: str = model_opt,
-        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt,
+        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt, timeout_old: float | None = old_timeout_opt,
         insecure: bool = insecure_opt,
         max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request for the stream probe."),
     ) -> None:
@@ -66,7 +79,7 @@ def register(app: typer.Typer) -> None:
 
         if target is None:
             raise UsageError("name a probe (tcp, tls, headers, stream) or pass --target NAME to run them all")
-        _check_timeout(timeout)
+        timeout = _check_timeout(timeout, timeout_old)
         from zgtool.probes.combined import probe_all
         from zgtool.probes.render import render_all
 
@@ -88,13 +101,13 @@ def register(app: typer.Typer) -> None:
         method: str = typer.Option(None, "--method", help="Send METHOD instead of the API request."),
         path: str = typer.Option(None, "--path", help="Request PATH instead of the API endpoint."),
         config: Path = config_opt, api: str = api_opt, model: str = model_opt,
-        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt,
+        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt, timeout_old: float | None = old_timeout_opt,
     ) -> None:
         """Capture the connection and first request (SYN/SYN-ACK RTT, TTL/hops, options, retransmissions)."""
         from zgtool.errors import UsageError
         from zgtool.probes import render
 
-        _check_timeout(timeout)
+        timeout = _check_timeout(timeout, timeout_old)
         if read is not None:
             if target is not None or pcap is not None:
                 raise UsageError("--read analyses a capture file; do not also give a TARGET or --pcap")
@@ -117,13 +130,13 @@ def register(app: typer.Typer) -> None:
     def probe_tls_cmd(
         target: str = typer.Argument(..., help=TARGET_HELP),
         sni: str = typer.Option(None, "--sni", help="Server name to send (default: the URL's host)."),
-        config: Path = config_opt, as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt,
+        config: Path = config_opt, as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt, timeout_old: float | None = old_timeout_opt,
     ) -> None:
         """TLS version, cipher, ALPN, certificate, handshake time and a JA4S-style fingerprint."""
         from zgtool.probes import render
         from zgtool.probes.tls import probe_tls
 
-        _check_timeout(timeout)
+        timeout = _check_timeout(timeout, timeout_old)
         t = _target(target, config, None, None)
         _emit("probe.tls", probe_tls(t, timeout_s=timeout, sni=sni), t, render.render_tls, as_json, out)
 
@@ -138,7 +151,7 @@ def register(app: typer.Typer) -> None:
                                             help="Do not send the one malformed request that shows who parses "
                                                  "requests first."),
         config: Path = config_opt, api: str = api_opt, model: str = model_opt,
-        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt,
+        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt, timeout_old: float | None = old_timeout_opt,
         insecure: bool = insecure_opt,
     ) -> None:
         """One minimal request (and one malformed one); every response header matched against the signature
@@ -146,7 +159,7 @@ def register(app: typer.Typer) -> None:
         from zgtool.errors import UsageError
         from zgtool.probes import render
 
-        _check_timeout(timeout)
+        timeout = _check_timeout(timeout, timeout_old)
         if read is not None:
             if target is not None:
                 raise UsageError("--read analyses a recorded file; do not also give a TARGET")
@@ -169,7 +182,8 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request."),
         config: Path = config_opt, api: str = api_opt, model: str = model_opt,
         as_json: bool = json_opt, out: Path = out_opt,
-        timeout: float = typer.Option(30.0, "--timeout", help="Network timeout per read, seconds."),
+        timeout: float = typer.Option(30.0, "--timeout-s", help="Network timeout per read, seconds."),
+        timeout_old: float | None = typer.Option(None, "--timeout", hidden=True, help="Old name of --timeout-s."),
         insecure: bool = insecure_opt,
     ) -> None:
         """Stream one answer, time every chunk, and flag a buffering intermediary."""
@@ -177,7 +191,7 @@ def register(app: typer.Typer) -> None:
         from zgtool.probes import render
         from zgtool.probes.stream import probe_stream
 
-        _check_timeout(timeout)
+        timeout = _check_timeout(timeout, timeout_old)
         if max_tokens < 1:
             raise UsageError(f"--max-tokens must be >= 1, not {max_tokens}")
         t = _target(target, config, api, model)

