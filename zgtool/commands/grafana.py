@@ -1,4 +1,4 @@
-"""`zgtool grafana export`: the shipped Grafana dashboard (engine /metrics + dcgm-exporter) as JSON."""
+"""`zgtool grafana export`: the shipped Grafana dashboard (engine /metrics, pygw /metrics, dcgm-exporter) as JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    grafana_app = typer.Typer(help="Grafana dashboards for the engine's /metrics and dcgm-exporter.",
+    grafana_app = typer.Typer(help="Grafana dashboards for the engine's and pygw's /metrics and dcgm-exporter.",
                               no_args_is_help=True)
     app.add_typer(grafana_app, name="grafana")
 
@@ -18,8 +18,8 @@ def register(app: typer.Typer) -> None:
         title: str = typer.Option("zgtool engine", "--title", help="Dashboard title."),
     ) -> None:
         """Write the dashboard: requests running/waiting, KV use, TTFT/ITL/E2E/queue quantiles, tokens/s,
-        prefix-cache hit rate, finishes and errors, engine stalls, preemptions, and dcgm-exporter's GPU
-        golden metrics. Import it in Grafana (Dashboards > Import) and pick your Prometheus.
+        prefix-cache hit rate, finishes and errors, engine stalls, preemptions; pygw's answers, upstream
+        latency, own overhead and retries (scrape pygw's /metrics too); and dcgm-exporter's GPU golden metrics. Import it in Grafana (Dashboards > Import) and pick your Prometheus.
 
         \\b
         Examples:

@@ -1,7 +1,7 @@
-"""The dashboard as data: panels of PromQL over what the engine's /metrics (zg_*, vLLM-like names)
-and dcgm-exporter (DCGM_FI_*, classic names) expose. `zgtool grafana export` writes it as Grafana's
+"""The dashboard as data: panels of PromQL over what the engine's /metrics (zg_*, vLLM-like names),
+pygw's /metrics (pygw_*: the gateway hop) and dcgm-exporter (DCGM_FI_*, classic names) expose. `zgtool grafana export` writes it as Grafana's
 JSON model (schemaVersion 39), importable as is; tests/grafana checks every query against a live
-engine scraped by a real Prometheus and against recorded dcgm-exporter pages.
+engine and pygw scraped by a real Prometheus and against recorded dcgm-exporter pages.
 
 Histograms are read as quantiles of their rate (`histogram_quantile(q, sum by (le) (rate(..._bucket
 [$__rate_interval])))`), the way vLLM's own dashboard does.
@@ -22,12 +22,16 @@ class Panel:
     title: str
     unit: str
     exprs: tuple[tuple[str, str], ...]   # (legend, PromQL)
-    source: str = "engine"               # engine | dcgm (which exporter the query reads)
+    source: str = "engine"               # engine | pygw | dcgm (which exporter the query reads)
     description: str = ""
 
 
-def _q(metric: str, q: float) -> str:
-    return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{model_name=~\"$model\"}}[$__rate_interval])))"
+def _q(metric: str, q: float, labels: str = '{model_name=~"$model"}') -> str:
+    return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{labels}[$__rate_interval])))"
+
+
+def _gw(metric: str, q: float) -> str:
+    return _q(metric, q, "")   # pygw's series carry no model label
 
 
 M = '{model_name=~"$model"}'
@@ -55,6 +59,17 @@ PANELS: tuple[Panel, ...] = (
     Panel("Engine stalled (work, no step)", "s", (("stalled", f"max(zg_engine_stalled_seconds{M})"),),
           description="Seconds the engine has had work but run no step; /health says degraded past 30 s."),
     Panel("Preemptions", "short", (("preempted", f"sum(rate(zg_num_preemptions_total{M}[$__rate_interval]))"),)),
+    Panel("pygw answers by route and status", "reqps", (
+        ("{{route}} {{status}}", "sum by (route, status) (rate(pygw_requests_total[$__rate_interval]))"),), "pygw",
+          description="Answers pygw sent; status 0: the client left before the answer."),
+    Panel("pygw upstream latency (request sent to response headers)", "s", (
+        ("p50", _gw("pygw_upstream_latency_seconds", 0.5)), ("p99", _gw("pygw_upstream_latency_seconds", 0.99))),
+          "pygw", description="The engine as pygw sees it: for a stream, to its headers, not its last token."),
+    Panel("pygw own overhead (auth, limits, cache, translate, moderation)", "s", (
+        ("p50", _gw("pygw_overhead_seconds", 0.5)), ("p99", _gw("pygw_overhead_seconds", 0.99))), "pygw",
+          description="What the gateway hop adds before the answer starts, beside the upstream call."),
+    Panel("pygw upstream retries", "short", (
+        ("retries", "sum(rate(pygw_upstream_retries_total[$__rate_interval]))"),), "pygw"),
     Panel("GPU utilisation", "percent", (("{{gpu}}", "avg by (gpu) (DCGM_FI_DEV_GPU_UTIL)"),), "dcgm"),
     Panel("GPU memory bandwidth busy (DRAM active)", "percentunit",
           (("{{gpu}}", "avg by (gpu) (DCGM_FI_PROF_DRAM_ACTIVE)"),), "dcgm"),
