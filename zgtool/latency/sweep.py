@@ -270,6 +270,9 @@ def run_sweep(targets: Sequence[Target], cfg: SplitConfig, spec: SweepSpec,
               progress: Progress | None = None) -> SweepResult:
     res = SweepResult(kind=spec.kind, unit=spec.unit, targets=[t.name for t in targets],
                       rule=knee_rule(spec.kind, cfg.stream), config=cfg.public())
+    if spec.kind == RATE:   # each point's rate is its load
+        res.config["open_loop"] = {"rate_rps": None, "arrivals": cfg.arrivals,
+                                   "max_in_flight": cfg.max_in_flight or None}
 
     def say(msg: str) -> None:
         if progress is not None:

@@ -26,6 +26,7 @@ from zgtool.report.sections_other import (
     recommendations_section,
     stream_section,
 )
+from zgtool.report.sections_sweep import sweep_section
 
 CSS = """
 :root{--fg:#1a202c;--muted:#718096;--line:#e2e8f0;--bg:#fff;--panel:#f7fafc;--bad:#c53030;--good:#2f855a;--warn:#b7791f}
@@ -85,6 +86,7 @@ def build_sections(rs: ResultSet, files: list[str]) -> list[Section]:
         recommendations_section(rs),
         cdf_section(rs),
         throughput_section(rs),
+        sweep_section(rs),
         tokens_section(rs),
         stream_section(rs),
         k6_section(rs),

@@ -1,0 +1,156 @@
+"""`zgtool latency-split` load sweeps through the real CLI, against the real engine (`zgtool serve
+--model null`) and a real delay proxy in front of it (a gateway of known cost)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from zgtest import run_zgtool, wait_until
+
+from zgtool.errors import ExitCode
+
+PROXY = Path(__file__).parent / "delay_proxy.py"
+PATHS = ("--api", "anthropic", "--model", "null")       # no detection round-trips: the runs stay short
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=1.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("sweep-engine")
+    port = _free_port()
+    with (tmp / "serve.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", "null", "--host", "127.0.0.1",
+                                 "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp, text=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_until(lambda: proc.poll() is not None or _healthy(url), 90, "the null engine's /health")
+            assert proc.poll() is None, (tmp / "serve.log").read_text()[-500:]
+            yield url
+        finally:
+            _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def proxy(engine: str) -> Iterator[str]:
+    """A gateway that holds each request 2 ms (busy wait) before forwarding it: whole-body answers only."""
+    proc = subprocess.Popen([sys.executable, str(PROXY), "--upstream", engine.split("://", 1)[1],
+                             "--delay-ms", "2"], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("PORT "), f"delay proxy did not start: {line!r}"
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        _stop(proc)
+
+
+def zg(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return run_zgtool(*args, columns=120)
+
+
+def test_a_concurrency_sweep_measures_every_path_at_every_load(engine: str, proxy: str, tmp_path: Path) -> None:
+    out = tmp_path / "sweep.json"
+    r = zg("latency-split", engine, proxy, *PATHS, "--no-stream", "-c", "1,2", "-n", "4", "--max-tokens", "4",
+           "--warmup", "1", "--slo", "e2e:60000", "-o", out)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert result["kind"] == "latency_sweep"
+    data = result["data"]
+    assert data["load_kind"] == "concurrency" and data["targets"] == [engine, proxy]
+    assert sorted((p["target"], p["load"]) for p in data["points"]) == sorted(
+        (t, c) for t in (engine, proxy) for c in (1.0, 2.0))
+    for p in data["points"]:
+        assert p["num_ok"] == 4 and p["num_error"] == 0, p
+        assert p["achieved_rps"] > 0 and p["goodput_rps"] == pytest.approx(p["achieved_rps"])
+        assert p["e2e_ms"]["p50"] > 0 and p["e2e_ms"]["p99"] >= p["e2e_ms"]["p50"]
+        assert p["ttft_ms"] == {}                        # whole answers: no TTFT of their own
+    assert "E2E p99 > 3x" in data["rule"]["text"]
+    assert set(data["saturation"]) == {engine, proxy}
+    assert [(t["baseline"], t["candidate"]) for t in data["capacity_tax"]] == [(engine, proxy)]
+    # the terminal: one table, the rule, each path's knee (or none) and the capacity tax
+    assert "latency vs offered load (closed loop, ms)" in r.stdout
+    assert "A = " + engine in r.stdout and "B = " + proxy in r.stdout
+    assert "good/s" in r.stdout and "E2E p50" in r.stdout
+    assert "the knee is the load before it" in r.stdout
+    for name in (engine, proxy):
+        assert f"{name}: knee at" in r.stdout or f"{name}: not saturated" in r.stdout \
+            or f"{name}: saturated already" in r.stdout
+    assert "capacity tax" in r.stdout
+
+
+def test_a_rate_sweep_sends_each_point_open_loop(engine: str, tmp_path: Path) -> None:
+    out = tmp_path / "rate.json"
+    r = zg("latency-split", engine, *PATHS, "--rate", "2,4", "-n", "4", "--max-tokens", "4", "--warmup", "1",
+           "--arrivals", "constant", "-o", out)
+    # 5: the client fell behind its schedule on a busy machine before the path saturated (said, not hidden)
+    assert r.returncode in (ExitCode.OK, ExitCode.UNRELIABLE), r.stderr
+    data = json.loads(out.read_text())["data"]
+    assert data["load_kind"] == "rate" and data["config"]["open_loop"]["arrivals"] == "constant"
+    assert [p["load"] for p in data["points"]] == [2.0, 4.0]
+    for p in data["points"]:
+        assert p["num_ok"] == 4, p
+        assert p["offered_rps"] == pytest.approx(p["load"])        # constant arrivals: the schedule is the rate
+        assert p["sent_rps"] > 0 and p["achieved_rps"] > 0 and p["dispatch_lag_p99_ms"] is not None
+        assert p["ttft_ms"]["p99"] >= p["ttft_ms"]["p50"] > 0 and p["itl_ms"]["count"] > 0
+    assert "answers/s < 90% of the offered rate" in data["rule"]["text"]
+    assert "latency vs offered load (open loop, ms)" in r.stdout and "TTFT p50" in r.stdout
+    if r.returncode == ExitCode.UNRELIABLE:
+        assert "fell behind" in r.stderr
+
+
+def test_one_concurrency_is_still_one_split(engine: str) -> None:
+    r = zg("latency-split", engine, *PATHS, "-c", "2", "-n", "4", "--max-tokens", "4", "--warmup", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["kind"] == "latency_split" and result["data"]["config"]["concurrency"] == 2
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--rate", "1,x"], "--rate 1,x: 'x' is not a number"),
+    (["-c", "0,2"], "-c 0,2: every load must be positive"),
+    (["--rate", "sweep", "-c", "1,4"], "sweep one load axis at a time"),
+    (["-c", "1,4", "--cpu-pid", "engine=1"], "--cpu-pid cannot run with a load sweep"),
+])
+def test_bad_loads_exit_2_with_one_line_and_nothing_sent(args: list[str], says: str) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        r = zg("latency-split", url, "-n", "3", *args)
+        assert r.returncode == ExitCode.USAGE, (args, r.stdout, r.stderr)
+        assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        with pytest.raises(BlockingIOError):
+            listener.accept()      # nobody connected: nothing was sent
+    finally:
+        listener.close()
