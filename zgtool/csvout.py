@@ -104,7 +104,8 @@ def bench(data: Mapping[str, Any], out_dir: Path, prefix: str = "") -> list[Path
     """bench_scenarios.csv (one row per scenario), bench_phases.csv (each k6 trend of each scenario) and,
     when the result kept k6's raw points (a --segment run, a merge), bench_points.csv: one row per point."""
     scenarios = data.get("scenarios") or {}
-    rows, phases = [], []
+    rows: list[Row] = []
+    phases: list[Row] = []
     for name, sc in scenarios.items():
         trends = {k: v for k, v in sc.items() if isinstance(v, Mapping)}
         rows.append({"scenario": name, **{k: v for k, v in sc.items() if k not in trends and k != "name"}})

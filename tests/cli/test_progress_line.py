@@ -1,0 +1,70 @@
+"""zgtool/progress.py alone: the line's wording, drawing only on a terminal and not with --quiet, after
+the start delay, throttled, counted from many threads, and ended cleanly (a stepped clock, no sleeps)."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+from zgtool.progress import ProgressLine, line
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_line_says_done_of_total_rate_errors_and_elapsed() -> None:
+    assert line("latency-split", 37, 100, 1, 2.0) == "latency-split  37/100 requests  18.5 req/s  1 error  2.0s"
+    assert line("x", 0, None, 2, 0.0) == "x  0 requests  0.0 req/s  2 errors  0.0s"
+
+
+def test_nothing_is_drawn_off_a_terminal_or_with_quiet() -> None:
+    for stream, quiet in ((io.StringIO(), False), (Tty(), True)):
+        bar = ProgressLine("run", 3, stream=stream, quiet=quiet, after_s=0)
+        bar.add()
+        bar.close()
+        assert stream.getvalue() == ""
+
+
+def test_drawn_in_place_after_the_delay_throttled_and_ended_with_the_last_count() -> None:
+    clock, out = Clock(), Tty()
+    bar = ProgressLine("run", 4, stream=out, after_s=1.0, interval_s=0.5, clock=clock)
+    bar.add()
+    assert out.getvalue() == ""                      # the first second: nothing
+    clock.t += 1.0
+    bar.add(ok=False)
+    assert out.getvalue().count("\r") == 1 and "2/4 requests" in out.getvalue() and "1 error" in out.getvalue()
+    bar.add()                                        # within the interval: not redrawn
+    assert out.getvalue().count("\r") == 1
+    clock.t += 0.5
+    bar.advance_to(4)
+    assert out.getvalue().count("\r") == 2 and "4/4 requests" in out.getvalue()
+    bar.close()
+    assert out.getvalue().endswith("\n") and out.getvalue().count("\r") == 3
+
+
+def test_a_run_shorter_than_the_delay_leaves_no_trace() -> None:
+    out = Tty()
+    with ProgressLine("run", 2, stream=out, after_s=5.0, clock=Clock()) as bar:
+        bar.add()
+        bar.add()
+    assert out.getvalue() == ""
+
+
+def test_counts_from_many_threads_add_up() -> None:
+    bar = ProgressLine("run", 800, stream=Tty(), after_s=0, interval_s=0)
+    threads = [threading.Thread(target=lambda: [bar.add(ok=i % 2 == 0) for i in range(100)]) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (bar.done, bar.errors) == (800, 400)
