@@ -1,0 +1,165 @@
+"""A tiny real HTTP/1.1 hop that injects a known delay (bench/verdict_calibration.py's gateway).
+
+    python bench/delayhop.py --upstream 127.0.0.1:PORT --delay-ms 2 --mode head|chunk
+
+Binds 127.0.0.1 port 0 and prints "PORT <n>". Keep-alive, one upstream connection per client
+connection; request bodies framed by Content-Length, responses by Content-Length or chunked
+transfer coding (SSE streams), forwarded frame by frame as they arrive.
+  head   the request is held --delay-ms before it goes upstream: every figure of the answer
+         (TTFB, TTFT, total, time outside the engine) is late by exactly the delay;
+  chunk  the request goes at once; the response head and every body frame (each SSE chunk, or a
+         whole body) is held --delay-ms before it is forwarded: TTFB is late by exactly the delay,
+         later frames by the delay plus whatever queued behind earlier holds.
+With --delay-ms 0 both modes run the same code with no hold: the baseline hop. Holds sleep to 0.3 ms
+before the deadline and spin the rest on perf_counter, so they are as exact as the clock.
+No zgtool import: it measures zgtool from outside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import threading
+import time
+from time import perf_counter
+from typing import BinaryIO
+
+SPIN_S = 0.0003     # time.sleep overshoots by ~60-100 us (timer slack): spin the last stretch
+
+
+class HoldLog:
+    """--log FILE: one line per answer, the ms its first hold actually took (the truth the
+    calibration compares intervals with: a hold overshoots its deadline on a busy machine)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.f = open(path, "a", buffering=1) if path else None  # noqa: SIM115 - open for the process
+        self.lock = threading.Lock()
+
+    def write(self, ms: float) -> None:
+        if self.f is not None:
+            with self.lock:
+                self.f.write(f"{ms:.6f}\n")
+
+
+LOG = HoldLog(None)
+
+
+def timed_hold(delay_s: float) -> None:
+    t0 = perf_counter()
+    hold(delay_s)
+    LOG.write((perf_counter() - t0) * 1e3)
+
+
+def hold(delay_s: float) -> None:
+    """Sleep to SPIN_S before the deadline, then spin with sleep(0), which lets go of the GIL: concurrent
+    holds overlap (a plain spin would hold the GIL and serialise them: 8 holds of 2 ms = 16 ms)."""
+    if delay_s <= 0:
+        return
+    deadline = perf_counter() + delay_s
+    if delay_s > SPIN_S:
+        time.sleep(delay_s - SPIN_S)
+    while perf_counter() < deadline:
+        time.sleep(0)
+
+
+def read_head(f: BinaryIO) -> bytes | None:
+    head = b""
+    while True:
+        line = f.readline()
+        if not line:
+            return None
+        head += line
+        if line in (b"\r\n", b"\n"):
+            return head
+
+
+def header(head: bytes, name: bytes) -> bytes | None:
+    for line in head.split(b"\r\n")[1:]:
+        k, sep, v = line.partition(b":")
+        if sep and k.strip().lower() == name:
+            return v.strip()
+    return None
+
+
+def relay_response(uf: BinaryIO, client: socket.socket, delay_s: float) -> bool:
+    """Forward one response frame by frame, holding each by delay_s; False when upstream closed."""
+    head = read_head(uf)
+    if head is None:
+        return False
+    if delay_s > 0:
+        timed_hold(delay_s)
+    client.sendall(head)
+    te = header(head, b"transfer-encoding")
+    if te is not None and b"chunked" in te.lower():
+        while True:
+            size_line = uf.readline()
+            if not size_line:
+                return False
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            frame = size_line + uf.read(size + 2) if size else size_line + _trailer(uf)
+            hold(delay_s)
+            client.sendall(frame)
+            if size == 0:
+                return True
+    length = int(header(head, b"content-length") or b"0")
+    if length:
+        body = uf.read(length)
+        hold(delay_s)
+        client.sendall(body)
+    return True
+
+
+def _trailer(uf: BinaryIO) -> bytes:
+    out = b""
+    while True:
+        line = uf.readline()
+        out += line
+        if line in (b"\r\n", b"\n", b""):
+            return out
+
+
+def serve(client: socket.socket, upstream: tuple[str, int], delay_s: float, mode: str) -> None:
+    up = socket.create_connection(upstream)
+    for s in (client, up):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    cf, uf = client.makefile("rb"), up.makefile("rb")
+    try:
+        while (head := read_head(cf)) is not None:
+            length = int(header(head, b"content-length") or b"0")
+            request = head + (cf.read(length) if length else b"")
+            if mode == "head":
+                timed_hold(delay_s)
+            up.sendall(request)
+            if not relay_response(uf, client, delay_s if mode == "chunk" else 0.0):
+                break
+    except (OSError, ValueError):
+        pass
+    finally:
+        client.close()
+        up.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--mode", choices=("head", "chunk"), default="head")
+    ap.add_argument("--log", help="append each answer's first hold, in ms, to this file")
+    args = ap.parse_args()
+    global LOG
+    LOG = HoldLog(args.log)
+    host, port = args.upstream.rsplit(":", 1)
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(128)
+    print(f"PORT {srv.getsockname()[1]}", flush=True)
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=serve, args=(conn, (host, int(port)), args.delay_ms / 1e3, args.mode),
+                         daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
