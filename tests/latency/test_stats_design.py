@@ -204,3 +204,20 @@ def test_the_family_adjustment_brings_aa_false_positives_of_a_worst_of_8_headlin
         worst_adjusted += sig_adj
     assert worst_adjusted <= worst_unadjusted
     assert worst_adjusted / 60 <= 0.10      # family at 90%: <= 10% by Bonferroni
+
+
+def test_result_json_carries_the_fields_the_verdict_reads() -> None:
+    import json
+
+    from zgtool.latency.analysis import analyse, result_data
+
+    a, ga, b, gb = _aa_run(random.Random(9), fresh=True, delay_ms=1.0)
+    cfg = SplitConfig(num_requests=len(a), resamples=200, stream=False, family_size=4)
+    targets = [Target("direct", "http://127.0.0.1:1"), Target("gw", "http://127.0.0.1:2")]
+    data = json.loads(json.dumps(result_data(analyse(targets, [_samples(a, ga), _samples(b, gb)], cfg))))
+    assert data["config"]["family_size"] == 4 and data["config"]["fresh_connections"] is True
+    d = next(x for x in data["differences"] if x["phase"] == "total_ms")
+    for key in ("negligible", "min_effect_ms", "mde_ms", "lo_adj", "hi_adj", "significant_adj", "comparisons"):
+        assert key in d, key
+    assert d["comparisons"] == 4 and d["lo_adj"] < d["lo_ms"]
+    assert data["targets"][0]["phases"]["total_ms"]["ci_method"] == "log"
