@@ -120,6 +120,22 @@ def bench(data: Mapping[str, Any], out_dir: Path, prefix: str = "") -> list[Path
     return files
 
 
+def bench_ramp(data: Mapping[str, Any], out_dir: Path, prefix: str = "") -> list[Path]:
+    """bench_ramp_paths.csv (knee per path), bench_ramp_steps.csv (one row per path per rate step) and
+    bench_ramp_ttft.csv (zgtool's streaming TTFT at the knee, when measured)."""
+    paths = data.get("paths") or []
+    files = [write_table(out_dir / f"{prefix}bench_ramp_paths.csv",
+                         [{"path": p["name"], **flatten({k: v for k, v in p.items() if k not in ("name", "steps")})}
+                          for p in paths], ("path",)),
+             write_table(out_dir / f"{prefix}bench_ramp_steps.csv",
+                         [{"path": p["name"], "step": i, **flatten(st)} for p in paths
+                          for i, st in enumerate(p.get("steps") or [])], ("path", "step"))]
+    ttft = data.get("ttft_at_knee") or []
+    if ttft:
+        files.append(write_table(out_dir / f"{prefix}bench_ramp_ttft.csv", [flatten(t) for t in ttft], ("path",)))
+    return files
+
+
 def generic(data: Any, out_dir: Path, prefix: str = "", name: str = "result") -> list[Path]:
     """Any other kind: its scalar fields as one row, and each list of records as its own table."""
     if not isinstance(data, Mapping):
@@ -137,6 +153,7 @@ def generic(data: Any, out_dir: Path, prefix: str = "", name: str = "result") ->
 WRITERS: dict[str, Callable[[Mapping[str, Any], Path, str], list[Path]]] = {
     "latency_split": latency_split,
     "bench.k6": bench,
+    "bench.k6.ramp": bench_ramp,
 }
 
 

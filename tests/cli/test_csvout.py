@@ -46,6 +46,19 @@ def test_bench_scenarios_phases_and_every_raw_point(tmp_path: Path) -> None:
                                               "value_ms": "1.0"}
 
 
+def test_a_ramp_gives_one_row_per_path_per_rate_step(tmp_path: Path) -> None:
+    step = {"rate_rps": 5.0, "step_s": 5.0, "requests": 25, "achieved_rps": 5.0, "failures": 0, "p50_ms": 1.0,
+            "p95_ms": 2.0, "p99_ms": 3.0}
+    data = {"paths": [{"name": n, "url": "http://x", "steps": [step, {**step, "rate_rps": 10.0}], "knee_rps": 10.0,
+                       "knee_reason": "p95", "baseline_p95_ms": 2.0, "dropped_iterations": 0} for n in ("a", "b")],
+            "notes": [], "ttft_at_knee": []}
+    write_csv({"kind": "bench.k6.ramp", "data": data}, tmp_path)
+    steps = _rows(tmp_path / "bench_ramp_steps.csv")
+    assert [(r["path"], r["step"], r["rate_rps"]) for r in steps] == \
+        [("a", "0", "5.0"), ("a", "1", "10.0"), ("b", "0", "5.0"), ("b", "1", "10.0")]
+    assert [r["knee_rps"] for r in _rows(tmp_path / "bench_ramp_paths.csv")] == ["10.0", "10.0"]
+
+
 def test_another_kind_gives_its_scalars_and_a_table_per_list_of_records(tmp_path: Path) -> None:
     data = {"passed": True, "wall_s": 1.5, "rows": [{"rule": "a", "value_ms": 1}, {"rule": "b", "value_ms": 2}]}
     files = write_csv({"kind": "gate", "data": data}, tmp_path, prefix="g.")
