@@ -7,7 +7,8 @@
 // Environment (all optional):
 //   DIRECT_URL, GATEWAY_URL   base URLs (default 127.0.0.1:8000 / :8080)
 //   ENDPOINT                  /v1/messages (Anthropic) or /v1/chat/completions (OpenAI)
-//   PAYLOAD                   request body JSON file, relative to this script
+//   PAYLOAD                   request body JSON file, relative to this script; a JSON array of
+//                             bodies (zgtool bench --dataset): iteration i sends body i mod N
 //   RATE                      requests per second per scenario (constant-arrival-rate)
 //   ARRIVALS                  constant (default: evenly spaced) or poisson (see below)
 //   TICKS_PER_REQUEST         poisson only: arrival-rate ticks per request (default 20)
@@ -34,11 +35,13 @@
 
 import http from 'k6/http';
 import { check } from 'k6';
+import { SharedArray } from 'k6/data';
+import exec from 'k6/execution';
 
 const DIRECT_URL = (__ENV.DIRECT_URL || 'http://127.0.0.1:8000').replace(/\/$/, '');
 const GATEWAY_URL = (__ENV.GATEWAY_URL || 'http://127.0.0.1:8080').replace(/\/$/, '');
 const ENDPOINT = __ENV.ENDPOINT || '/v1/messages';
-const PAYLOAD = open(__ENV.PAYLOAD || './payloads/messages.json');
+const PAYLOAD_FILE = __ENV.PAYLOAD || './payloads/messages.json';
 const RATE = parseInt(__ENV.RATE || '10', 10);
 const POISSON = (__ENV.ARRIVALS || 'constant') === 'poisson';
 const TICKS = POISSON ? parseInt(__ENV.TICKS_PER_REQUEST || '20', 10) : 1;
@@ -50,9 +53,14 @@ const SELECTED = (__ENV.SCENARIOS || 'gateway,direct,direct_stream').split(',').
 const PHASES = ['http_req_blocked', 'http_req_connecting', 'http_req_tls_handshaking', 'http_req_sending',
   'http_req_waiting', 'http_req_receiving', 'http_req_duration'];
 
-const BODY = JSON.parse(PAYLOAD);
-const STREAM_BODY = JSON.stringify(Object.assign({}, BODY, { stream: true }));
-const PLAIN_BODY = JSON.stringify(Object.assign({}, BODY, { stream: false }));
+// One body, or an array of them: parsed and encoded (plain, stream) once, shared read-only by every VU.
+const BODIES = new SharedArray('bodies', () => {
+  const doc = JSON.parse(open(PAYLOAD_FILE));
+  return (Array.isArray(doc) ? doc : [doc]).map((b) => [JSON.stringify(Object.assign({}, b, { stream: false })),
+    JSON.stringify(Object.assign({}, b, { stream: true }))]);
+});
+const PLAIN_BODY = BODIES[0][0];
+const STREAM_BODY = BODIES[0][1];
 const IS_OPENAI = ENDPOINT.indexOf('chat/completions') >= 0;
 const BASE_HEADERS = IS_OPENAI
   ? { 'content-type': 'application/json' }
@@ -120,7 +128,9 @@ export const options = {
 export function hit() {
   if (TICKS > 1 && Math.random() * TICKS >= 1) return; // Poisson thinning: most ticks send nothing
   const target = TARGETS[__ENV.TARGET];
-  const res = http.post(target.url, target.body, { headers: target.headers, timeout: '60s' });
+  const body = BODIES.length > 1
+    ? BODIES[exec.scenario.iterationInTest % BODIES.length][target.stream ? 1 : 0] : target.body;
+  const res = http.post(target.url, body, { headers: target.headers, timeout: '60s' });
   const done = IS_OPENAI ? '[DONE]' : 'message_stop';
   check(res, {
     'status is 200': (r) => r.status === 200,

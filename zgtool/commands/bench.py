@@ -11,6 +11,12 @@ import typer
 GATEWAY_KINDS = ("pygw", "nginx", "stack")
 
 
+def _dataset_help() -> str:
+    from zgtool.workload.spec import HELP
+
+    return HELP
+
+
 BENCH_EXAMPLES = """
 
 \b
@@ -67,6 +73,9 @@ def register(app: typer.Typer) -> None:
         together: bool = typer.Option(False, "--together", help="Run the scenarios at once, not in turn."),
         api: str = typer.Option("anthropic", "--api", help="anthropic (/v1/messages) or openai."),
         payload: Path | None = typer.Option(None, "--payload", help="Request body JSON file."),
+        dataset: str | None = typer.Option(None, "--dataset", help="Prompts and max_tokens per request (sent "
+                                           "in turn at --rate; a trace's timestamps do not apply here): "
+                                           + _dataset_help()),
         ramp: bool = typer.Option(False, "--ramp", help="Ramp the rate instead and report the knee."),
         rates: str = typer.Option("5,10,20,40,80", "--rates", help="With --ramp: rate steps, req/s."),
         step: str = typer.Option("5s", "--step", help="With --ramp: time per rate step."),
@@ -97,6 +106,13 @@ def register(app: typer.Typer) -> None:
         from zgtool.loadtest.config import BenchConfig, RampConfig, parse_duration_s, parse_rates
         from zgtool.loadtest.segments import Segment
 
+        if dataset is not None:   # loaded and checked before anything starts (zgtool.workload)
+            from zgtool.workload.k6 import load_for_bench, write_payload
+
+            if payload is not None or ramp:
+                raise UsageError("--dataset gives the request bodies: not with --payload, nor with --ramp "
+                                 "(the ramp sends the stock payload)")
+            payload = write_payload(load_for_bench(dataset), api, run_dir)
         seg = Segment.parse(segment) if segment is not None else None
         if (seg or k8s is not None) and (ramp or start):
             raise UsageError("--segment and --k8s split a constant-rate run against --direct/--gateway targets; "

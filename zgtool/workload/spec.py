@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from zgtool.errors import UsageError
@@ -88,3 +89,10 @@ def load_workload(spec: str, *, num_requests: int = 50, max_tokens: int = 16, sp
     except ValueError:
         raise UsageError(f"--dataset {spec}: block must be a whole number of tokens") from None
     return trace.load(path, speedup=speedup, block_size=block_size, rows=rows)
+
+
+@lru_cache(maxsize=8)
+def load_cached(spec: str, num_requests: int = 50, max_tokens: int = 16) -> Workload:
+    """load_workload, once per arguments in a process (verify checks --dataset up front, then each stage
+    asks again with the same arguments)."""
+    return load_workload(spec, num_requests=num_requests, max_tokens=max_tokens)

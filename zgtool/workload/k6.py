@@ -1,0 +1,29 @@
+"""bench's side of a workload: the request bodies as one JSON array the k6 script reads as its PAYLOAD
+(k6/gateway_vs_direct.js: iteration i of a scenario sends body i mod N; "stream" is set per scenario)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from zgtool.workload.bodies import k6_payloads
+from zgtool.workload.model import Workload
+
+MODEL = "default"        # what the stock k6 payloads ask for (zgtool serve answers to it)
+
+
+def load_for_bench(spec: str) -> Workload:
+    """--dataset for bench, loaded before anything starts (a trace's timestamps do not apply: k6 sets the
+    arrival rate, so its prompts are sent at --rate)."""
+    from zgtool.workload.spec import load_workload
+
+    return load_workload(spec, max_tokens=16)
+
+
+def write_payload(workload: Workload, api: str, run_dir: Path | None) -> Path:
+    folder = run_dir if run_dir is not None else Path(tempfile.mkdtemp(prefix="zgtool-bench-dataset-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "dataset_payloads.json"
+    path.write_text(json.dumps(k6_payloads(api, MODEL, workload)))
+    return path
