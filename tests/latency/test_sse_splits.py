@@ -8,7 +8,7 @@ import json
 import pytest
 
 from zgtool.latency.adapters import Evidence
-from zgtool.latency.client import _read_stream
+from zgtool.latency.stream_reader import read_stream as _read_stream
 from zgtool.probes.stream import SSEParser as ProbeParser
 
 

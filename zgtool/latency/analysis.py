@@ -41,8 +41,11 @@ ENGINE_SPANS = (ENGINE_TOTAL, "ttft")
 GW_TOTAL = "gw_total"
 # gateway spans that enclose the upstream call: attributing them would count the engine twice
 GW_ENCLOSING = ("gw_upstream", "gw_proxy", "gw_backend")
-METRICS = ("send_ms", "ttfb_ms", "ttft_ms", "tpot_ms", "itl_ms", "total_ms", "outside_engine_ms")
-STREAM_ONLY = ("ttft_ms", "tpot_ms", "itl_ms")
+METRICS = ("send_ms", "ttfb_ms", "ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms", "itl_ms",
+           "total_ms", "outside_engine_ms")
+STREAM_ONLY = ("ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms", "itl_ms")
+# points a lagged request's client cannot vouch for: its values are left out of these figures
+LAG_SENSITIVE = ("ttfb_ms", "ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms")
 
 
 def attribute(server_timing: dict[str, float], *, stream: bool = False) -> tuple[dict[str, float], list[str]]:
@@ -139,7 +142,8 @@ def _metric_values(ok: Sequence[RequestSample], metric: str) -> tuple[list[float
     elif metric == "outside_engine_ms":
         pairs = [(v, s.round) for s in ok if (v := outside_engine_ms(s)) is not None]
     else:
-        pairs = [(v, s.round) for s in ok if (v := getattr(s, metric)) is not None]
+        lagged = metric in LAG_SENSITIVE
+        pairs = [(v, s.round) for s in ok if (v := getattr(s, metric)) is not None and not (lagged and s.lagged)]
     return [v for v, _ in pairs], [r for _, r in pairs]
 
 
@@ -179,7 +183,7 @@ def summarize_target(target: Target, samples: list[RequestSample], cfg: SplitCon
         wsum = None if name in METRICS else sum(r.get(name, 0.0) for r in rows)
         stats.append(_phase_stats(name, vals, groups, len(ok), wsum, cfg))
     return TargetResult(target.name, target.url, target.api, target.scheme, samples, errors,
-                        len(ok), len(samples) - len(ok), stats)
+                        len(ok), len(samples) - len(ok), stats, num_lagged=sum(1 for s in ok if s.lagged))
 
 
 def _zero_when_absent(phase: str) -> bool:

@@ -13,17 +13,17 @@ import json
 import os
 import socket
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
 import httpcore
 
-from zgtool.http.sse import Event, SSEParser
 from zgtool.latency.adapters import Evidence, attach
 from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.servertiming import TIMING_KEYS, parse_timing_event, timing_from_headers
+from zgtool.latency.servertiming import timing_from_headers
+from zgtool.latency.stream_reader import Points, read_stream
 from zgtool.latency.transport import LAG_FLAG_NS, MARKS, make_pool
 from zgtool.targets import Target
 
@@ -165,7 +165,7 @@ class Session:
         self.default_body = (ep.body, str(len(ep.body)).encode())
         self.addr: str | None = ep.host if ep.is_ip else None
         self.url: str | None = ep.url_for(ep.host) if ep.is_ip else None
-        self.lag_at_content_ns: int | None = None
+        self.points = Points()
 
     def close(self) -> None:
         self.pool.close()
@@ -196,7 +196,7 @@ class Session:
             ext["sni_hostname"] = ep.host
         content_ns: list[int] = []
         end_ns: int | None = None
-        self.lag_at_content_ns = None
+        self.points = Points()
         MARKS.reset(has_body=bool(body))
         MARKS.armed = True
         try:
@@ -219,28 +219,15 @@ class Session:
         _fill_phases(sample, rec, t0, end_ns, content_ns)
         # socket-level marks are tighter than the trace events around them; the trace is the fallback
         m = MARKS
-        if m.first_write_ns is not None and m.first_read_ns is not None:
-            sample.ttfb_ms = (m.first_read_ns - m.first_write_ns) / 1e6
         if m.first_write_ns is not None:
             sample.first_byte_out_ms = (m.first_write_ns - t0) / 1e6
-
         if m.reads:
-            # what ttfb, ttft and total rest on: the first read, the read that brought the first
-            # content (streams), and the last read, whose kernel time is exact even after merging
-            lag = m.first_lag_ns if self.lag_at_content_ns is None else self.lag_at_content_ns
-            if not m.kernel_rx:
-                lag = m.lag_ns         # receive times are our own: every late read counts
-            sample.rx_clock = "kernel" if m.kernel_rx else "client"
-            sample.client_lag_ms = lag / 1e6
-            sample.lagged = lag > LAG_FLAG_NS
+            _fill_points(sample, self.points, t0)
         if sample.connect_ms is not None and m.connect_start_ns is not None and m.connect_end_ns is not None:
             sample.connect_ms = (m.connect_end_ns - m.connect_start_ns) / 1e6
         sample.ok = sample.error is None
         attach(sample, ev)
         return sample
-
-    def _note_first_content(self) -> None:
-        self.lag_at_content_ns = MARKS.lag_ns
 
     def _read(self, resp: httpcore.Response, sample: RequestSample, content_ns: list[int], rec: _Trace,
               ev: Evidence) -> int:
@@ -257,8 +244,8 @@ class Session:
         if resp.status >= 400:
             sample.error, sample.error_detail = _http_error(resp.status, chunks)
         elif ep.stream:
-            sample.error, event_parts, sample.output_tokens, sample.input_tokens = _read_stream(
-                chunks, ep.target.api, content_ns, self._note_first_content, ev)
+            sample.error, event_parts, sample.output_tokens, sample.input_tokens = read_stream(
+                chunks, ep.target.api, content_ns, self.points, ev)
             parts.update(event_parts)
         else:
             sample.error, sample.output_tokens, sample.input_tokens = _read_body(chunks, ep.target.api, ev)
@@ -291,6 +278,32 @@ def _fill_phases(s: RequestSample, rec: _Trace, t0: int, end_ns: int, content_ns
         n = s.output_tokens if s.output_tokens else len(content_ns)
         if n > 1:
             s.tpot_ms = (s.total_ms - s.ttft_ms) / (n - 1)
+
+
+def _fill_points(s: RequestSample, points: Points, t0: int) -> None:
+    """The response's points from the socket's marks: first byte, head complete and first body byte from
+    the request's first byte out; the first token of any kind from the request's start, like ttft_ms.
+    client_lag_ms is how much earlier than measured any of them (or the last byte) may have come: a
+    point in a read that merged several segments, before that read's last byte, is only known to lie
+    between the last time the client saw nothing unread and the read's time."""
+    m = MARKS
+    out = m.first_write_ns
+    slacks = [m.first_lag_ns, m.end_slack[-1]]
+    if out is not None and m.first_read_ns is not None:
+        s.ttfb_ms = (m.first_read_ns - out) / 1e6
+    for name, point in (("ttfb_headers_ms", m.head_point), ("ttfb_body_ms", m.body_point)):
+        if point is not None and out is not None:
+            setattr(s, name, (point[0] - out) / 1e6)
+            slacks.append(point[1])
+    for name, seen in (("ttft_any_ms", points.any), ("ttft_ms", points.content)):
+        found = m.point(seen.read, at_end=seen.at_end) if seen is not None else None
+        if found is not None:
+            setattr(s, name, (found[0] - t0) / 1e6)
+            slacks.append(found[1])
+    lag = max(slacks)
+    s.rx_clock = "kernel" if m.kernel_rx else "client"
+    s.client_lag_ms = lag / 1e6
+    s.lagged = lag > LAG_FLAG_NS
 
 
 def error_detail(raw: bytes) -> str | None:
@@ -354,104 +367,3 @@ def _read_body(chunks: Iterable[bytes], api: str, ev: Evidence | None = None,
         return "bad_body:no_choices", None, None
     return (None, int(tokens) if isinstance(tokens, int) else None,
             int(prompt) if isinstance(prompt, int) else None)
-
-
-def _read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int],
-                 on_first_content: Callable[[], None] | None = None, ev: Evidence | None = None,
-                 ) -> tuple[str | None, dict[str, float], int | None, int | None]:
-    """Read SSE to the end, stamping each content delta with the time its bytes arrived: the
-    receive loop (transport.py) stamps every read before h11 or this parser see it. Events are cut by
-    the http kit's parser, which keeps a CRLF split between two reads one line end."""
-    parts: dict[str, float] = {}
-    state: dict[str, Any] = {"tokens": None, "input": None, "done": False, "finished": False, "error": None}
-    parser = SSEParser()
-    for chunk in chunks:
-        now = MARKS.last_read_ns or perf_counter_ns()
-        had_content = bool(content_ns)
-        for event in parser.feed(chunk):
-            _handle_event(event, api, now, content_ns, parts, state, ev)
-        if content_ns and not had_content and on_first_content is not None:
-            on_first_content()
-    if state["error"]:
-        return state["error"], parts, state["tokens"], state["input"]
-    # OpenAI ends with [DONE]; a server that ends the body cleanly after a finish_reason (transformers
-    # serve) finished too: an unclean end raises in the read loop instead
-    if not (state["done"] or state["finished"]):
-        return "stream_incomplete", parts, state["tokens"], state["input"]
-    return None, parts, state["tokens"], state["input"]
-
-
-def _handle_event(event: Event, api: str, now: int, content_ns: list[int], parts: dict[str, float],
-                  state: dict[str, Any], ev: Evidence | None = None) -> None:
-    timing = event.timing                 # the engine's timing rides in an SSE comment
-    if timing is not None:
-        parts.update(parse_timing_event(timing))
-    if not event.event:
-        return                            # a block of comments only
-    name = event.event.encode()
-    data = event.data.encode()
-    if api == "anthropic":
-        # The event name equals data.type in the Messages API, so deltas need no JSON parse.
-        if name == b"content_block_delta":
-            content_ns.append(now)
-        elif name == b"message_delta":
-            doc = _json(data)
-            if ev is not None:
-                ev.note_doc(doc)
-            usage = doc.get("usage") or {}
-            if isinstance(usage.get("output_tokens"), int):
-                state["tokens"] = usage["output_tokens"]
-            if isinstance(usage.get("input_tokens"), int):
-                state["input"] = usage["input_tokens"]
-        elif name == b"message_start" and state["input"] is None:
-            usage = (_json(data).get("message") or {}).get("usage") or {}
-            if isinstance(usage.get("input_tokens"), int):
-                state["input"] = usage["input_tokens"]
-        elif name == b"message_stop":
-            state["done"] = True
-            if ev is not None:
-                ev.note_doc(_json(data))
-        elif name == b"error":
-            err = _json(data).get("error") or {}
-            state["error"] = f"stream_error:{err.get('type', 'unknown')}"
-        elif b"timing" in name:
-            parts.update(parse_timing_event(data.decode(errors="replace")))
-        return
-    if data == b"[DONE]":
-        state["done"] = True
-        return
-    doc = _json(data)
-    if b"timing" in name:
-        parts.update(parse_timing_event(doc))
-        return
-    if ev is not None:
-        ev.note_doc(doc)
-    for key in TIMING_KEYS:
-        val = doc.get(key)
-        if isinstance(val, dict) and ("prompt_ms" in val or "predicted_ms" in val):
-            continue                      # llama.cpp's timings: its adapter reads them, they are not parts
-        if isinstance(val, dict | str):
-            parts.update(parse_timing_event({key: val}))
-    if isinstance(doc.get("error"), dict):
-        state["error"] = f"stream_error:{doc['error'].get('type') or doc['error'].get('code') or 'unknown'}"
-        return
-    for choice in doc.get("choices") or ():
-        if choice.get("finish_reason"):
-            state["finished"] = True
-    for choice in doc.get("choices") or ():
-        if (choice.get("delta") or {}).get("content"):
-            content_ns.append(now)
-            break
-    usage = doc.get("usage") or {}
-    if isinstance(usage.get("completion_tokens"), int):
-        state["tokens"] = usage["completion_tokens"]
-    if isinstance(usage.get("prompt_tokens"), int):
-        state["input"] = usage["prompt_tokens"]
-
-
-def _json(data: bytes) -> dict[str, Any]:
-    try:
-        doc = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    return doc if isinstance(doc, dict) else {}

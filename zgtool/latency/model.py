@@ -19,9 +19,20 @@ DEFINITIONS: dict[str, str] = {
                   "connection.connect_tcp marks a new connection); None on a reused connection",
     "tls_ms": "TLS handshake (httpcore trace connection.start_tls); https only",
     "send_ms": "request headers + body written (http11.send_request_headers.started -> send_request_body.complete)",
-    "ttfb_ms": "request's first byte handed to the socket -> first response bytes read from it (marks in "
-               "httpcore's network stream, so h11 serialising/parsing is not in it): network + server",
-    "ttft_ms": "request start (incl. any DNS/connect/TLS) -> first content delta of a stream (vLLM TTFT)",
+    "ttfb_ms": "request's first byte handed to the socket -> the response's first byte (status line) arrived "
+               "(kernel receive time of its own segment; marks in httpcore's network stream, so h11 "
+               "serialising/parsing is not in it): network + server, curl's time_starttransfer",
+    "ttfb_headers_ms": "request's first byte out -> the response head complete (its blank line arrived)",
+    "ttfb_body_ms": "request's first byte out -> the first body byte arrived (a stream's first SSE bytes, "
+                    "keep-alive comments included)",
+    "ttft_any_ms": "request start (like ttft_ms) -> the first generated token of any kind: content, reasoning "
+                   "(reasoning_content / thinking_delta), a tool call (tool_calls / tool_use / input_json_delta)",
+    "ttft_ms": "request start (incl. any DNS/connect/TLS) -> first content token of a stream (non-empty "
+               "delta.content / text_delta; a role-only or empty first delta is not one) (vLLM TTFT)",
+    "client_lag_ms": "how much earlier than measured a request's first byte, head, first body byte, first token "
+                     "or last byte may have arrived: 0 when each came in a read of one segment or ended its "
+                     "read; over 0.2 ms the request is flagged (lagged) and left out of the ttfb/ttft figures, "
+                     "counted as num_lagged",
     "total_ms": "request start -> response body complete (vLLM E2EL)",
     "itl_ms": "every gap between successive content deltas, pooled over requests (vLLM ITL)",
     "tpot_ms": "(total_ms - ttft_ms) / (output_tokens - 1) per request, None when output_tokens <= 1 (vLLM TPOT)",
@@ -276,7 +287,10 @@ class RequestSample:
     connect_ms: float | None = None
     tls_ms: float | None = None
     send_ms: float | None = None
-    ttfb_ms: float | None = None
+    ttfb_ms: float | None = None       # first response byte (DEFINITIONS has the four first-byte/token points)
+    ttfb_headers_ms: float | None = None
+    ttfb_body_ms: float | None = None
+    ttft_any_ms: float | None = None
     ttft_ms: float | None = None
     total_ms: float | None = None
     tpot_ms: float | None = None
@@ -288,8 +302,8 @@ class RequestSample:
     request_id: str | None = None
     first_byte_out_ms: float | None = None   # request start -> its first byte handed to the kernel
     rx_clock: str = "client"            # "kernel": receive times are the socket's own timestamps
-    client_lag_ms: float | None = None  # how late this client may have seen response bytes (its CPU wait)
-    lagged: bool = False                # client_lag_ms over the tolerance: receive times not vouched for
+    client_lag_ms: float | None = None  # how much earlier than measured its points may have arrived
+    lagged: bool = False                # client_lag_ms over the tolerance: left out of the ttfb/ttft figures
     trace_id: str | None = None         # the W3C traceparent's trace id this request carried (32 hex)
     engine: EngineTiming | None = None  # the engine's own timing, from whichever adapter applied
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms
@@ -369,6 +383,7 @@ class TargetResult:
     cpu_ms_per_request: dict[str, float] | None = None   # local process group -> CPU ms per request
     attribution_warnings: dict[str, int] = field(default_factory=dict)  # engine reports ignored: reason -> n
     detected: dict[str, str] | None = None                # api/model found by probing (zgtool.latency.detect)
+    num_lagged: int = 0                                   # ok requests flagged lagged: not in the ttfb/ttft figures
     open_loop: OpenLoopSummary | None = None              # achieved rate, dispatch lag (zgtool.latency.openloop_stats)
 
 

@@ -23,9 +23,11 @@ from httpcore._exceptions import map_exceptions
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux; Python does not export it
 _TS_SPACE = socket.CMSG_SPACE(16)                            # one struct timespec
-_DATA_SEGS_IN_AT = 152                                       # struct tcp_info: tcpi_data_segs_in
+_BYTES_RECEIVED_AT = 128                                     # struct tcp_info: tcpi_bytes_received (u64)
+_DATA_SEGS_IN_AT = 152                                       # struct tcp_info: tcpi_data_segs_in (u32)
 _TCP_INFO_LEN = 160
-LAG_FLAG_NS = 200_000   # a read this late may carry merged segments: its receive time is not vouched for
+_HEAD_END = b"\r\n\r\n"
+LAG_FLAG_NS = 200_000   # a figure this unsure is not vouched for: its request is flagged
 
 
 class _RunDelay(threading.local):
@@ -55,15 +57,18 @@ RUN_DELAY = _RunDelay()
 
 class _Marks(threading.local):
     """Socket-level marks of the request in flight on this thread (a Session is used by one thread
-    at a time): the instant the request's first byte goes to the kernel and the instants response
-    bytes arrived, without h11 serialising/parsing time on either side.
+    at a time): the instant the request's first byte goes to the kernel and, per response read, when
+    its bytes arrived, without h11 serialising/parsing time on either side.
 
     Receive times are the kernel's own (SO_TIMESTAMPNS: when the segment reached the socket, the
     clock a packet capture uses), taken in the receive loop before any parsing, so a client that
-    loses the CPU to the engine it measures does not bill its own wake-up to the server. What a
-    late client can still get wrong — segments merged while it waited, which then carry the later
-    segment's time — is measured per read (run-queue wait, bytes already queued, more than one data
-    segment taken by one read) as `lag_ns`.
+    loses the CPU does not bill its own wake-up to the server. One read's time is that of the last
+    segment it took: the kernel merges segments queued behind an unread one and keeps the latest
+    time. So each read also records its `slack`: how much earlier than its time its first byte may
+    have arrived. A read that took one data segment (counted on loopback, where each send is one
+    segment, with tcp_info's segment and byte counters) has none; one that took several has the
+    time since the client last saw an empty queue. A point at a read's last byte (a header end, an
+    SSE event that ends the read) carries that read's own time and no slack (`end_slack`).
     """
 
     connect_start_ns: int | None = None
@@ -72,46 +77,69 @@ class _Marks(threading.local):
     first_read_ns: int | None = None       # arrival of the response's first bytes
     last_read_ns: int | None = None        # arrival of the latest bytes read
     prev_return_ns: int | None = None      # when the previous read returned (or the request went out)
-    lag_ns: int = 0                        # the worst read so far: how late this client may have seen bytes
-    first_lag_ns: int = 0                  # the same for the response's first read (ttfb)
+    lag_ns: int = 0                        # the largest slack of any read so far
+    first_lag_ns: int = 0                  # the slack of the response's first read (ttfb)
     kernel_rx: bool = True                 # every read so far had a kernel receive timestamp
     reads: int = 0
     armed: bool = False
     hold_headers: bool = False   # the request has a body: send headers and body in one write
     held: bytes | None = None
+    # per read, in order: arrival (its last segment's time), slack of its first byte, slack of its last byte
+    arrivals: list[int]
+    slack: list[int]
+    end_slack: list[int]
+    # the last moment the receive queue was seen empty: (time, tcp_info counters then); None: not known
+    sync: tuple[int, tuple[int, int]] | None = None
+    head_tail: bytes = b""                 # the last bytes of the response head so far, for its end
+    head_point: tuple[int, int] | None = None      # (arrival, slack) of the response head's last byte
+    body_point: tuple[int, int] | None = None      # (arrival, slack) of the body's first byte
+    body_next: bool = False                # the head ended a read: the body starts the next one
 
     def reset(self, *, has_body: bool) -> None:
         self.connect_start_ns = self.connect_end_ns = self.first_write_ns = self.first_read_ns = None
         self.last_read_ns = self.prev_return_ns = None
         self.lag_ns, self.first_lag_ns, self.kernel_rx, self.reads = 0, 0, True, 0
         self.hold_headers, self.held = has_body, None
+        self.arrivals, self.slack, self.end_slack = [], [], []
+        self.sync, self.head_tail, self.head_point, self.body_point, self.body_next = None, b"", None, None, False
 
-    def note_read(self, *, arrival_ns: int, call_ns: int, return_ns: int, queued: int,
-                  run_wait_ns: int | None, kernel: bool, merged_since_ns: int | None = None) -> None:
+    def note_read(self, data: bytes, *, arrival_ns: int, slack_ns: int, end_slack_ns: int, return_ns: int,
+                  kernel: bool) -> None:
         if self.first_read_ns is None:
             self.first_read_ns = arrival_ns
+            self.first_lag_ns = slack_ns
         self.last_read_ns = arrival_ns
-        lag = run_wait_ns or 0
         if not kernel:
             self.kernel_rx = False
-            lag = max(lag, return_ns - arrival_ns)
-        if queued and self.prev_return_ns is not None:
-            # Bytes were waiting before we asked. The kernel merges segments queued behind an unread
-            # one and keeps the latest time, so the earliest of them may have arrived any time
-            # since the last read returned: that much is not vouched for.
-            latest = arrival_ns if kernel else call_ns
-            lag = max(lag, latest - self.prev_return_ns)
-        if merged_since_ns is not None:
-            # Nothing was queued when we asked, yet the read took more than one data segment: they
-            # carry the last one's time, and the first may have come any time since we asked. The
-            # run-queue wait does not always show why we were late: a wake-up sent to an idle
-            # virtual CPU is queued there, and counted, only once the host runs that CPU again.
-            lag = max(lag, arrival_ns - merged_since_ns)
-        if self.reads == 0:
-            self.first_lag_ns = lag
-        self.lag_ns = max(self.lag_ns, lag)
+        self.lag_ns = max(self.lag_ns, slack_ns)
         self.prev_return_ns = return_ns
+        self.arrivals.append(arrival_ns)
+        self.slack.append(slack_ns)
+        self.end_slack.append(end_slack_ns)
         self.reads += 1
+        self._note_head(data, arrival_ns, slack_ns, end_slack_ns)
+
+    def _note_head(self, data: bytes, arrival_ns: int, slack_ns: int, end_slack_ns: int) -> None:
+        if self.body_next:
+            self.body_point, self.body_next = (arrival_ns, slack_ns), False
+        if self.head_point is not None:
+            return
+        buf = self.head_tail + data
+        at = buf.find(_HEAD_END)
+        if at < 0:
+            self.head_tail = buf[-(len(_HEAD_END) - 1):]
+            return
+        end = at + len(_HEAD_END)
+        if end == len(buf):                # the head ended this read: the body starts the next one
+            self.head_point, self.body_next = (arrival_ns, end_slack_ns), True
+        else:
+            self.head_point = self.body_point = (arrival_ns, slack_ns)
+
+    def point(self, read: int, *, at_end: bool) -> tuple[int, int] | None:
+        """(arrival, slack) of a point in read `read` (0-based): at its last byte, or anywhere before."""
+        if not 0 <= read < self.reads:
+            return None
+        return self.arrivals[read], (self.end_slack if at_end else self.slack)[read]
 
 
 MARKS = _Marks()
@@ -125,15 +153,26 @@ def _queued(sock: socket.socket) -> int:
         return 0
 
 
-def _data_segments_in(sock: socket.socket) -> int | None:
-    """Data segments this connection has received so far (tcp_info.tcpi_data_segs_in, Linux 4.6+)."""
+def _rx_counters(sock: socket.socket) -> tuple[int, int] | None:
+    """(data segments, bytes) this connection has received so far: tcp_info's tcpi_data_segs_in and
+    tcpi_bytes_received (Linux 4.6+), read in one call."""
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
     except (OSError, AttributeError):
         return None
     if len(info) < _DATA_SEGS_IN_AT + 4:
         return None
-    return int(struct.unpack_from("I", info, _DATA_SEGS_IN_AT)[0])
+    return (int(struct.unpack_from("I", info, _DATA_SEGS_IN_AT)[0]),
+            int(struct.unpack_from("Q", info, _BYTES_RECEIVED_AT)[0]))
+
+
+def _segments_at_most(before: tuple[int, int], after: tuple[int, int], nbytes: int) -> int:
+    """How many data segments at most a read of `nbytes` took, when `before` was counted with the
+    queue empty and `after` just after the read: bytes counted beyond those read came in at least
+    one more segment, still queued."""
+    segs = (after[0] - before[0]) % 2**32
+    extra = after[1] - before[1] - nbytes
+    return segs - 1 if extra > 0 else segs
 
 
 def _kernel_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:
@@ -164,6 +203,7 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
         m = MARKS
         if not buffer:
             return
+        first = False
         if m.armed:
             # httpcore writes headers and body separately; one write (as curl does for a small
             # POST) spares a syscall and a server wake-up that would be billed to the client
@@ -177,7 +217,23 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
                 # be milliseconds late (the woken server preempts us inside send on a busy box), and
                 # what arrives meanwhile waits for our first read from the moment the request left
                 m.first_write_ns = m.prev_return_ns = perf_counter_ns()
+                first = True
         super().write(buffer, timeout)
+        if first and self._counts():
+            self._sync(MARKS)
+
+    def _counts(self) -> bool:
+        """Segments can be counted: a plain socket on loopback, where each send is one segment (no GRO,
+        64 KiB MTU). Over a NIC, GRO hands over segments that arrived together as one, and counts them all."""
+        if self.loopback is None:
+            self.loopback = type(self._sock) is socket.socket and _on_loopback(self._sock)
+        return self.loopback
+
+    def _sync(self, m: _Marks) -> None:
+        """Note this moment as one with nothing unread: what is counted later arrived after it."""
+        t = perf_counter_ns()
+        counters = _rx_counters(self._sock)      # before FIONREAD: an empty queue then vouches for them
+        m.sync = (t, counters) if counters is not None and not _queued(self._sock) else None
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         m = MARKS
@@ -185,13 +241,14 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
             return super().read(max_bytes, timeout)
         sock = self._sock
         plain = type(sock) is socket.socket     # TLS reads go through the SSL object: no ancillary data
+        count = self._counts()
+        if count and m.sync is None:
+            self._sync(m)
         asked_ns = perf_counter_ns()
         queued = _queued(sock) if plain else 0
-        if self.loopback is None:
-            self.loopback = plain and _on_loopback(sock)
-        segs0 = _data_segments_in(sock) if self.loopback and not queued else None
+        if m.sync is not None and not queued:
+            m.sync = (asked_ns, m.sync[1])       # still nothing unread: nothing arrived since
         wait0 = RUN_DELAY.ns()
-        call_ns = perf_counter_ns()
         if plain:
             with map_exceptions({socket.timeout: httpcore.ReadTimeout, OSError: httpcore.ReadError}):
                 sock.settimeout(timeout)
@@ -202,13 +259,33 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
             data = super().read(max_bytes, timeout)
             return_ns, kernel = perf_counter_ns(), None
         wait1 = RUN_DELAY.ns()
-        if data:
-            arrival = kernel if kernel is not None and kernel <= return_ns else return_ns
-            segs1 = _data_segments_in(sock) if segs0 is not None else None
-            merged = segs0 is not None and segs1 is not None and (segs1 - segs0) % 2**32 > 1
-            m.note_read(arrival_ns=arrival, call_ns=call_ns, return_ns=return_ns, queued=queued,
-                        run_wait_ns=None if wait0 is None or wait1 is None else wait1 - wait0,
-                        kernel=kernel is not None, merged_since_ns=asked_ns if merged else None)
+        if not data:
+            return data
+        arrival = kernel if kernel is not None and kernel <= return_ns else return_ns
+        # every byte of this read arrived after `lower`: the last empty queue, else the last read
+        lower = max(m.sync[0] if m.sync is not None else m.prev_return_ns or m.first_write_ns, m.first_write_ns)
+        most = None
+        if count and m.sync is not None:
+            after = _rx_counters(sock)
+            most = _segments_at_most(m.sync[1], after, len(data)) if after is not None else None
+        run_wait = 0 if wait0 is None or wait1 is None else max(0, wait1 - wait0)
+        if kernel is None:
+            # our own clock: late by the run-queue wait, or back to `lower` for bytes already queued
+            slack = end_slack = max(run_wait, return_ns - lower if queued else 0)
+        else:
+            if most == 1:
+                slack = 0                            # one segment: its own time
+            elif count:
+                slack = arrival - lower              # several (or not known): the first may be that early
+            else:
+                # a NIC: segments merge when the client was late (it waited for a CPU) or bytes waited
+                slack = max(run_wait, arrival - lower if queued else 0)
+            # a read cut at max_bytes may end inside a segment merged with later ones
+            end_slack = slack if len(data) >= max_bytes else 0
+        m.note_read(data, arrival_ns=arrival, slack_ns=slack, end_slack_ns=end_slack, return_ns=return_ns,
+                    kernel=kernel is not None)
+        if count:
+            self._sync(m)
         return data
 
     def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
