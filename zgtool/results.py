@@ -33,6 +33,8 @@ def environment() -> dict[str, Any]:
         "zgtool": __version__,
         "cpus": os.cpu_count(),
     }
+    if hasattr(os, "getloadavg"):      # the machine's load when the result was written (1, 5, 15 min)
+        env["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     torch_mod = sys.modules.get("torch")
     if torch_mod is not None:
         env["torch"] = getattr(torch_mod, "__version__", "?")

@@ -125,7 +125,7 @@ def test_report_opens_in_chromium_without_console_errors(browser, full_html: str
     assert run.console == []
     assert shot.stat().st_size > 20_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the inline script ran to its last line (it counts the sections it found)
-    assert f'data-ready="{len(ALL_SECTIONS)}"' in run.dom
+    assert f'data-ready="{full_html.count("<section id=")}"' in run.dom
 
 
 def test_the_console_check_catches_a_page_that_throws(browser, tmp_path: Path) -> None:
@@ -225,3 +225,43 @@ def test_a_breached_gate_stage_is_red_not_green_or_grey(data_dir: Path, tmp_path
     html = render_files([tmp_path / "v"], title="breached")
     row = re.search(r'<tr><td><span class="badge (\w+)">breached</span></td>', html)
     assert row and row.group(1) == "bad"
+
+
+MEASURE_NARROW = """<script>
+  var small = 99, where = '';
+  document.querySelectorAll('svg.chart').forEach(function(s){
+    var box = s.getBoundingClientRect();
+    if (!box.width) { return; }                       // the drawing for the other screen size
+    var scale = box.width / s.viewBox.baseVal.width;
+    s.querySelectorAll('text').forEach(function(t){
+      var px = parseFloat(getComputedStyle(t).fontSize) * scale;
+      if (px < small) { small = px; where = t.textContent; }
+    });
+  });
+  document.body.setAttribute('data-body-scroll', String(document.body.scrollWidth));
+  document.body.setAttribute('data-min-font', small.toFixed(2));
+  document.body.setAttribute('data-min-font-text', where);
+</script></body>"""
+
+
+def test_at_420px_nothing_overflows_the_page_and_chart_text_stays_legible(browser, full_html: str,
+                                                                          tmp_path: Path) -> None:
+    # the gate table and every other table scroll inside their own box; the page itself never does
+    assert '<div class="wide"><table class="t"><thead><tr><th>status</th><th>rule</th>' in full_html
+    page = tmp_path / "narrow.html"
+    page.write_text(full_html.replace("</head>", NARROW, 1).replace("</body>", MEASURE_NARROW, 1))
+    run = browser(page, width=500)
+    scroll = int(re.search(r'data-body-scroll="(\d+)"', run.dom).group(1))
+    assert scroll <= 420, scroll
+    font = float(re.search(r'data-min-font="([\d.]+)"', run.dom).group(1))
+    assert font >= 9.0, (font, re.search(r'data-min-font-text="([^"]*)"', run.dom).group(1))
+
+
+def test_each_chart_is_drawn_for_wide_and_narrow_screens_with_fewer_ticks_when_narrow() -> None:
+    from zgtool.report import svg
+
+    html = svg.line_chart([svg.Series("a", [0.0, 1000.0, 2000.0, 3000.0], [0.0, 50.0, 80.0, 100.0], "#000")],
+                          x_label="ms", y_label="%")
+    wide, narrow = re.match(r'<div class="cw">(.*)</div><div class="cn">(.*)</div>$', html).groups()
+    assert 'viewBox="0 0 620 ' in wide and f'viewBox="0 0 {svg.NARROW_WIDTH} ' in narrow
+    assert narrow.count('class="tick"') < wide.count('class="tick"')

@@ -14,7 +14,6 @@ from zgtool.report.sections_latency import (
     percentile_section,
     throughput_section,
     tokens_section,
-    verdict_section,
     waterfall_section,
 )
 from zgtool.report.sections_other import (
@@ -27,6 +26,7 @@ from zgtool.report.sections_other import (
     stream_section,
 )
 from zgtool.report.sections_sweep import sweep_section
+from zgtool.report.sections_verdict import verdict_section
 
 CSS = """
 :root{--fg:#1a202c;--muted:#718096;--line:#e2e8f0;--bg:#fff;--panel:#f7fafc;--bad:#c53030;--good:#2f855a;--warn:#b7791f}
@@ -49,9 +49,16 @@ padding:2px 10px 2px 0;vertical-align:top}table.kv td{padding:2px 0;word-break:b
 .card{border:1px solid var(--line);border-radius:6px;padding:8px 12px;min-width:190px;background:var(--panel)}
 .card.bad{border-color:#feb2b2}.card.good{border-color:#9ae6b4}.card .k{color:var(--muted);font-size:12px}
 .card .v{font-size:22px;font-weight:600}.card .s{font-size:12px;color:var(--muted)}
+.card .ci{font-size:12.5px;font-variant-numeric:tabular-nums}.card .sub{font-size:13px;margin-top:4px}
+.card .small{font-size:11.5px;color:var(--muted);margin-top:2px}
+.warnbox{color:#744210;background:#fffaf0;border:1px solid #fbd38d;border-radius:4px;padding:4px 10px;margin:0 0 10px;
+max-width:900px}.warnbox p{margin:4px 0}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(560px,100%),1fr));gap:8px 24px}.grid>div{min-width:0}
 svg.chart{display:block;width:100%;height:auto;max-width:min(960px,100%);font-size:10.5px}
-.wide{overflow-x:auto;max-width:100%}@media (max-width:600px){main,header,nav{padding-left:10px;padding-right:10px}}svg .grid{stroke:#edf2f7}svg .frame{fill:none;stroke:#cbd5e0}
+.wide{overflow-x:auto;max-width:100%}table.t{display:block;overflow-x:auto;max-width:100%}
+.headline,.note,header .sub,.warnbox,li,code{overflow-wrap:anywhere}.cn{display:none}
+@media (max-width:600px){main,header,nav{padding-left:10px;padding-right:10px}.cw{display:none}.cn{display:block}
+svg.chart .bandlabel{font-size:10px}.card{min-width:0;flex:1 1 100%}}svg .grid{stroke:#edf2f7}svg .frame{fill:none;stroke:#cbd5e0}
 svg .tick{fill:#4a5568}svg .axis{fill:#2d3748;font-size:11px}svg .rowlabel{fill:#2d3748;font-size:12px}
 svg .seglabel{fill:#fff;font-size:10px;pointer-events:none}svg .bandlabel{fill:#718096;font-size:9px}
 svg .lg{cursor:pointer}svg .lg.off{opacity:.35}svg .s.off{display:none}ul.recs{padding-left:18px}ul.recs li{margin:6px 0}

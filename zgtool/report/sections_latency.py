@@ -10,7 +10,8 @@ from typing import Any
 from zgtool.report import svg
 from zgtool.report.load import ResultSet
 from zgtool.report.model import human, ok_samples, splits, stage_reasons
-from zgtool.report.verdict import NOT_SIGNIFICANT, config_label, describe, verdict
+from zgtool.report.tax import engine_known
+from zgtool.report.verdict import config_label, phase_label
 
 PCT_PHASES = ("total_ms", "ttft_ms", "ttfb_ms", "tpot_ms", "itl_ms")
 
@@ -38,103 +39,6 @@ def _ms(v: float | None, signed: bool = False) -> str:
     return f"{v:+.2f}" if signed else svg.fmt(v)
 
 
-def _sig_badge(sig: str) -> str:
-    cls = "bad" if sig == "higher" else "good" if sig == "lower" else "muted"
-    return f'<span class="badge {cls}">{escape(sig)}</span>'
-
-
-def verdict_section(rs: ResultSet) -> Section:
-    sec = Section("verdict", "Verdict and key numbers")
-    v = verdict(splits(rs))
-    parts: list[str] = []
-    if v is None:
-        sec.missing = missing_reason(rs, "latency_split with two paths", "latency")
-    else:
-        parts.append(f'<p class="headline">{escape(v.headline)}</p>')
-        cards = []
-        for row in v.rows:
-            cls = "bad" if row.significance == "higher" else "good" if row.significance == "lower" else ""
-            cards.append(f'<div class="card {cls}"><div class="k">{escape(row.label)}</div>'
-                         f'<div class="v">{_ms(row.tax_ms, True)} ms</div>'
-                         f'<div class="s">{"–" if row.tax_pct is None else f"{row.tax_pct:+.1f}%"} · '
-                         f'{escape(row.significance)}</div><div class="s">{escape(row.baseline)} '
-                         f'{_ms(row.baseline_total_ms)} ms → {escape(row.candidate)} {_ms(row.candidate_total_ms)} ms'
-                         f'</div></div>')
-        parts.append(f'<div class="cards">{"".join(cards)}</div>')
-        parts.append('<p class="note">Gateway tax per phase: median difference (gateway − direct) with its 95% '
-                     'bootstrap interval; faded bars are not significant (the interval contains 0).</p>')
-        parts.append(_grid([f"<h3>{escape(row.label)}</h3>" + svg.diverging_bars(_tax_rows(row)) for row in v.rows]))
-        head = ("<tr><th>config</th><th>phase</th><th>tax ms (median diff)</th><th>95% CI</th>"
-                "<th>% of direct total</th><th>significance</th></tr>")
-        body = []
-        for row in v.rows:
-            items = ([("total_ms", row.tax_ms, row.tax_lo_ms, row.tax_hi_ms, row.tax_pct, row.significance)]
-                     + ([("ttft_ms", row.ttft.diff_ms, row.ttft.lo_ms, row.ttft.hi_ms, row.ttft.pct_of_total,
-                          row.ttft.significance)] if row.ttft else [])
-                     + [(p.phase, p.diff_ms, p.lo_ms, p.hi_ms, p.pct_of_total, p.significance) for p in row.phases])
-            for i, (phase, d, lo, hi, pct, sig) in enumerate(items):
-                ci = f"{lo:+.2f} .. {hi:+.2f}" if lo is not None and hi is not None else "–"
-                dim = ' class="muted"' if sig == NOT_SIGNIFICANT else ""
-                body.append(f"<tr{dim}><td>{escape(row.label) if i == 0 else ''}</td><td>{escape(human(phase))}</td>"
-                            f"<td class=num>{_ms(d, True)}</td><td class=num>{ci}</td>"
-                            f"<td class=num>{'–' if pct is None else f'{pct:+.1f}%'}</td><td>{_sig_badge(sig)}</td></tr>")
-        parts.append('<details><summary>Tax per phase as a table (candidate − baseline medians, bootstrap 95% CI; '
-                     'an interval containing 0 is not significant)</summary>'
-                     f'<table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></details>')
-        parts.append("<ul>" + "".join(f"<li>{escape(describe(r))}</li>" for r in v.rows) + "</ul>")
-    parts.append(_gate_table(rs))
-    parts.append(_stages_table(rs))
-    sec.body = "".join(p for p in parts if p)
-    if sec.body and sec.missing:
-        sec.body = f'<p class="missing">Verdict: {escape(sec.missing)}</p>' + sec.body
-        sec.missing = None
-    return sec
-
-
-def _tax_rows(row: Any) -> list[tuple[str, float, float | None, float | None, str, bool]]:
-    rows = [(human("total_ms"), row.tax_ms, row.tax_lo_ms, row.tax_hi_ms, "#1a202c",
-             row.significance == NOT_SIGNIFICANT)]
-    if row.ttft is not None:
-        t = row.ttft
-        rows.append((human("ttft_ms"), t.diff_ms, t.lo_ms, t.hi_ms, "#4a5568", t.significance == NOT_SIGNIFICANT))
-    # sub-0.01 ms phases are noise at this scale; the table below keeps them
-    rows += [(human(p.phase), p.diff_ms, p.lo_ms, p.hi_ms, svg.phase_color(p.phase), p.significance == NOT_SIGNIFICANT)
-             for p in row.phases if abs(p.diff_ms) >= 0.01]
-    return [r for r in rows if r[1] is not None]
-
-
-def _gate_table(rs: ResultSet) -> str:
-    out = []
-    for r in rs.of("gate"):
-        d = r.get("data") or {}
-        rows = "".join(
-            f'<tr><td><span class="badge {"good" if x["status"] == "pass" else "bad" if x["status"] == "fail" else "muted"}">'
-            f'{escape(x["status"])}</span></td><td>{escape(x.get("rule") or "")}</td><td><code>{escape(x.get("check") or "")}'
-            f'</code></td><td>{escape(str(x.get("result")))}</td><td class=num>'
-            f'{escape(" vs ".join(svg.fmt(v) for v in x.get("values") or []) or x.get("detail") or "")}</td></tr>'
-            for x in d.get("rows") or [])
-        counts = d.get("counts") or {}
-        out.append(f'<h3>Gate: {escape(str(d.get("policy", "")).rsplit("/", 1)[-1])} — {counts.get("pass", 0)} pass, '
-                   f'{counts.get("fail", 0)} fail, {counts.get("skip", 0)} skip</h3><table class="t"><thead><tr>'
-                   f'<th>status</th><th>rule</th><th>check</th><th>result</th><th>measured</th></tr></thead>'
-                   f'<tbody>{rows}</tbody></table>')
-    return "".join(out)
-
-
-def _stages_table(rs: ResultSet) -> str:
-    v = rs.first("verify")
-    if v is None:
-        return ""
-    stages = (v.get("data") or {}).get("stages") or []
-    bad = ("failed", "breached", "unreliable", "interrupted")  # a finding, never green or grey
-    rows = "".join(f'<tr><td><span class="badge {"good" if s["status"] == "ok" else "bad" if s["status"] in bad else "muted"}">'
-                   f'{escape(s["status"])}</span></td><td>{escape(s["title"])}</td><td class=num>{s["seconds"]:.1f}</td>'
-                   f'<td>{escape(s.get("reason") or "")}</td></tr>' for s in stages)
-    return (f'<details><summary>What ran ({len(stages)} stages, '
-            f'{(v.get("data") or {}).get("wall_s", 0):.0f} s)</summary><table class="t"><thead><tr><th>status</th>'
-            f'<th>stage</th><th>s</th><th>note</th></tr></thead><tbody>{rows}</tbody></table></details>')
-
-
 def waterfall_section(rs: ResultSet) -> Section:
     sec = Section("waterfall", "Where the time goes: latency waterfall per path")
     found = splits(rs)
@@ -149,8 +53,9 @@ def waterfall_section(rs: ResultSet) -> Section:
         phases = d.get("waterfall_phases") or []
         rows = []
         for t in d.get("targets") or []:
-            segs = [(human(p), (t["phases"].get(p) or {}).get("waterfall_mean_ms") or 0.0, svg.phase_color(p))
-                    for p in phases if p in t.get("phases", {})]
+            unknown = not engine_known(t)   # the rest then holds the engine's time: unattributed, not network
+            segs = [(phase_label(p, unknown), (t["phases"].get(p) or {}).get("waterfall_mean_ms") or 0.0,
+                     svg.phase_color(p)) for p in phases if p in t.get("phases", {})]
             rows.append((t["name"], segs))
         parts.append(f'<h3>{escape(config_label(d.get("config") or {}))}</h3>' + svg.stacked_bars(rows))
         if d.get("join"):
@@ -202,7 +107,7 @@ def percentile_section(rs: ResultSet) -> Section:
         sec.missing = missing_reason(rs, "latency_split", "latency")
         return sec
     head = ("<tr><th>config</th><th>path</th><th>metric</th><th>n</th><th>p50</th><th>p90</th><th>p95</th>"
-            "<th>p99</th><th>mean</th><th>median 95% CI</th></tr>")
+            "<th>p99</th><th>mean</th><th>median 95% CI</th><th>CI drawn on</th></tr>")
     body = []
     for r in found:
         d = r.get("data") or {}
@@ -213,14 +118,30 @@ def percentile_section(rs: ResultSet) -> Section:
                 if not p:
                     continue
                 s = p.get("summary") or {}
-                ci = (f"{svg.fmt(p['median_lo'])} .. {svg.fmt(p['median_hi'])}"
-                      if p.get("median_lo") is not None and p.get("median_hi") is not None else "–")
+                ci, method = median_ci_cell(p)
                 body.append(f"<tr><td>{escape(label)}</td><td>{escape(t['name'])}</td><td>{escape(human(m))}</td>"
                             f"<td class=num>{p.get('count', 0)}</td>"
                             + "".join(f"<td class=num>{_ms(s.get(k))}</td>" for k in ("p50", "p90", "p95", "p99", "mean"))
-                            + f"<td class=num>{ci}</td></tr>")
-    sec.body = f'<table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
+                            + f"<td class=num>{ci}</td><td>{escape(method)}</td></tr>")
+    sec.body = ('<p class="note">Median 95% CI: bootstrap over rounds. A latency cannot be negative: its interval '
+                "is drawn on log latency where the result says so (never below 0), otherwise on the linear scale "
+                "and clipped at 0.</p>"
+                f'<div class="wide"><table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></div>')
     return sec
+
+
+CI_METHODS = {"log": "log latency", "linear, clipped at 0": "linear, clipped at 0", "linear": "linear"}
+
+
+def median_ci_cell(p: dict[str, Any]) -> tuple[str, str]:
+    """('[lo, hi]', how it was drawn): a latency's interval never shows a negative bound."""
+    lo, hi = p.get("median_lo"), p.get("median_hi")
+    if lo is None or hi is None:
+        return "–", ""
+    method = str(p.get("ci_method") or "linear")
+    if method != "log" and lo < 0:
+        method = "linear, clipped at 0"
+    return f"[{svg.fmt(max(lo, 0.0))}, {svg.fmt(max(hi, 0.0))}]", CI_METHODS.get(method, method)
 
 
 def _num(v: Any, fmt: str = "{:.1f}") -> str:

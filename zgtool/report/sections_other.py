@@ -257,7 +257,7 @@ def environment_section(rs: ResultSet, files: list[str]) -> Section:
     sec = Section("environment", "Environment and versions")
     envs: dict[str, dict[str, Any]] = {}
     for _, r in rs.results:
-        env = r.get("environment") or {}
+        env = {k: v for k, v in (r.get("environment") or {}).items() if k != "loadavg"}  # per result: verdict area
         envs.setdefault(str(sorted(env.items())), env)
     # the engine's model, dtype and device where the result recorded them (engine-side commands)
     cols = [k for k in ENV_COLUMNS if k in ("host", "zgtool") or any(env.get(k) is not None for env in envs.values())]

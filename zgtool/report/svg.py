@@ -7,9 +7,10 @@ No xmlns attribute: inline SVG in HTML5 does not need one, and the report carrie
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
+from typing import Any
 
 # Same phase, same colour on every path: gateway parts warm, engine parts blue, client grey.
 PHASE_COLORS = {
@@ -130,8 +131,8 @@ def _legend(items: Sequence[tuple[str, str, str]], x: float, y: float, width: fl
     return "".join(out)
 
 
-def line_chart(series: Sequence[Series], *, x_label: str, y_label: str, width: int = 620, height: int = 260,
-               x_log: bool = False, y_min: float | None = None, y_max: float | None = None,
+def _line_chart(series: Sequence[Series], *, x_label: str, y_label: str, width: int = 620, height: int = 260,
+                ticks: int = 5, x_log: bool = False, y_min: float | None = None, y_max: float | None = None,
                bands: Sequence[tuple[float, float, str]] = (), y_fmt: str = "") -> str:
     """Lines, steps or points on shared axes; bands are shaded x-ranges (stages) with labels."""
     pts = [(x, y) for s in series for x, y in zip(s.xs, s.ys, strict=False)
@@ -150,11 +151,11 @@ def line_chart(series: Sequence[Series], *, x_label: str, y_label: str, width: i
         x1 = x1 if x1 > x0 else x0 * 10
         xt = log_ticks(x0, x1)
     else:
-        xt = nice_ticks(x0, x1)
+        xt = nice_ticks(x0, x1, ticks)
         x0, x1 = min(x0, xt[0]), max(x1, xt[-1])
     ylo = min(ys) if y_min is None else y_min
     yhi = max(ys) if y_max is None else y_max
-    yt = nice_ticks(min(ylo, 0.0) if y_min is None else ylo, yhi)
+    yt = nice_ticks(min(ylo, 0.0) if y_min is None else ylo, yhi, ticks)
     y0, y1 = yt[0], max(yt[-1], yhi)
     if x1 == x0:
         x1 = x0 + 1
@@ -245,8 +246,8 @@ def bin_edges(all_values: Sequence[float], bins: int = 24) -> list[float]:
     return [lo + i * step for i in range(bins + 1)]
 
 
-def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float, str]]]], *, unit: str = "ms",
-                 width: int = 940, bar_h: int = 26, label_w: int = 120) -> str:
+def _stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float, str]]]], *, unit: str = "ms",
+                  width: int = 940, bar_h: int = 26, label_w: int = 120) -> str:
     """One horizontal bar per row, segments left to right; the shared scale is the longest row."""
     totals = [sum(max(v, 0.0) for _, v, _ in segs) for _, segs in rows]
     scale_max = max(totals) if totals and max(totals) > 0 else 1.0
@@ -280,15 +281,15 @@ def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float, str]]]], *
     return "".join(out).replace("{H}", str(total_h), 1)
 
 
-def grouped_bars(categories: Sequence[str], groups: Sequence[tuple[str, Sequence[float | None], str]], *,
-                 unit: str, width: int = 620, height: int = 240) -> str:
+def _grouped_bars(categories: Sequence[str], groups: Sequence[tuple[str, Sequence[float | None], str]], *,
+                  unit: str, width: int = 620, height: int = 240, ticks: int = 5) -> str:
     """Vertical bars: one cluster per category, one bar per group (e.g. per path)."""
     vals = [v for _, vs, _ in groups for v in vs if v is not None]
     if not vals:
         return '<p class="muted">no data points to draw</p>'
     left, right, top, bottom = 56, 10, 10, 56
     pw, ph = width - left - right, height - top - bottom
-    yt = nice_ticks(0.0, max(vals))
+    yt = nice_ticks(0.0, max(vals), ticks)
     y1 = max(yt[-1], max(vals)) or 1.0
     out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img">']
     for t in yt:
@@ -316,8 +317,8 @@ def grouped_bars(categories: Sequence[str], groups: Sequence[tuple[str, Sequence
     return "".join(out)
 
 
-def diverging_bars(rows: Sequence[tuple[str, float, float | None, float | None, str, bool]], *, unit: str = "ms",
-                   width: int = 940, bar_h: int = 16, label_w: int = 170) -> str:
+def _diverging_bars(rows: Sequence[tuple[str, float, float | None, float | None, str, bool]], *, unit: str = "ms",
+                    width: int = 940, bar_h: int = 16, label_w: int = 170) -> str:
     """Signed bars around a zero line with interval whiskers: (label, value, lo, hi, colour, muted)."""
     if not rows:
         return '<p class="muted">no data points to draw</p>'
@@ -336,7 +337,7 @@ def diverging_bars(rows: Sequence[tuple[str, float, float | None, float | None, 
         x = zero + min(v, 0) / m * pw / 2
         w = abs(v) / m * pw / 2
         op = ' opacity="0.35"' if muted else ""
-        ci = f" [{lo:+.2f}..{hi:+.2f}]" if lo is not None and hi is not None else ""
+        ci = f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else ""
         out.append(f'<text class="rowlabel" x="{label_w - 6}" y="{y + bar_h - 4}" text-anchor="end">{escape(label)}</text>'
                    f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0.8):.1f}" height="{bar_h}" fill="{color}"{op}>'
                    f'<title>{escape(label)}: {v:+.3f} {escape(unit)}{ci}</title></rect>')
@@ -349,3 +350,40 @@ def diverging_bars(rows: Sequence[tuple[str, float, float | None, float | None, 
         out.append(f'<text class="tick" x="{tx:.1f}" y="{y + bar_h - 4}">{v:+.2f}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+# --- one chart per screen: a wide drawing, and a 420-unit one (fewer ticks, text at 1:1) for phones ---
+
+NARROW_WIDTH = 420       # the narrow drawing's viewBox width: at a 420 px screen its text is ~its nominal size
+
+
+def _dual(make: Callable[[int, int], str], wide: int) -> str:
+    """Both drawings; CSS shows the wide one above 600 px and the narrow one below (html.CSS)."""
+    w = make(wide, 5)
+    if not w.startswith("<svg"):
+        return w
+    return f'<div class="cw">{w}</div><div class="cn">{make(NARROW_WIDTH, 3)}</div>'
+
+
+def line_chart(series: Sequence[Series], *, x_label: str, y_label: str, width: int = 620, height: int = 260,
+               **kw: Any) -> str:
+    """Lines, steps or points on shared axes (see _line_chart), drawn for wide and narrow screens."""
+    return _dual(lambda w, n: _line_chart(series, x_label=x_label, y_label=y_label, width=w, height=height,
+                                          ticks=n, **kw), width)
+
+
+def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float, str]]]], *, unit: str = "ms",
+                 width: int = 940, bar_h: int = 26, label_w: int = 120) -> str:
+    return _dual(lambda w, n: _stacked_bars(rows, unit=unit, width=w, bar_h=bar_h,
+                                            label_w=label_w if w >= 560 else min(label_w, 100)), width)
+
+
+def grouped_bars(categories: Sequence[str], groups: Sequence[tuple[str, Sequence[float | None], str]], *,
+                 unit: str, width: int = 620, height: int = 240) -> str:
+    return _dual(lambda w, n: _grouped_bars(categories, groups, unit=unit, width=w, height=height, ticks=n), width)
+
+
+def diverging_bars(rows: Sequence[tuple[str, float, float | None, float | None, str, bool]], *, unit: str = "ms",
+                   width: int = 940, bar_h: int = 16, label_w: int = 170) -> str:
+    return _dual(lambda w, n: _diverging_bars(rows, unit=unit, width=w, bar_h=bar_h,
+                                              label_w=label_w if w >= 560 else min(label_w, 130)), width)

@@ -209,13 +209,13 @@ def describe(row: ConfigTax) -> str:
     return out
 
 
-def _why(picked: float, all_values: list[float], n_sig: int, n_rows: int, what: str) -> str:
+def _why(picked: float, all_values: list[float], n_sig: int, n_rows: int, what: str, kind: str = "") -> str:
     """'(largest of 3 significant; +3.60 to +21.1 ms across the 4 configurations)'."""
     if n_rows <= 1:
         return ""
     why = f"largest of {n_sig} significant" if n_sig > 1 else f"the only significant one of {n_rows}"
     lo, hi = min(all_values), max(all_values)
-    rng = f"; {what} {_signed(lo)} to {_signed(hi)} ms across the {len(all_values)} configurations" \
+    rng = f"; {what} {_signed(lo)} to {_signed(hi)} ms across the {len(all_values)} {kind}configurations" \
         if len(all_values) > 1 else ""
     return f" ({why}{rng})"
 
@@ -243,7 +243,7 @@ def _first_token_lead(rows: list[ConfigTax], family: bool) -> str | None:
     streams = [q.diff_ms for r in rows if r.stream and (q := (r.ttft if p.phase == "ttft_ms" else r.ttfb))]
     metric = "TTFT" if p.phase == "ttft_ms" else "TTFB"
     n_stream = sum(1 for r in rows if r.stream)
-    return sentence + _why(p.diff_ms, streams, len(hits), n_stream, metric) + _adjust_note(rows, family, [p])
+    return sentence + _why(p.diff_ms, streams, len(hits), n_stream, metric, "streaming ") + _adjust_note(rows, family, [p])
 
 
 def _outside_lead(rows: list[ConfigTax], family: bool) -> str | None:
