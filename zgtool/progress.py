@@ -78,6 +78,14 @@ class ProgressLine:
                 if self.enabled:
                     self._maybe_draw(final=False)
 
+    def clear(self) -> None:
+        """Blank the line (before other output on the same stream); the next count draws it again."""
+        with self._lock:
+            if self.enabled and self._drawn:
+                self.stream.write("\r" + CLEAR_EOL)
+                self.stream.flush()
+                self._last_draw = float("-inf")
+
     def set_label(self, label: str) -> None:
         with self._lock:
             self.label = label

@@ -68,3 +68,13 @@ def test_counts_from_many_threads_add_up() -> None:
     for t in threads:
         t.join()
     assert (bar.done, bar.errors) == (800, 400)
+
+
+def test_clear_blanks_the_line_for_other_output_and_the_next_count_redraws_it() -> None:
+    out = Tty()
+    bar = ProgressLine("run", 3, stream=out, after_s=0, interval_s=10, clock=Clock())
+    bar.add()
+    bar.clear()
+    assert out.getvalue().endswith("\r\x1b[K")
+    bar.add()                                   # within the interval, but the line was blanked: drawn again
+    assert out.getvalue().endswith("2/3 requests  0.0 req/s  0 errors  0.0s\x1b[K")

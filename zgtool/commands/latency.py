@@ -226,13 +226,13 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
     block_done: dict[str, int] = {}
 
     def progress(name: str, done: int, total: int) -> None:
-        if as_json:
-            return
-        while untold:    # once the targets answered (an unreachable one stops the run with one line)
+        block_done[name] = done
+        if not as_json and untold:    # once the targets answered (an unreachable one stops the run with one line)
+            bar.clear()
+        while untold and not as_json:
             tname, found = untold.popitem()
             err_console.print(f"{tname}: detected the {found['api']} API, model {found['model']!r} "
                               f"({found['how']}); --api/--model override", highlight=False)
-        block_done[name] = done
         bar.advance_to(sum(block_done.values()))
 
     receiver = None
@@ -247,7 +247,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
         err_console.print(f"OTLP receiver on {receiver.url} (vLLM: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
                           f"http/protobuf vllm serve ... --otlp-traces-endpoint {receiver.url})", highlight=False)
     try:
-        hooks = None
+        hooks: list | None = None    # RequestHooks: vLLM's histogram deltas, the prefix-cache watch
         if vllm_metrics:
             from zgtool.latency.promdelta import DeltaWatch
 
