@@ -152,3 +152,48 @@ def test_intervals_are_printed_as_bounds_never_plus_minus() -> None:
     assert v is not None
     text = v.headline + describe(v.rows[0])
     assert "±" not in text and "[+5.0, +40.0]" in text and "[+10.7, +92.4]" in text
+
+
+# --- recommendations follow the same rules (issue 25) ----------------------------------------------
+
+def _recs(*results: dict) -> list:
+    from pathlib import Path
+
+    from zgtool.report import recommend
+    from zgtool.report.load import ResultSet
+
+    return recommend.recommendations(ResultSet(results=[(Path(f"r{i}.json"), r) for i, r in enumerate(results)]))
+
+
+def test_no_act_item_for_a_cost_of_0_002_ms_however_large_its_share() -> None:
+    recs = _recs(split([diff("total_ms", 0.002, 0.001, 0.003), diff("outside_engine_ms", 0.002, 0.001, 0.003)],
+                       direct_ms=0.01))
+    assert not [r for r in recs if r.severity == "act"]
+
+
+def test_no_act_item_for_a_negligible_or_family_insignificant_tax() -> None:
+    negligible = split([diff("total_ms", 30.0, 20.0, 40.0),
+                        diff("outside_engine_ms", 25.0, 20.0, 30.0, negligible=True, min_effect_ms=30.0)])
+    assert not [r for r in _recs(negligible) if r.severity == "act"]
+    one = split([diff("total_ms", 30.0, 20.0, 40.0),
+                 diff("outside_engine_ms", 25.0, 2.0, 48.0, significant_adj=False, lo_adj=-3.0, hi_adj=53.0)])
+    two = split([diff("total_ms", 1.0, -2.0, 4.0), diff("outside_engine_ms", 0.1, -1.0, 1.2, significant_adj=False)],
+                concurrency=8)
+    assert not [r for r in _recs(one, two) if r.severity == "act"]
+    one["data"]["differences"][1]["significant_adj"] = True
+    assert [r for r in _recs(one, two) if r.severity == "act"]
+
+
+def test_no_act_item_for_a_total_the_engine_explains() -> None:
+    r = split([diff("total_ms", 305.0, 120.0, 480.0), diff("decode_ms", 300.0, 110.0, 470.0)], engine=(True, True))
+    assert not [x for x in _recs(r) if x.severity == "act"]
+
+
+def test_no_growth_with_concurrency_built_on_a_figure_that_was_not_significant() -> None:
+    # the issue's case: 3.60 ms at c=1 (interval contains 0) -> 21.11 ms at c=8
+    c1 = split([diff("total_ms", 4.0, -5.0, 12.0), diff("outside_engine_ms", 3.6, -0.5, 7.7)])
+    c8 = split([diff("total_ms", 30.0, 10.0, 50.0), diff("outside_engine_ms", 21.11, 15.0, 27.0)], concurrency=8)
+    assert not [r for r in _recs(c1, c8) if "grows with concurrency" in r.title]
+    c1["data"]["differences"][1].update(diff_ms=3.6, lo_ms=2.0, hi_ms=5.2, verdict="higher")
+    grows = [r for r in _recs(c1, c8) if "grows with concurrency" in r.title]
+    assert grows and "[+2.00, +5.20]" in grows[0].detail

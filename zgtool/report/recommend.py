@@ -7,10 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from zgtool.latency.render import fmt_ci
 from zgtool.loadtest.summary import started_enough
 from zgtool.report.load import ResultSet
 from zgtool.report.model import ok_samples, path_name, phase_p, probes_by_path, splits
-from zgtool.report.verdict import HIGHER, NOT_SIGNIFICANT, ConfigTax, gateway_phases, taxes
+from zgtool.report.tax import engine_explains_total
+from zgtool.report.verdict import HIGHER, NOT_SIGNIFICANT, ConfigTax, PhaseTax, gateway_phases, taxes
 
 CACHE_HIT_RATE_MIN = 0.20        # below this a response cache costs more than it saves
 TAX_PCT_MAX = 10.0               # a significant tax above this share of the direct total is worth acting on
@@ -73,70 +75,98 @@ def _cache(rs: ResultSet) -> list[Recommendation]:
                                f"{hits} of {n} answers were cache hits (threshold {CACHE_HIT_RATE_MIN:.0%}).",
                                {"hits": hits, "answers": n})]
     cost_txt = f" while its lookup costs {cost:.3f} ms per request (median gw_cache_ms)" if cost is not None else ""
+    # materiality: a lookup that costs microseconds is not worth an action, however useless the cache
+    severity = "act" if cost is not None and cost >= ACT_MIN_MS else "check" if cost is None else "info"
     return [Recommendation(
-        "act", f"The gateway cache is a pure cost here: hit rate {rate:.0%}",
+        severity, f"The gateway cache is a pure cost here: hit rate {rate:.0%}",
         f"{hits} of {n} answers were cache hits, below {CACHE_HIT_RATE_MIN:.0%}{cost_txt}. Switch the cache off "
         "for this workload, or cache only repeatable (temperature 0) requests.",
         {"hits": hits, "answers": n, "hit_rate": rate, "gw_cache_ms_p50": cost})]
 
 
-def _figure(t: ConfigTax) -> tuple[str, float | None, float | None, float | None, float | None, str]:
-    """(where, diff, lo, hi, pct, significance): the outside-engine tax when attributed, else the total."""
+def _figure(t: ConfigTax) -> tuple[str, PhaseTax | None]:
+    """(where, figure): the outside-engine tax when attributed, else the total (None when the engine's
+    own time explains the total: engine jitter is not the path's cost)."""
     oe = t.outside_engine
     if oe is not None and not t.attribution_missing:
-        return "outside the engine", oe.diff_ms, oe.lo_ms, oe.hi_ms, oe.pct_of_total, oe.significance
-    return "in total", t.tax_ms, t.tax_lo_ms, t.tax_hi_ms, t.tax_pct, t.significance
+        return "outside the engine", oe
+    if engine_explains_total(t):
+        return "in total", None
+    return "in total", t.total
+
+
+def _material(p: PhaseTax | None, family: bool) -> bool:
+    """A cost worth acting on follows the verdict's rules: significant (family-adjusted when several
+    configurations are compared and the result carries it), higher, not negligible, and at least
+    ACT_MIN_MS per request."""
+    return (p is not None and p.is_finding(family) and p.sig(family) == HIGHER and p.diff_ms >= ACT_MIN_MS)
+
+
+def _ci(p: PhaseTax) -> str:
+    return f"95% CI {fmt_ci(p.lo_ms, p.hi_ms)} ms"
 
 
 def _tax(rs: ResultSet) -> list[Recommendation]:
     rows = [t for r in splits(rs) for t in taxes(r)]
+    family = len(rows) > 1
     out = []
     big = []
     for t in rows:
-        where, diff, lo, hi, pct, sig = _figure(t)
-        if sig != HIGHER or diff is None or (pct or 0.0) <= TAX_PCT_MAX:
+        where, p = _figure(t)
+        if p is None or not p.is_finding(family) or p.sig(family) != HIGHER or (p.pct_of_total or 0.0) <= TAX_PCT_MAX:
             continue
         big.append(t)
-        if diff < ACT_MIN_MS:
+        pct = p.pct_of_total or 0.0
+        if not _material(p, family):
             out.append(Recommendation(
-                "info", f"{t.candidate} adds {diff:.2f} ms ({pct:.1f}%) {where} at {t.label}",
-                f"A large share of a fast request, but under {ACT_MIN_MS:g} ms per request (95% CI "
-                f"{lo:+.2f}..{hi:+.2f} ms): nothing a user would notice; no action needed.",
-                {"tax_ms": diff, "tax_pct": pct}))
+                "info", f"{t.candidate} adds {p.diff_ms:.2f} ms ({pct:.1f}%) {where} at {t.label}",
+                f"A large share of a fast request, but under {ACT_MIN_MS:g} ms per request ({_ci(p)}): nothing a "
+                "user would notice; no action needed.",
+                {"tax_ms": p.diff_ms, "tax_pct": pct}))
             continue
         top = gateway_phases(t)[:3]
-        parts = ", ".join(f"{p.phase} {p.diff_ms:+.2f} ms" for p in top) or "no single gateway phase stands out"
+        parts = ", ".join(f"{q.phase} {q.diff_ms:+.2f} ms" for q in top) or "no single gateway phase stands out"
         out.append(Recommendation(
-            "act", f"{t.candidate} adds {diff:.2f} ms ({pct:.1f}%) {where} at {t.label}",
-            f"Above the {TAX_PCT_MAX:.0f}% threshold and significant (95% CI {lo:+.2f}..{hi:+.2f} ms). Where "
-            f"it goes: {parts}. Remove the steps the gateway does not need for this route, or move them into "
-            "the serving process.",
-            {"tax_ms": diff, "tax_pct": pct, "direct_ms": t.baseline_total_ms, "where": where}))
-    by_cand: dict[tuple[str, bool], list[Any]] = {}
+            "act", f"{t.candidate} adds {p.diff_ms:.2f} ms ({pct:.1f}%) {where} at {t.label}",
+            f"Above the {TAX_PCT_MAX:.0f}% threshold and significant ({_ci(p)}). Where it goes: {parts}. Remove "
+            "the steps the gateway does not need for this route, or move them into the serving process.",
+            {"tax_ms": p.diff_ms, "tax_pct": pct, "direct_ms": t.baseline_total_ms, "where": where}))
+    out += _growth(rows, family)
+    if rows and not big:
+        figs = [(t, *_figure(t)) for t in rows]
+        worst_t, where, worst = max(figs, key=lambda x: (x[2].pct_of_total or 0.0) if x[2] is not None else -1e9)
+        if worst is not None:
+            state = "significant" if worst.sig(family) != NOT_SIGNIFICANT else "no significant difference"
+            out.append(Recommendation(
+                "info", "The gateway tax stays under the threshold",
+                f"No configuration has a significant tax above {TAX_PCT_MAX:.0f}% of the direct total (largest: "
+                f"{worst.diff_ms:+.2f} ms, {worst.pct_of_total or 0:+.1f}% {where} at {worst_t.label}, {state}).",
+                {"tax_ms": worst.diff_ms, "tax_pct": worst.pct_of_total}))
+    return out
+
+
+def _growth(rows: list[ConfigTax], family: bool) -> list[Recommendation]:
+    """A tax that grows with concurrency: only from figures that are themselves material at both ends,
+    and whose intervals do not overlap (so the growth is not noise either)."""
+    out = []
+    by_cand: dict[tuple[str, bool], list[ConfigTax]] = {}
     for t in rows:
         by_cand.setdefault((t.candidate, t.stream), []).append(t)
     for (cand, stream), ts in by_cand.items():
         ts.sort(key=lambda t: t.concurrency)
         lo_t, hi_t = ts[0], ts[-1]
-        _, lo_ms, _, _, _, _ = _figure(lo_t)
-        where, hi_ms, _, _, _, hi_sig = _figure(hi_t)
-        if (len(ts) > 1 and lo_ms and hi_ms and lo_ms > 0 and hi_sig == HIGHER and hi_ms >= ACT_MIN_MS
-                and hi_ms > TAX_GROWTH_FACTOR * lo_ms):
-            out.append(Recommendation(
-                "check", f"The {cand} tax grows with concurrency ({'stream' if stream else 'non-stream'})",
-                f"{lo_ms:.2f} ms at c={lo_t.concurrency} becomes {hi_ms:.2f} ms at c={hi_t.concurrency} {where} "
-                f"(more than {TAX_GROWTH_FACTOR:g}x): the gateway serialises work under load (one worker, a small "
-                "connection pool or a GIL-bound step). Give it more workers or keep-alive connections upstream.",
-                {"low_c": lo_t.concurrency, "low_ms": lo_ms, "high_c": hi_t.concurrency, "high_ms": hi_ms}))
-    if rows and not big:
-        worst = max(rows, key=lambda t: _figure(t)[4] or 0.0)
-        where, diff, _, _, pct, sig = _figure(worst)
-        state = "significant" if sig != NOT_SIGNIFICANT else "no significant difference"
+        (_, lo), (where, hi) = _figure(lo_t), _figure(hi_t)
+        if (len(ts) < 2 or lo is None or hi is None or not _material(lo, family) or not _material(hi, family)
+                or hi.diff_ms <= TAX_GROWTH_FACTOR * lo.diff_ms or lo.hi_ms is None or hi.lo_ms is None
+                or hi.lo_ms <= lo.hi_ms):
+            continue
         out.append(Recommendation(
-            "info", "The gateway tax stays under the threshold",
-            f"No configuration has a significant tax above {TAX_PCT_MAX:.0f}% of the direct total (largest: "
-            f"{diff or 0:+.2f} ms, {pct or 0:+.1f}% {where} at {worst.label}, {state}).",
-            {"tax_ms": diff, "tax_pct": pct}))
+            "check", f"The {cand} tax grows with concurrency ({'stream' if stream else 'non-stream'})",
+            f"{lo.diff_ms:.2f} ms {fmt_ci(lo.lo_ms, lo.hi_ms)} at c={lo_t.concurrency} becomes {hi.diff_ms:.2f} ms "
+            f"{fmt_ci(hi.lo_ms, hi.hi_ms)} at c={hi_t.concurrency} {where} (more than {TAX_GROWTH_FACTOR:g}x, both "
+            "significant, intervals apart): the gateway serialises work under load (one worker, a small "
+            "connection pool or a GIL-bound step). Give it more workers or keep-alive connections upstream.",
+            {"low_c": lo_t.concurrency, "low_ms": lo.diff_ms, "high_c": hi_t.concurrency, "high_ms": hi.diff_ms}))
     return out
 
 
@@ -284,8 +314,9 @@ def checks() -> list[str]:
     """What the rules look for, with their thresholds (shown when none fired)."""
     return ["a buffering hop on a stream",
             f"a significant gateway tax above {TAX_PCT_MAX:g}% of the direct total and {ACT_MIN_MS:g} ms",
-            f"a tax growing more than {TAX_GROWTH_FACTOR:g}x with concurrency",
-            f"a gateway cache hit rate below {CACHE_HIT_RATE_MIN:.0%}",
+            f"a tax growing more than {TAX_GROWTH_FACTOR:g}x with concurrency (both ends significant, intervals apart)",
+            f"a gateway cache hit rate below {CACHE_HIT_RATE_MIN:.0%} (act only when its lookup costs {ACT_MIN_MS:g} ms"
+            " or more)",
             f"inter-token gap p99 above {ITL_JITTER_RATIO:g}x its p50",
             f"k6 failures above {K6_FAILURE_RATE_MAX:.0%} or under {K6_RATE_SHORTFALL:.0%} of the asked rate",
             f"KV pool peak above {KV_UTIL_PCT_MAX:g}%, preemptions, prefix-cache hit rate below {PREFIX_HIT_RATE_MIN:.0%}",
