@@ -94,8 +94,9 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "lm_head_argmax": (None, [_P, _I64, _I64, _P, _P, _I64, _P, _I64, _P, _I64]),
     "nonfinite_rows": (_I64, [_P, _I64, _I64, _P]),
     "pool_workers": (_I64, []),
-    "pool_counters": (None, [_P, _P, _P, _I64]),
+    "pool_counters": (None, [_P, _P, _P, _P, _I64]),
     "pool_reset_counters": (None, []),
+    "pool_stop": (None, []),
 }
 
 
@@ -434,7 +435,14 @@ def pool_counters(threads: int) -> tuple[list[int], list[int]]:
 def pool_counters_shared(threads: int) -> tuple[list[int], list[int], list[int]]:
     """pool_counters, and per worker the jobs it ran on the CPU its caller posted them from (a
     worker stacked on its caller's core adds no compute)."""
-    out = torch.zeros(3, threads, dtype=torch.int64)
-    library().pool_counters(out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr(), threads)
-    chunks, jobs, shared = ([int(v) for v in row] for row in out)
-    return chunks, jobs, shared
+    counts = pool_counters_all(threads)
+    return counts["chunks"], counts["jobs"], counts["shared"]
+
+
+def pool_counters_all(threads: int) -> dict[str, list[int]]:
+    """Every per-thread counter of the pool since the last reset (engine/csrc/pool.c): chunks,
+    jobs, shared (jobs run on the caller's CPU) and moved (jobs at whose start the worker found
+    itself on the caller's CPU and moved off it)."""
+    out = torch.zeros(4, threads, dtype=torch.int64)
+    library().pool_counters(out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr(), out[3].data_ptr(), threads)
+    return {name: [int(v) for v in row] for name, row in zip(("chunks", "jobs", "shared", "moved"), out, strict=True)}

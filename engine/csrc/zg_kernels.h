@@ -40,10 +40,14 @@ void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, co
 int64_t nonfinite_rows(const float *x, int64_t M, int64_t N, int64_t *rows);
 
 /* the thread pool's counters (per thread id: 0 is the caller): chunks run, jobs in which the
-   thread ran at least one chunk, and of those the jobs it ran on its caller's CPU (stacked);
-   a state check that every configured thread takes work */
+   thread ran at least one chunk, of those the jobs it ran on its caller's CPU (stacked), and the
+   jobs at whose start it found itself there and moved off; a state check that every configured
+   thread takes work on a core of its own */
 int64_t pool_workers(void);
-void pool_counters(int64_t *chunks, int64_t *jobs, int64_t *shared, int64_t n);
+void pool_counters(int64_t *chunks, int64_t *jobs, int64_t *shared, int64_t *moved, int64_t n);
 void pool_reset_counters(void);
+/* ends the pool's workers (joined); the next multi-threaded job starts a fresh pool, as a new
+   process would (tests: many fresh pool starts in one process) */
+void pool_stop(void);
 
 #endif
