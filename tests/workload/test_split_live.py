@@ -77,3 +77,11 @@ def test_trace_out_of_order_exits_2_and_sends_nothing(listener: Listener, tmp_pa
     r = run_zgtool("latency-split", f"http://127.0.0.1:{listener.port}", "--dataset", f"trace:{bad}")
     assert r.returncode == 2 and f"{bad}:2:" in r.stderr and "out of order" in r.stderr
     assert listener.accepted == 0
+
+
+def test_metrics_url_without_a_dataset_reports_the_hit_rate(engine: str, tmp_path: Path) -> None:
+    rc, data, text = _split(engine, tmp_path, "-n", "4", "--prompt", "medium", "--max-tokens", "2",
+                            "--metrics-url", f"{engine}/metrics")
+    assert rc == 0, text
+    (pc,) = data["prefix_cache"]
+    assert pc["query_tokens"] > 0 and pc["hit_rate"] > 0     # one prompt four times: its blocks are reused
