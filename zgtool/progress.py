@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 AFTER_ENV = "ZGTOOL_PROGRESS_AFTER_S"   # tests set 0 so a short run shows its line
 DEFAULT_AFTER_S = 2.0
@@ -114,3 +114,20 @@ class ProgressLine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class CountingHook:
+    """A latency runner hook (before/after each request) that counts on a ProgressLine, around an
+    optional inner hook: the open-loop dispatcher reports requests through hooks only."""
+
+    def __init__(self, bar: ProgressLine, inner: Any = None) -> None:
+        self.bar = bar
+        self.inner = inner
+
+    def before(self) -> Any:
+        return self.inner.before() if self.inner is not None else None
+
+    def after(self, token: Any, sample: Any) -> None:
+        if self.inner is not None:
+            self.inner.after(token, sample)
+        self.bar.add(bool(sample.ok))

@@ -78,3 +78,25 @@ def test_clear_blanks_the_line_for_other_output_and_the_next_count_redraws_it() 
     assert out.getvalue().endswith("\r\x1b[K")
     bar.add()                                   # within the interval, but the line was blanked: drawn again
     assert out.getvalue().endswith("2/3 requests  0.0 req/s  0 errors  0.0s\x1b[K")
+
+
+def test_the_counting_hook_counts_each_request_around_the_inner_hook() -> None:
+    from types import SimpleNamespace
+
+    from zgtool.progress import CountingHook
+
+    calls: list[str] = []
+
+    class Inner:
+        def before(self) -> str:
+            calls.append("before")
+            return "token"
+
+        def after(self, token: str, sample: object) -> None:
+            calls.append(f"after {token}")
+
+    bar = ProgressLine("run", 2, stream=Tty(), after_s=0)
+    hook = CountingHook(bar, Inner())
+    hook.after(hook.before(), SimpleNamespace(ok=True))
+    CountingHook(bar).after(None, SimpleNamespace(ok=False))
+    assert calls == ["before", "after token"] and (bar.done, bar.errors) == (2, 1)

@@ -26,6 +26,12 @@ def test_a_terminal_sees_one_progress_line_rewritten_in_place(origin: str) -> No
     assert "6/6 requests" in term       # the last count is drawn before the line ends
 
 
+def test_an_open_loop_run_counts_each_request_too(origin: str) -> None:
+    rc, term = _run_on_a_terminal("latency-split", origin, "-n", "6", "--rate", "200", *FAST)
+    assert rc in (0, 5), term          # 5: a busy machine's client fell behind the schedule
+    assert "6/6 requests" in term and "req/s" in term
+
+
 def test_quiet_or_a_pipe_shows_no_progress_line(origin: str) -> None:
     rc, term = _run_on_a_terminal("latency-split", origin, "-n", "4", "--quiet", *FAST)
     assert rc == 0, term

@@ -262,6 +262,10 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
                                   [u for u in (metrics_url, vllm_metrics) if u])
             if pwatch is not None:
                 hooks = [Chain(h, pwatch) for h in (hooks or [None] * len(resolved))]
+        if cfg.open_loop:   # its dispatcher calls hooks, not on_sample: count there
+            from zgtool.progress import CountingHook
+
+            hooks = [CountingHook(bar, h) for h in (hooks or [None] * len(resolved))]
         samples = measure_targets(resolved, cfg, progress=progress, cpu=cpu, hooks=hooks, open_loop=open_loop,
                                   on_sample=lambda s: bar.add(s.ok))
         if pwatch is not None:
