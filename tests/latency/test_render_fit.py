@@ -89,3 +89,24 @@ def test_latency_intervals_are_never_negative_and_differences_keep_their_sign() 
 def test_without_the_engine_s_time_the_rest_is_unattributed_not_network() -> None:
     text = printed(slow_split(engine=False), 120)
     assert "unattributed" in text and "network + client" not in text
+
+
+def test_a_chance_negative_outside_the_engine_is_printed_and_judged_as_noise_not_missing_timing() -> None:
+    from zgtool.latency.analysis import result_data
+    from zgtool.latency.fieldlines import field_lines
+    from zgtool.report.verdict import verdict
+
+    cfg = SplitConfig(num_requests=30, stream=False, resamples=200, rounds=3)
+    targets = [Target(name=n, url=f"http://127.0.0.1:9/{n}") for n in ("direct", "same")]
+    samples = []
+    for outside in (2.0, 1.4):       # the same path twice; the second came out 0.6 ms "faster" outside
+        samples.append([RequestSample(index=i, worker=0, round=i % 3, ok=True, status=200, error=None,
+                                      send_ms=0.05, ttfb_ms=20.0 + outside, total_ms=20.0 + outside + 0.01 * i,
+                                      server_timing={"total": 20.0, "decode": 19.0})
+                        for i in range(30)])
+    res = analyse(targets, samples, cfg)
+    text = "\n".join(field_lines(res))
+    assert "a difference within noise" in text and "attribution is missing" not in text
+    v = verdict([{"data": result_data(res)}])
+    assert v is not None and "within noise" in v.headline
+    assert "not attributed" not in v.headline and "did not reach" not in v.headline

@@ -3,7 +3,24 @@ tokens, goodput, CPU per request), and the attribution notes; the renderer print
 
 from __future__ import annotations
 
+import re
+
 from zgtool.latency.model import SplitResult
+
+# latency_split's note for a significantly negative outside-engine difference (the figure itself is
+# dropped from the differences): the report and this printout call it noise, not missing attribution
+CHANCE_NEGATIVE = re.compile(r"^(?P<cand>.+?): time outside the engine came out (?P<abs>[\d.]+) ms below "
+                             r"(?P<base>.+?)'s? .*?\(95% CI (?P<lo>[+-][\d.]+)\.\.(?P<hi>[+-][\d.]+) ms\)")
+
+
+def note_text(note: str) -> str:
+    """An attribution note as a reader should take it: a chance negative is a difference within noise."""
+    m = CHANCE_NEGATIVE.match(note)
+    if m is None:
+        return note
+    return (f"{m['cand']}: time outside the engine came out {m['abs']} ms below {m['base']}'s "
+            f"([{m['lo']}, {m['hi']}] ms): a difference within noise (chance, or per-connection effects), "
+            "not a saving")
 
 
 def field_lines(res: SplitResult, short: dict[str, str] | None = None) -> list[str]:
@@ -28,5 +45,5 @@ def field_lines(res: SplitResult, short: dict[str, str] | None = None) -> list[s
     if slo:
         out.append("  goodput: requests/s meeting every SLO (" +
                    ", ".join(f"{k} <= {v:g}" for k, v in slo.items()) + ")")
-    out.extend(f"  {note}" for note in res.attribution_notes)
+    out.extend(f"  {note_text(note)}" for note in res.attribution_notes)
     return out

@@ -8,9 +8,10 @@ Data only; the words are in zgtool.report.verdict.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from zgtool.latency.fieldlines import CHANCE_NEGATIVE
 
 NOT_SIGNIFICANT = "not significant"
 HIGHER = "higher"
@@ -128,15 +129,11 @@ def _engine_timing_missing(data: dict[str, Any], name: str) -> bool:
                for note in data.get("attribution_notes") or [])
 
 
-# latency_split once dropped a significantly negative outside-engine difference and left only this
-# note; the figure is recovered from it so the verdict can call it what it is (noise)
-_CHANCE_NEGATIVE = re.compile(r"^(?P<cand>.+?): time outside the engine came out (?P<abs>[\d.]+) ms below .*?"
-                              r"\(95% CI (?P<lo>[+-][\d.]+)\.\.(?P<hi>[+-][\d.]+) ms\)")
-
-
 def _chance_negative(data: dict[str, Any], cand: str, base_total: float | None) -> PhaseTax | None:
+    """latency_split drops a significantly negative outside-engine difference and leaves only a note;
+    the figure is recovered from it so the verdict can call it what it is (noise)."""
     for note in data.get("attribution_notes") or []:
-        m = _CHANCE_NEGATIVE.match(note)
+        m = CHANCE_NEGATIVE.match(note)
         if m and m["cand"] == cand:
             diff = -float(m["abs"])
             return PhaseTax("outside_engine_ms", diff, float(m["lo"]), float(m["hi"]), LOWER, _pct(diff, base_total))

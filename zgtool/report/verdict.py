@@ -152,6 +152,11 @@ def total_sentence(row: ConfigTax) -> str:
     ci = _ci(row.tax_lo_ms, row.tax_hi_ms)
     if row.significance != NOT_SIGNIFICANT and engine_explains_total(row):
         return explained_sentence(row)
+    oe = row.outside_engine
+    if row.significance == LOWER and oe is not None and oe.significance == LOWER:
+        # the whole difference is outside the engine, where a path cannot be faster: noise, not a faster path
+        return (f"total {_signed(row.tax_ms)} ms at {row.label} ({ci}): the same difference within noise outside "
+                "the engine, not a faster path")
     if row.total is not None and row.total.negligible and row.significance != NOT_SIGNIFICANT:
         return f"total {_signed(row.tax_ms)} ms at {row.label} ({ci}): {_negligible(row.total)}"
     if row.significance == HIGHER:
@@ -260,7 +265,10 @@ def _outside_lead(rows: list[ConfigTax], family: bool) -> str | None:
 
 
 def _total_lead(rows: list[ConfigTax], family: bool) -> str | None:
-    hits = [r for r in rows if r.total is not None and r.total.is_finding(family) and not engine_explains_total(r)]
+    """Only where the time outside the engine is unknown: otherwise a significant total is the engine's
+    (jitter) or the outside-engine figure's, which have their own words."""
+    hits = [r for r in rows if r.total is not None and r.total.is_finding(family) and not engine_explains_total(r)
+            and r.outside_engine is None]
     if not hits:
         return None
     row = max(hits, key=lambda r: abs(r.tax_pct) if r.tax_pct is not None else abs(r.tax_ms or 0.0))
