@@ -3,9 +3,14 @@
 A closed loop (-c workers) waits for an answer before it sends the next request, so a slow server
 slows the offered load down and hides its own queue (coordinated omission). Here the calling thread
 is the dispatcher: it sleeps until each send offset and hands the request to a pool of worker
-threads, each owning one keep-alive Session to the target. The pool grows on demand (one spare
-kept ahead of the next send, so a slow answer never delays a send) up to `max_in_flight`; a
-request due while every worker is busy waits in the queue and is marked `waited_for_worker`.
+threads, each owning one keep-alive Session to the target. OPEN_LOOP_PRESPAWN idle workers are
+started before a block's clock; the pool grows on demand (one spare kept ahead of the next send,
+so a slow answer never delays a send) up to `max_in_flight`; a request due while every worker is
+busy and the pool is at that bound waits in the queue and is marked `waited_for_worker`.
+
+Threads share one GIL: a client starved of CPU answers slower, the pool grows and the threads
+contend, so past its capacity the client falls behind steeply. That is what the flag is for
+(bench/client_capacity.py measures where it happens).
 
 Every sample records when it was due (`scheduled_s`), how late it left (`dispatch_lag_ms`) and its
 latency counted from when it was due (`total_from_scheduled_ms`, `ttft_from_scheduled_ms`) beside
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
     from zgtool.latency.runner import RequestHook
 
 OPEN_LOOP_MAX_IN_FLIGHT = 256     # default bound of the worker pool (threads, connections)
+OPEN_LOOP_PRESPAWN = 16           # idle workers started before a block's clock (k6's preAllocatedVUs)
 # a waiting dispatcher takes the GIL back from a busy worker within this (Python's default is 5 ms)
 DISPATCH_SWITCH_INTERVAL_S = 0.0005
 
@@ -108,12 +114,13 @@ class WorkerPool:
     def submit(self, index: int, rnd: int, due_ns: int, out: list[RequestSample]) -> bool:
         """Hand one request to a worker; True when every worker was busy (it waits in the queue)."""
         with self.cv:
-            if self.free <= 0 and self.size < self.max_in_flight:
-                self._spawn()
-            waited = self.free <= 0
+            waited = self.free <= 0 and self.size >= self.max_in_flight
+            spawn = self.free <= 0 and not waited
             self.free -= 1
             self.pending += 1
         self.jobs.put((index, rnd, due_ns, waited, out))
+        if spawn:      # after the hand-off: a worker that frees up meanwhile takes it first
+            self.top_up()
         return waited
 
     def top_up(self) -> None:
@@ -162,7 +169,7 @@ def run_block(pool: WorkerPool, first_index: int, offsets_s: Sequence[float], rn
     """Send len(offsets_s) requests, request k at block start + offsets_s[k], and wait for every answer."""
     old_interval = sys.getswitchinterval()
     sys.setswitchinterval(min(old_interval, DISPATCH_SWITCH_INTERVAL_S))
-    pool.ensure(2)
+    pool.ensure(OPEN_LOOP_PRESPAWN)
     cpu0 = time.process_time()
     t0 = perf_counter_ns()
     try:
