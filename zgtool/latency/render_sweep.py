@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zgtool.latency.render import legend, short_names
-from zgtool.latency.saturation import RATE
+from zgtool.latency.saturation import RATE, qty
 from zgtool.latency.sweep import PointSummary, SweepResult
 
 
@@ -31,19 +31,20 @@ def mark(res: SweepResult, p: PointSummary) -> str:
         m = "knee"
     elif s is not None and s.saturated_at is not None and p.load >= s.saturated_at:
         m = "saturated" if p.load == s.saturated_at else "past"
-    return f"{m} client behind".strip() if p.client_behind else m
+    return f"{m} client behind".strip() if p.rate_short else m
 
 
 def table(res: SweepResult, stream: bool, slo: bool, short: dict[str, str]) -> Table:
     rate = res.kind == RATE
-    t = Table(box=box.SIMPLE_HEAD, title=f"latency vs offered load ({'open loop' if rate else 'closed loop'}, ms)",
-              title_justify="left", pad_edge=False)
+    how = "open loop, ms from each request's due time" if rate else "closed loop, ms"
+    t = Table(box=box.SIMPLE_HEAD, title=f"latency vs offered load ({how})", title_justify="left", pad_edge=False)
     t.add_column("path")
     t.add_column("offered" if rate else "c", justify="right")
     t.add_column("req/s", justify="right")
     if slo:
         t.add_column("good/s", justify="right")
-    cols = [("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms")] if stream else [("E2E", "e2e_ms")]
+    ttft, e2e = ("ttft_from_due_ms", "e2e_from_due_ms") if rate else ("ttft_ms", "e2e_ms")
+    cols = [("TTFT", ttft), ("ITL", "itl_ms"), ("E2E", e2e)] if stream else [("E2E", e2e)]
     for label, _ in cols:
         t.add_column(f"{label} p50", justify="right")
         t.add_column("p99", justify="right")
@@ -86,8 +87,15 @@ def render(res: SweepResult, console: Console, *, stream: bool, slo: bool) -> No
     for tax in res.capacity_tax:
         console.print(tax.text, style="bold" if tax.tax_pct else None, highlight=False)
     for p in res.points:
-        if p.client_behind:
-            console.print(f"  {p.target} at {p.load:g} {res.unit}: the client fell behind ({p.client_behind}); "
-                          f"judged on the {_n(p.sent_rps)} req/s it sent", style="yellow", highlight=False)
+        s = res.saturation.get(p.target)
+        past = s is not None and s.saturated_at is not None and p.load >= s.saturated_at
+        if p.rate_short:
+            why = ("the path's queue can hold the sends back, or the client is short of CPU: the knee may be "
+                   "the client's" if past else "this load was not offered in full")
+            console.print(f"  {p.target} at {qty(p.load, res.unit)}: the client sent {_n(p.sent_rps)} req/s "
+                          f"({p.client_behind}); {why}", style="yellow", highlight=False)
+        elif p.client_behind:
+            console.print(f"  {p.target} at {qty(p.load, res.unit)}: rate kept, but {p.client_behind}",
+                          style="dim", highlight=False)
     for note in res.notes:
         console.print(f"  {note}", style="dim", highlight=False)

@@ -27,7 +27,7 @@ class CurvePoint:
     load: float
     achieved_rps: float | None
     latency_p99_ms: float | None      # TTFT p99 on streams, E2E p99 on whole answers
-    offered_rps: float | None = None  # rate: what reached the path, when it differs from `load`
+    offered_rps: float | None = None  # rate: the schedule's own rate, when it differs from `load`
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,12 @@ class KneeRule:
     def describe(self) -> str:
         """The rule in one sentence, printed with every sweep and written into its result."""
         if self.kind == RATE:
-            first = (f"answers/s < {1 - self.shortfall:.0%} of the offered rate (of the rate actually sent, "
-                     "where the client fell behind)")
+            first = f"answers/s < {1 - self.shortfall:.0%} of the offered rate"
         else:
             first = (f"raising the streams adds < {self.min_gain:.0%} of the throughput they would add at "
                      f"the previous point's per-stream rate")
-        return (f"saturated at the first load where {first}, or {self.latency_metric} p99 > "
+        due = " (counted from each request's due time)" if self.kind == RATE else ""
+        return (f"saturated at the first load where {first}, or {self.latency_metric} p99{due} > "
                 f"{self.latency_factor:g}x its value at the lowest load; the knee is the load before it")
 
     def public(self) -> dict[str, object]:
@@ -86,7 +86,7 @@ def _why_saturated(p: CurvePoint, prev: CurvePoint | None, low_p99: float | None
         return "no request answered"
     offered = p.offered_rps or p.load
     if rule.kind == RATE and p.achieved_rps < (1 - rule.shortfall) * offered:
-        return f"answered {p.achieved_rps:.3g} req/s < {1 - rule.shortfall:.0%} of {offered:.3g} sent"
+        return f"answered {p.achieved_rps:.3g} req/s < {1 - rule.shortfall:.0%} of {offered:.3g} offered"
     if rule.kind == CONCURRENCY and prev is not None and prev.achieved_rps and p.load > prev.load:
         ideal_gain = prev.achieved_rps * (p.load / prev.load - 1)
         gain = p.achieved_rps - prev.achieved_rps

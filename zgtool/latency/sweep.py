@@ -128,14 +128,22 @@ class PointSummary:
     e2e_ms: dict[str, float]
     sent_rps: float | None = None      # rate: what the client actually sent (behind: below offered)
     dispatch_lag_p99_ms: float | None = None
-    client_behind: str | None = None   # the load generator did not keep the schedule: why
+    client_behind: str | None = None   # the load generator's own flag (rate, dispatch lag, pool): why
+    rate_short: bool = False           # it sent under RATE_KEPT_SHARE of the offered rate
+    # rate: latency counted from each request's due time (what a user arriving on schedule saw; a
+    # queue that delays the sends still counts), beside ttft_ms/e2e_ms counted from the actual send
+    ttft_from_due_ms: dict[str, float] = field(default_factory=dict)
+    e2e_from_due_ms: dict[str, float] = field(default_factory=dict)
+
+    def latency(self, stream: bool) -> dict[str, float]:
+        """The latency the knee rule reads: TTFT on streams, else E2E; from the due time when open loop."""
+        if self.e2e_from_due_ms:
+            return self.ttft_from_due_ms if stream else self.e2e_from_due_ms
+        return self.ttft_ms if stream else self.e2e_ms
 
     def curve_point(self, stream: bool) -> CurvePoint:
-        lat = self.ttft_ms if stream else self.e2e_ms
-        # a client that fell behind offered the path only what it sent: judge the path on that
-        offered = min(x for x in (self.offered_rps, self.sent_rps) if x) \
-            if self.offered_rps or self.sent_rps else None
-        return CurvePoint(self.load, self.achieved_rps if self.num_ok else None, lat.get("p99"), offered)
+        return CurvePoint(self.load, self.achieved_rps if self.num_ok else None, self.latency(stream).get("p99"),
+                          self.offered_rps)
 
 
 @dataclass
@@ -194,7 +202,7 @@ def summarize_point(target: str, load: float, samples: Sequence[RequestSample], 
         itl_ms=_stats([g for s in ok for g in s.itl_ms]) if cfg.stream else {},
         e2e_ms=_stats([s.total_ms for s in ok if s.total_ms is not None]))
     if kind == RATE:
-        from zgtool.latency.openloop_stats import summarize_open_loop
+        from zgtool.latency.openloop_stats import RATE_KEPT_SHARE, summarize_open_loop
 
         ol = summarize_open_loop(samples, cfg, record)
         point.achieved_rps = answered_rps(samples)
@@ -202,6 +210,11 @@ def summarize_point(target: str, load: float, samples: Sequence[RequestSample], 
         point.sent_rps = ol.achieved_rate_rps
         point.dispatch_lag_p99_ms = ol.dispatch_lag_p99_ms
         point.client_behind = ol.reason if ol.load_generator_behind else None
+        point.rate_short = bool(point.sent_rps and point.sent_rps < RATE_KEPT_SHARE * point.offered_rps)
+        if cfg.stream:
+            point.ttft_from_due_ms = _stats([s.ttft_from_scheduled_ms for s in ok
+                                             if s.ttft_from_scheduled_ms is not None])
+        point.e2e_from_due_ms = _stats([s.total_from_scheduled_ms for s in ok if s.total_from_scheduled_ms is not None])
     return point
 
 
@@ -223,8 +236,7 @@ def knee_rule(kind: str, stream: bool) -> KneeRule:
 
 
 def judge(res: SweepResult, stream: bool) -> None:
-    """Saturation per path and the capacity tax of every other path against the first. A point where
-    the client fell behind is judged on the rate it actually sent (flagged where it is shown)."""
+    """Saturation per path and the capacity tax of every other path against the first."""
     res.saturation = {}
     for name in res.targets:
         pts = [p.curve_point(stream) for p in res.of(name)]
@@ -296,7 +308,7 @@ def run_sweep(targets: Sequence[Target], cfg: SplitConfig, spec: SweepSpec,
         res.points.extend(pts)
         judge(res, cfg.stream)
         active = [t for t in active if res.saturation[t.name].saturated_at is None]
-        behind = [p for p in pts if p.client_behind and p.target in {t.name for t in active}]
+        behind = [p for p in pts if p.rate_short and p.target in {t.name for t in active}]
         if behind:
             res.stopped = (f"the client could not keep {rate:g} req/s ({behind[0].client_behind}); higher rates "
                            "would measure the client, not the paths")
@@ -329,8 +341,10 @@ def result_data(res: SweepResult) -> dict[str, Any]:
             "achieved_rps": "closed loop (-c): ok answers / the measured wall time (vLLM request_throughput); "
                             "open loop (--rate): answers per second from each block's first answer to its last",
             "offered_rps": "open loop: the rate of the send schedule actually drawn (Poisson draws vary)",
-            "sent_rps": "open loop: the rate the client actually sent; where it fell behind (client_behind) the "
-                        "knee rule compares the answers with this rate instead of offered_rps",
+            "sent_rps": "open loop: the rate the client actually sent; rate_short: under 95% of offered_rps",
+            "ttft_from_due_ms/e2e_from_due_ms": "open loop: latency counted from each request's due time (a "
+                                                "send delayed by a queue still counts); the knee rule reads "
+                                                "these",
             "goodput_rps": "ok answers meeting every --slo per second of the measured wall time",
             "ttft_ms/itl_ms/e2e_ms": "per point: count, mean, p50, p90, p99, max of the ok requests",
         },

@@ -9,6 +9,7 @@ from typing import Any
 
 from zgtool.errors import UsageError
 from zgtool.latency.model import SplitConfig
+from zgtool.latency.saturation import qty
 from zgtool.latency.sweep import SweepResult, SweepSpec
 from zgtool.targets import Target
 
@@ -28,14 +29,15 @@ def _dead(res: SweepResult) -> list[str]:
 
 
 def _unjudged(res: SweepResult) -> list[str]:
-    """Paths the client could not push to saturation: it fell behind, and the path kept up with what
-    it did send."""
+    """Paths judged to keep up with a load the client did not send in full: a point at or below the
+    knee (or anywhere on a path that never saturated) where it sent under 95% of the offered rate."""
     out = []
     for name in res.targets:
-        behind = [p.load for p in res.of(name) if p.client_behind]
         s = res.saturation.get(name)
-        if behind and (s is None or s.saturated_at is None):
-            out.append(f"{name} at {min(behind):g} {res.unit}")
+        limit = s.saturated_at if s is not None and s.saturated_at is not None else float("inf")
+        short = [p.load for p in res.of(name) if p.rate_short and p.load < limit]
+        if short:
+            out.append(f"{name} at {qty(min(short), res.unit)}")
     return out
 
 
@@ -68,5 +70,5 @@ def run_sweep_command(targets: Sequence[Target], cfg: SplitConfig, spec: SweepSp
     cut = _unjudged(res)
     if cut:
         raise MeasurementUnreliable("latency-split sweep: the load generator fell behind its schedule before "
-                                    f"the path saturated ({'; '.join(cut)}), so its knee is not measured")
+                                    f"the path saturated ({'; '.join(cut)}), so the knee there is not measured")
     return result

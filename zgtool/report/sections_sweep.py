@@ -4,6 +4,7 @@ path and each gateway's capacity tax."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
@@ -12,6 +13,13 @@ from zgtool.report.load import ResultSet
 from zgtool.report.sections_latency import Section, _grid
 
 KIND = "latency_sweep"
+
+
+def _keys(data: dict[str, Any]) -> tuple[str, str]:
+    """TTFT and E2E as the knee rule read them: open loop from each request's due time."""
+    if data.get("load_kind") == "rate":
+        return "ttft_from_due_ms", "e2e_from_due_ms"
+    return "ttft_ms", "e2e_ms"
 
 
 def _x_label(data: dict[str, Any]) -> str:
@@ -28,20 +36,26 @@ def _by_path(data: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
             for name in data.get("targets", [])]
 
 
+def _xy(pts: list[dict[str, Any]], get: Callable[[dict[str, Any]], Any]) -> tuple[list[float], list[float]]:
+    """(loads, values) of the points that have a value: a missing figure is a gap, never a 0."""
+    pairs = [(float(p["load"]), float(v)) for p in pts if (v := get(p)) is not None]
+    return [x for x, _ in pairs], [y for _, y in pairs]
+
+
 def _latency_chart(data: dict[str, Any], metric: str, label: str) -> str:
     series: list[svg.Series] = []
     for name, pts in _by_path(data):
         color = svg.path_color_of(name)
-        xs = [p["load"] for p in pts]
         for stat, dash in (("p50", False), ("p99", True)):
-            ys = [(p.get(metric) or {}).get(stat) for p in pts]
+            xs, ys = _xy(pts, lambda p, s=stat: (p.get(metric) or {}).get(s))  # type: ignore[misc]
             series.append(svg.Series(f"{name} {stat}", xs, ys, color, dash=dash))
         knee = (data.get("saturation", {}).get(name) or {}).get("knee")
-        kp = [p for p in pts if p["load"] == knee]
-        if kp and (kp[0].get(metric) or {}).get("p99") is not None:
-            series.append(svg.Series(f"{name} knee", [knee], [kp[0][metric]["p99"]], color, style="points",
-                                     key=f"{name} p99", titles=[f"{name}: knee at {knee:g}"]))
-    return (f"<h3>{escape(label)} p50 (solid) and p99 (dashed)</h3>"
+        kx, ky = _xy([p for p in pts if p["load"] == knee], lambda p: (p.get(metric) or {}).get("p99"))
+        if kx:
+            series.append(svg.Series(f"{name} knee", kx, ky, color, style="points", key=f"{name} p99",
+                                     titles=[f"{name}: knee at {kx[0]:g}"]))
+    due = ", from each request's due time" if metric.endswith("_from_due_ms") else ""
+    return (f"<h3>{escape(label)} p50 (solid) and p99 (dashed){due}</h3>"
             + svg.line_chart(series, x_label=_x_label(data), y_label=f"{label}, ms",
                              x_log=_log_x(data.get("points", []))))
 
@@ -51,11 +65,11 @@ def _rate_chart(data: dict[str, Any]) -> str:
     loads: list[float] = []
     for name, pts in _by_path(data):
         color = svg.path_color_of(name)
-        xs = [p["load"] for p in pts]
-        loads += xs
-        series.append(svg.Series(f"{name} achieved", xs, [p.get("achieved_rps") for p in pts], color))
-        if any(p.get("goodput_rps") is not None for p in pts):
-            series.append(svg.Series(f"{name} goodput", xs, [p.get("goodput_rps") for p in pts], color, dash=True))
+        loads += [float(p["load"]) for p in pts]
+        series.append(svg.Series(f"{name} achieved", *_xy(pts, lambda p: p.get("achieved_rps")), color))
+        gx, gy = _xy(pts, lambda p: p.get("goodput_rps"))
+        if gx:
+            series.append(svg.Series(f"{name} goodput", gx, gy, color, dash=True))
     if data.get("load_kind") == "rate" and loads:
         lo, hi = min(loads), max(loads)
         series.append(svg.Series("offered (keeping up)", [lo, hi], [lo, hi], "#a0aec0", dash=True))
@@ -69,7 +83,8 @@ def _num(v: Any, digits: int = 1) -> str:
 
 def _table(data: dict[str, Any]) -> str:
     stream = any(p.get("ttft_ms") for p in data.get("points", []))
-    metrics = [("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms")] if stream else [("E2E", "e2e_ms")]
+    ttft, e2e = _keys(data)
+    metrics = [("TTFT", ttft), ("ITL", "itl_ms"), ("E2E", e2e)] if stream else [("E2E", e2e)]
     head = ("<tr><th>path</th><th>load</th><th>achieved req/s</th><th>goodput req/s</th>"
             + "".join(f"<th>{m} p50</th><th>{m} p99</th>" for m, _ in metrics) + "<th>errors</th><th></th></tr>")
     rows = []
@@ -78,7 +93,7 @@ def _table(data: dict[str, Any]) -> str:
         for p in pts:
             mark = "knee" if p["load"] == sat.get("knee") else "saturated" if p["load"] == sat.get("saturated_at") \
                 else ""
-            if p.get("client_behind"):
+            if p.get("rate_short"):
                 mark = f"{mark} client behind".strip()
             cells = "".join(f"<td class=num>{_num((p.get(key) or {}).get(s))}</td>"
                             for _, key in metrics for s in ("p50", "p99"))
@@ -97,8 +112,9 @@ def _one(data: dict[str, Any]) -> str:
     parts.append("<ul>" + "".join(f"<li>{escape(name)}: {escape(s.get('text', ''))}</li>"
                                   for name, s in sats.items()) + "</ul>")
     stream = any(p.get("ttft_ms") for p in data.get("points", []))
-    charts = [_latency_chart(data, "ttft_ms", "TTFT")] if stream else []
-    charts.append(_latency_chart(data, "e2e_ms", "E2E"))
+    ttft, e2e = _keys(data)
+    charts = [_latency_chart(data, ttft, "TTFT")] if stream else []
+    charts.append(_latency_chart(data, e2e, "E2E"))
     if stream:
         charts.append(_latency_chart(data, "itl_ms", "ITL"))
     charts.append(_rate_chart(data))
