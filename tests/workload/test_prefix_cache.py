@@ -68,19 +68,35 @@ def test_parse_zgtool_counters_and_absent_ones() -> None:
     assert parse("zg_num_requests_running 1.0\n") is None
 
 
-def test_watch_reports_the_delta_over_the_run(vllm_metrics: tuple[str, Counter, Counter]) -> None:
+class _Sample:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def test_watch_attributes_each_block_to_its_target(vllm_metrics: tuple[str, Counter, Counter]) -> None:
     url, hits, queries = vllm_metrics
-    hits.labels("m", "0").inc(500)          # before the run: not counted
-    queries.labels("m", "0").inc(900)
+
+    def engine_sees(h: int, q: int) -> None:
+        hits.labels("m", "0").inc(h)
+        queries.labels("m", "0").inc(q)
+
+    engine_sees(500, 900)                   # before the run: not counted
     w = PrefixWatch([url, "http://127.0.0.1:9/metrics"])    # one that does not answer is left out
-    w.before()
-    hits.labels("m", "0").inc(75)
-    queries.labels("m", "0").inc(100)
-    w.before()                              # only the first call scrapes
+    direct, gateway = w.hooks(None, ["direct", "gateway"], [2, 1])   # -n 3 in two rounds: blocks of 2, 1
+    # round 0: direct then gateway; round 1: gateway then direct (as the runner alternates)
+    for hook, indices, (h, q) in ((direct, (0, 1), (0, 40)), (gateway, (0, 1), (30, 40)),
+                                  (gateway, (2,), (20, 20)), (direct, (2,), (20, 20))):
+        tokens = [hook.before() for _ in indices]
+        engine_sees(h, q)
+        for t, i in zip(tokens, indices, strict=True):
+            hook.after(t, _Sample(i))
+        engine_sees(7, 7)                   # the next block's connection warm-up: between blocks, left out
     w.finish()
     (row,) = w.result()
     assert row["url"] == url and row["source"] == "vLLM"
-    assert (row["hit_tokens"], row["query_tokens"], row["hit_rate"]) == (75.0, 100.0, 0.75)
+    assert (row["hit_tokens"], row["query_tokens"]) == (70.0, 120.0)
+    assert row["targets"] == {"direct": {"hit_tokens": 20.0, "query_tokens": 60.0, "hit_rate": 20 / 60},
+                              "gateway": {"hit_tokens": 50.0, "query_tokens": 60.0, "hit_rate": 50 / 60}}
 
 
 def test_metrics_url_of_a_target() -> None:

@@ -37,12 +37,20 @@ def test_dataset_rows_each_send_their_own_prompt(engine: str, tmp_path: Path) ->
 
 
 def test_shared_prefix_run_reports_a_prefix_cache_hit_rate(engine: str, tmp_path: Path) -> None:
-    rc, data, text = _split(engine, tmp_path, "--dataset", "shared-prefix:groups=2,prefix=96,suffix=6,output=3",
-                            "-n", "8")
+    # the engine twice (an A/A run): one /metrics, a delta per target's blocks
+    rc, data, text = _split(engine, tmp_path, engine, "--dataset",
+                            "shared-prefix:groups=2,prefix=96,suffix=6,output=3", "-n", "8")
     assert rc == 0, text
     (pc,) = data["prefix_cache"]
     assert pc["url"] == f"{engine}/metrics" and pc["source"] == "zgtool"
     assert pc["query_tokens"] > 0 and pc["hit_rate"] > 0
+    names = [t["name"] for t in data["targets"]]
+    assert set(pc["targets"]) == set(names) and len(names) == 2
+    assert all(t["hit_rate"] > 0 for t in pc["targets"].values())
+    per_target = sum(t["query_tokens"] for t in pc["targets"].values())
+    assert per_target == pc["query_tokens"]
+    tokens = sum(s["input_tokens"] for t in data["targets"] for s in t["samples"])
+    assert pc["query_tokens"] == tokens      # the measured requests' prompts only: warm-ups left out
     assert "prefix-cache hit rate" in text
 
 

@@ -255,13 +255,15 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
             hooks = [watch for _ in resolved]
         pwatch = None
         if wl is not None or metrics_url:    # the engine's prefix-cache hit rate over the measured requests
-            from zgtool.workload.prefix_cache import Chain
             from zgtool.workload.split import prefix_watch
 
             pwatch = prefix_watch([t.url for t in resolved] if wl else [],
                                   [u for u in (metrics_url, vllm_metrics) if u])
             if pwatch is not None:
-                hooks = [Chain(h, pwatch) for h in (hooks or [None] * len(resolved))]
+                from zgtool.latency.runner import _split
+
+                hooks = pwatch.hooks(hooks, [t.name for t in resolved],
+                                     _split(cfg.num_requests, cfg.effective_rounds), cfg.open_loop)
         if cfg.open_loop:   # its dispatcher calls hooks, not on_sample: count there
             from zgtool.progress import CountingHook
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import urllib.request
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -63,38 +64,104 @@ def metrics_url(base_url: str) -> str:
 
 
 class PrefixWatch:
-    """Reads the counters of each URL once before the first measured request (a runner hook: its first
-    before() call scrapes while the other workers wait on the lock, so warm-up stays outside) and once
-    after the run; `result()` is the delta per URL."""
+    """The counters of each URL read around every block of measured requests, so each delta falls to the
+    target whose block made it (blocks run one at a time, targets alternating).
+
+    It works as one runner hook per target (`hooks()`). A block closes in the after() of its last answer
+    (all of its requests done: `block_sizes` is the runner's split of -n into rounds), between blocks. In a
+    closed-loop run a block opens in the before() of its first request: that scrape waits before any timed
+    window, and leaves out the unmeasured requests that warm each block's connections. An open-loop run
+    (--rate, a trace) must not delay a scheduled send, so its blocks open at the previous close (the first
+    at hooks()): there the deltas also hold the warm-up requests (the default short prompt)."""
 
     def __init__(self, urls: list[str]) -> None:
         self.urls = urls
         self.lock = threading.Lock()
-        self.start: dict[str, Counters | None] | None = None
-        self.end: dict[str, Counters | None] = {}
+        self.opened: str | None = None
+        self.base: dict[str, Counters | None] = {}
+        self.totals: dict[str, dict[str, list[float]]] = {u: {} for u in urls}   # url -> target -> [h, q]
+        self.source: dict[str, str] = {}
+        self.ends: list[int] = []            # cumulative request index at each block's end
+        self.done: dict[tuple[str, int], int] = {}
+        self.open_in_before = True
 
-    def before(self) -> None:
+    def hooks(self, inner: list[Any] | None, targets: list[str], block_sizes: list[int],
+              open_loop: bool = False) -> list[Any]:
+        """One runner hook per target, chained after `inner`'s (e.g. vLLM's histogram deltas)."""
+        self.ends = [sum(block_sizes[:i + 1]) for i in range(len(block_sizes))]
+        self.open_in_before = not open_loop
+        if open_loop:
+            self.base = {u: read(u) for u in self.urls}
+        inner = inner or [None] * len(targets)
+        return [Chain(h, _TargetHook(self, name)) for h, name in zip(inner, targets, strict=True)]
+
+    def _open(self, target: str) -> None:          # caller holds the lock
+        if self.open_in_before:
+            self.base = {u: read(u) for u in self.urls}
+        self.opened = target
+
+    def _close(self) -> None:                      # caller holds the lock
+        snap = {u: read(u) for u in self.urls}
+        if self.opened is not None:
+            for u, now in snap.items():
+                before = self.base.get(u)
+                if now is None or before is None:
+                    continue
+                row = self.totals[u].setdefault(self.opened, [0.0, 0.0])
+                row[0] += now.hits - before.hits
+                row[1] += now.queries - before.queries
+                self.source[u] = now.source
+        self.base = snap
+        self.opened = None
+
+    def _answered(self, target: str, index: int) -> None:
+        block = bisect_right(self.ends, index)
+        if block >= len(self.ends):
+            return
+        size = self.ends[block] - (self.ends[block - 1] if block else 0)
         with self.lock:
-            if self.start is None:
-                self.start = {u: read(u) for u in self.urls}
-
-    def after(self, token: Any, sample: Any) -> None:
-        return None
+            key = (target, block)
+            self.done[key] = self.done.get(key, 0) + 1
+            if self.done[key] == size:
+                self._close()
 
     def finish(self) -> None:
-        self.end = {u: read(u) for u in self.urls}
+        with self.lock:
+            if self.opened is not None:
+                self._close()
 
     def result(self) -> list[dict[str, Any]]:
         out = []
         for u in self.urls:
-            a = (self.start or {}).get(u)
-            b = self.end.get(u)
-            if a is None or b is None:
+            per = self.totals[u]
+            if not per:
                 continue
-            hits, queries = b.hits - a.hits, b.queries - a.queries
-            out.append({"url": u, "source": b.source, "hit_tokens": hits, "query_tokens": queries,
-                        "hit_rate": hits / queries if queries > 0 else None})
+            hits, queries = sum(v[0] for v in per.values()), sum(v[1] for v in per.values())
+            out.append({"url": u, "source": self.source.get(u), **_rate(hits, queries),
+                        "targets": {name: _rate(*v) for name, v in per.items()}})
         return out
+
+
+def _rate(hits: float, queries: float) -> dict[str, Any]:
+    return {"hit_tokens": hits, "query_tokens": queries, "hit_rate": hits / queries if queries > 0 else None}
+
+
+class _TargetHook:
+    __slots__ = ("watch", "name")
+
+    def __init__(self, watch: PrefixWatch, name: str) -> None:
+        self.watch = watch
+        self.name = name
+
+    def before(self) -> None:
+        w = self.watch
+        if w.opened != self.name:
+            with w.lock:
+                if w.opened != self.name:
+                    w._open(self.name)
+
+    def after(self, token: Any, sample: Any) -> None:
+        self.watch._answered(self.name, sample.index)
 
 
 class Chain:

@@ -62,10 +62,15 @@ def prefix_watch(target_urls: list[str], explicit: list[str]) -> PrefixWatch | N
 
 
 def describe(rows: list[dict[str, Any]]) -> list[str]:
-    """One line per engine for the terminal, beside the latency tables."""
+    """Lines for the terminal, beside the latency tables: per engine, the whole run and each target."""
+    def pct(r: dict[str, Any]) -> str:
+        return "n/a (no prompt tokens looked up)" if r["hit_rate"] is None else f"{100 * r['hit_rate']:.1f}%"
+
     out = []
     for r in rows:
-        rate = "n/a (no prompt tokens looked up)" if r["hit_rate"] is None else f"{100 * r['hit_rate']:.1f}%"
-        out.append(f"prefix-cache hit rate {rate}: {r['hit_tokens']:.0f} of {r['query_tokens']:.0f} prompt tokens "
-                   f"found ({r['source']} {r['url']}, measured requests of every target)")
+        out.append(f"prefix-cache hit rate {pct(r)}: {r['hit_tokens']:.0f} of {r['query_tokens']:.0f} prompt tokens "
+                   f"found in the cache ({r['source']} {r['url']}, over the measured requests)")
+        if len(r["targets"]) > 1:
+            out.extend(f"  {name}: {pct(t)} ({t['hit_tokens']:.0f} of {t['query_tokens']:.0f})"
+                       for name, t in r["targets"].items())
     return out
