@@ -107,3 +107,20 @@ def test_without_the_engine_s_time_the_waterfall_and_tax_say_unattributed_not_ne
     assert "unattributed (engine time unknown)" in v
     recs = section(html, "recommendations")
     assert "network" not in recs.lower()
+
+
+def test_the_percentile_table_names_which_first_byte_and_first_token_point_each_figure_is(tmp_path: Path) -> None:
+    r = split([diff("total_ms", 1.0, -2.0, 4.0)], stream=True)
+    point = {"count": 30, "summary": {"p50": 12.0, "p90": 14.0, "p95": 15.0, "p99": 16.0, "mean": 12.5},
+             "median_lo": 11.0, "median_hi": 13.0, "waterfall_mean_ms": None, "ci_method": "log"}
+    for t in r["data"]["targets"]:
+        t["phases"].update({m: point for m in ("ttft_ms", "ttft_any_ms", "ttfb_headers_ms", "ttfb_body_ms")})
+        t["num_lagged"] = 0
+    r["data"]["definitions"] = {"ttft_any_ms": "request start -> the first generated token of any kind",
+                                "ttfb_body_ms": "request's first byte out -> the first body byte arrived",
+                                "ttft_ms": "request start -> first content token (ttft_ms, None if absent)"}
+    pct = section(html_of(tmp_path, r), "percentiles")
+    for name in ("TTFT, any token", "TTFB, first body byte", "TTFB, head complete", "TTFT"):
+        assert f"<td>{name}</td>" in pct
+    assert "<b>TTFT, any token</b>: request start -&gt; the first generated token of any kind" in pct
+    assert "ttft_ms" not in pct.split("What each figure measures")[1] and "None" not in pct

@@ -21,6 +21,8 @@ LABELS = {
     "decode_ms": "engine decode", "detok_ms": "engine detok", "safety_ms": "engine safety",
     "engine_other_ms": "engine other", "network_client_ms": "network + client",
     "ttfb_ms": "TTFB", "ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL (every gap)",
+    "ttfb_headers_ms": "TTFB, head complete", "ttfb_body_ms": "TTFB, first body byte",
+    "ttft_any_ms": "TTFT, any token",
     "total_ms": "total (E2E)", "outside_engine_ms": "outside engine",
 }
 COLORS = {"dns_ms": "cyan", "connect_ms": "cyan", "tls_ms": "cyan",

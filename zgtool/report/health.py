@@ -29,6 +29,11 @@ class Health:
         return bool(self.loadavg and self.cpus and self.loadavg[0] > self.cpus)
 
 
+def _excluded(splits: list[dict[str, Any]]) -> bool:
+    """latency_split leaves lagged requests out of its ttfb/ttft figures (it then counts num_lagged)."""
+    return any("num_lagged" in t for r in splits for t in (r.get("data") or {}).get("targets") or [])
+
+
 def _lag(target: dict[str, Any]) -> tuple[int, int, float]:
     ok = [s for s in target.get("samples") or [] if s.get("ok")]
     lagged = [s for s in ok if s.get("lagged")]
@@ -89,8 +94,9 @@ def health_lines(splits: list[dict[str, Any]]) -> list[str]:
         w = h.worst_lag
         worst = (f"; most on {w[0]}: {w[1]} of {w[2]}, up to {w[3]:.2f} ms late" if w else "")
         out.append(f"zgtool's client could not vouch for its receive times on {h.flagged_share:.0%} of requests "
-                   f"({h.requests_flagged} of {h.requests_ok}{worst}): their TTFB/TTFT may be late by that much; "
-                   f"{_load_txt(h)}.")
+                   f"({h.requests_flagged} of {h.requests_ok}{worst}): "
+                   + ("they are left out of the TTFB/TTFT figures; " if _excluded(splits) else
+                      "their TTFB/TTFT may be late by that much; ") + f"{_load_txt(h)}.")
     for line in h.behind:
         out.append(f"The load generator fell behind its schedule on {line}: latency counted from actual sends "
                    f"flatters the server; {_load_txt(h)}.")

@@ -3,6 +3,7 @@ waterfall per path, percentile table, latency CDF, TTFT and inter-token distribu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -13,7 +14,7 @@ from zgtool.report.model import human, ok_samples, splits, stage_reasons
 from zgtool.report.tax import engine_known
 from zgtool.report.verdict import config_label, phase_label
 
-PCT_PHASES = ("total_ms", "ttft_ms", "ttfb_ms", "tpot_ms", "itl_ms")
+PCT_PHASES = ("total_ms", "ttft_ms", "ttft_any_ms", "ttfb_ms", "ttfb_headers_ms", "ttfb_body_ms", "tpot_ms", "itl_ms")
 
 
 @dataclass
@@ -126,8 +127,28 @@ def percentile_section(rs: ResultSet) -> Section:
     sec.body = ('<p class="note">Median 95% CI: bootstrap over rounds. A latency cannot be negative: its interval '
                 "is drawn on log latency where the result says so (never below 0), otherwise on the linear scale "
                 "and clipped at 0.</p>"
-                f'<div class="wide"><table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></div>')
+                f'<div class="wide"><table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></div>'
+                + _definitions(found))
     return sec
+
+
+def _definitions(found: list[dict[str, Any]]) -> str:
+    """Which point in time each first-byte / first-token figure is, in the result's own words."""
+    defs: dict[str, str] = {}
+    for r in found:
+        d = r.get("data") or {}
+        shown = {m for t in d.get("targets") or [] for m in (t.get("phases") or {}) if m in PCT_PHASES}
+        for m in PCT_PHASES:
+            if m in shown and m not in defs and (d.get("definitions") or {}).get(m):
+                defs[m] = d["definitions"][m]
+    if not defs:
+        return ""
+    def words(txt: str) -> str:
+        txt = re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", lambda m: human(m.group(0)), txt)
+        return re.sub(r"\bNone\b", "no value", txt)
+
+    items = "".join(f"<li><b>{escape(human(m))}</b>: {escape(words(txt))}</li>" for m, txt in defs.items())
+    return f'<details><summary>What each figure measures</summary><ul class="ev">{items}</ul></details>'
 
 
 CI_METHODS = {"log": "log latency", "linear, clipped at 0": "linear, clipped at 0", "linear": "linear"}
