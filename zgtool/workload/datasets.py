@@ -155,10 +155,8 @@ def _guidellm(opts: dict[str, str], side: str) -> str | None:
     hi = opts.pop(f"{side}_tokens_max", None)
     if mean is None:
         return None
-    if stdev is None and lo is None and hi is None:
+    if stdev is None:                  # GuideLLM: no spread, every request the mean
         return f"fixed:{mean}"
-    if stdev is None:
-        return f"uniform:{lo or mean}:{hi or mean}"
     return f"normal:{mean}:{stdev}:{lo or 1}" + (f":{hi}" if hi else "")
 
 

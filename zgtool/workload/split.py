@@ -1,5 +1,10 @@
 """latency-split's side of a workload: sizing the run from it, the trace's schedule, and the prefix-cache
-hit rate read from the engines' /metrics around the measured requests."""
+hit rate read from the engines' /metrics around the measured requests.
+
+Every target gets the same requests in the same order (request i sends spec i mod N), so the paths are
+paired. Where targets share one engine (direct and a gateway in front of it), the target measured second
+in a round meets that round's prompts already cached; the runner alternates which target goes first
+(A B, B A, ...), so the warm side alternates too, and the per-target hit rates show what each one got."""
 
 from __future__ import annotations
 
