@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 import threading
 import time
 from time import perf_counter
@@ -162,4 +161,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -47,7 +47,9 @@ from zgtool.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 HOP = ROOT / "bench" / "delayhop.py"
-HEADLINE = ("outside_engine_ms", "total_ms", "ttft_ms")   # what a verdict may headline (ttft: streams)
+# what a verdict headlines: the time outside the engine (the total only where that is unknown) and, on
+# streams, TTFT
+HEADLINE = ("outside_engine_ms", "ttft_ms")
 METRICS = ("ttfb_ms", "ttft_ms", "total_ms", "outside_engine_ms")
 CONFIGS = ((False, 1), (False, 8), (True, 1), (True, 8))   # (stream, concurrency): verify's four
 MAX_TOKENS = 8
@@ -113,7 +115,8 @@ def start_engine(model: str, procs: list[subprocess.Popen[Any]]) -> str:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"zgtool serve --model {model} exited: {proc.stderr.read().decode()[-500:]}")
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise SystemExit(f"zgtool serve --model {model} exited: {err[-500:]}")
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(url + "/health", timeout=2) as r:
                 if r.status == 200:
@@ -210,6 +213,14 @@ def _material(d: dict[str, Any], adjusted: bool = False) -> bool:
     return (d["significant_adj"] if adjusted else _sig(d)) and not d["negligible"]
 
 
+def headline(row: dict[str, Any]) -> list[dict[str, Any]]:
+    ds = row["diffs"]
+    out = [ds["outside_engine_ms"] if "outside_engine_ms" in ds else ds.get("total_ms")]
+    if row["stream"]:
+        out.append(ds.get("ttft_ms"))
+    return [d for d in out if d is not None]
+
+
 def coverage(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     groups: dict[str, list[bool]] = {}
@@ -234,8 +245,8 @@ def aa_rates(rows: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
         out["per_metric"][m] = rate(sum(_sig(d) for d in ds), len(ds))
         out["per_metric_material"][m] = rate(sum(_material(d) for d in ds), len(ds))
     # one run's headline: any headline figure significant (and, with the min effect, not negligible)
-    raw = [any(_sig(d) for m, d in r["diffs"].items() if m in HEADLINE) for r in aa]
-    mat = [any(_material(d) for m, d in r["diffs"].items() if m in HEADLINE) for r in aa]
+    raw = [any(_sig(d) for d in headline(r)) for r in aa]
+    mat = [any(_material(d) for d in headline(r)) for r in aa]
     out["headline_run"] = rate(sum(raw), len(raw))
     out["headline_run_material"] = rate(sum(mat), len(mat))
     # a verify-like run: the worst of the four configurations of one repetition and engine
@@ -243,9 +254,8 @@ def aa_rates(rows: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
     for r in aa:
         fam.setdefault((r["rep"], r["model"]), []).append(r)
     whole = [v for v in fam.values() if len(v) == len(CONFIGS)]
-    unadj = [any(_sig(d) for r in v for m, d in r["diffs"].items() if m in HEADLINE) for v in whole]
-    adj = [any(_material(d, adjusted=True) for r in v for m, d in r["diffs"].items() if m in HEADLINE)
-           for v in whole]
+    unadj = [any(_sig(d) for r in v for d in headline(r)) for v in whole]
+    adj = [any(_material(d, adjusted=True) for r in v for d in headline(r)) for v in whole]
     out["headline_verify_unadjusted"] = rate(sum(unadj), len(unadj))
     out["headline_verify"] = rate(sum(adj), len(adj))
     return out

@@ -263,6 +263,7 @@ def median_difference(baseline: Sequence[float], candidate: Sequence[float], *,
         return Difference(Interval(est, None, None, confidence, 0, n), NOT_SIGNIFICANT)
     rng = np.random.default_rng(seed)
     labels = _round_index(ga, gb)
+    rounds: int | None
     if paired and len(labels) >= MIN_ROUNDS:
         w = _round_weights(len(labels), resamples, rng)
         da = _weighted_medians(a, [labels[g] for g in ga], w)
