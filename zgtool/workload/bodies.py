@@ -24,9 +24,12 @@ def chat_body(api: str, model: str, spec: RequestSpec, stream: bool) -> dict[str
     return body
 
 
-def encoded_bodies(api: str, model: str, workload: Workload, stream: bool) -> tuple[bytes, ...]:
-    """One JSON body per spec (request i of a run sends bodies[i % len])."""
-    return tuple(json.dumps(chat_body(api, model, s, stream)).encode() for s in workload.specs)
+def encoded_bodies(api: str, model: str, workload: Workload, stream: bool, limit: int | None = None,
+                   ) -> tuple[bytes, ...]:
+    """One JSON body per spec (request i of a run sends bodies[i % len]); with `limit` (the run's -n) only
+    the specs a run of that many requests reaches."""
+    specs = workload.specs if limit is None else workload.specs[:limit]
+    return tuple(json.dumps(chat_body(api, model, s, stream)).encode() for s in specs)
 
 
 def k6_payloads(api: str, model: str, workload: Workload) -> list[dict[str, Any]]:

@@ -47,13 +47,16 @@ def _json_array(path: Path, text: str) -> list[tuple[int, Any]]:
     i = skip_ws(i)
     if i < n and text[i] == "]":
         return rows
+    line, pos = 1, 0
     while True:
         i = skip_ws(i)
         try:
             obj, end = dec.raw_decode(text, i)
         except json.JSONDecodeError as exc:
             raise bad_row(str(path), exc.lineno, f"bad JSON: {exc.msg}") from None
-        rows.append((_line_of(text, i), obj))
+        line += text.count("\n", pos, i)         # counted on from the last row: linear in the file
+        pos = i
+        rows.append((line, obj))
         i = skip_ws(end)
         if i < n and text[i] == ",":
             i += 1
