@@ -96,7 +96,7 @@ def request_bodies(target: Target, cfg: SplitConfig) -> tuple[tuple[bytes, bytes
     from zgtool.workload.bodies import encoded_bodies
 
     return tuple((b, str(len(b)).encode()) for b in encoded_bodies(target.api, target.model, cfg.workload,
-                                                                     cfg.stream))
+                                                                     cfg.stream, limit=cfg.num_requests))
 
 
 def ssl_context(verify: bool | str) -> ssl.SSLContext:
