@@ -110,3 +110,15 @@ def test_a_chance_negative_outside_the_engine_is_printed_and_judged_as_noise_not
     v = verdict([{"data": result_data(res)}])
     assert v is not None and "within noise" in v.headline
     assert "not attributed" not in v.headline and "did not reach" not in v.headline
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_the_join_and_hop_audit_turn_on_their_side_rather_than_cut_a_number(width: int) -> None:
+    from test_join import _paths  # a LiteLLM hop reporting its own overhead, behind a vLLM engine
+
+    targets, samples = _paths(hop_ms=1234.5, reported_ms=1000.25)
+    res = analyse(targets, samples, SplitConfig(num_requests=16, stream=False, resamples=200))
+    text = printed(res, width)
+    assert "…" not in text and max(len(ln) for ln in text.splitlines()) <= width
+    assert "Each hop's self-report beside its measured tax" in text and "measured tax" in text
+    assert "1000.25" in text

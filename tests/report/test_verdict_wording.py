@@ -132,10 +132,11 @@ def test_the_headline_names_the_configuration_it_picked_why_and_the_range() -> N
 
 
 def test_with_several_configurations_the_family_adjusted_interval_decides() -> None:
-    adj_out = {"significant_adj": False, "lo_adj": -1.0, "hi_adj": 9.0}
+    adj_out = {"significant_adj": False, "lo_adj": -1.0, "hi_adj": 9.0, "comparisons": 2}
     rows = [split([diff("total_ms", 1.0, -5.0, 7.0), diff("outside_engine_ms", 4.0, 0.5, 7.5, **adj_out)]),
             split([diff("total_ms", 1.0, -5.0, 7.0),
-                   diff("outside_engine_ms", 0.2, -3.0, 3.0, significant_adj=False, lo_adj=-5.0, hi_adj=5.0)],
+                   diff("outside_engine_ms", 0.2, -3.0, 3.0, significant_adj=False, lo_adj=-5.0, hi_adj=5.0,
+                        comparisons=2)],
                   concurrency=8)]
     v = verdict(rows)
     assert v is not None and v.lead == "none" and v.family_adjusted
@@ -144,6 +145,11 @@ def test_with_several_configurations_the_family_adjusted_interval_decides() -> N
     v = verdict(rows)
     assert v is not None and v.lead == "outside_engine"
     assert "family-adjusted 95% CI [+0.20, +7.90] ms" in v.headline and "not adjusted" not in v.headline
+    # an adjustment over fewer comparisons than the configurations compared (separate runs) does not count
+    for r in rows:
+        r["data"]["differences"][1]["comparisons"] = 1
+    v = verdict(rows)
+    assert v is not None and not v.family_adjusted and "not adjusted for the 2 configurations" in v.headline
 
 
 def test_intervals_are_printed_as_bounds_never_plus_minus() -> None:
@@ -176,8 +182,10 @@ def test_no_act_item_for_a_negligible_or_family_insignificant_tax() -> None:
                         diff("outside_engine_ms", 25.0, 20.0, 30.0, negligible=True, min_effect_ms=30.0)])
     assert not [r for r in _recs(negligible) if r.severity == "act"]
     one = split([diff("total_ms", 30.0, 20.0, 40.0),
-                 diff("outside_engine_ms", 25.0, 2.0, 48.0, significant_adj=False, lo_adj=-3.0, hi_adj=53.0)])
-    two = split([diff("total_ms", 1.0, -2.0, 4.0), diff("outside_engine_ms", 0.1, -1.0, 1.2, significant_adj=False)],
+                 diff("outside_engine_ms", 25.0, 2.0, 48.0, significant_adj=False, lo_adj=-3.0, hi_adj=53.0,
+                      comparisons=2)])
+    two = split([diff("total_ms", 1.0, -2.0, 4.0), diff("outside_engine_ms", 0.1, -1.0, 1.2, significant_adj=False,
+                                                     lo_adj=-2.0, hi_adj=2.2, comparisons=2)],
                 concurrency=8)
     assert not [r for r in _recs(one, two) if r.severity == "act"]
     one["data"]["differences"][1]["significant_adj"] = True

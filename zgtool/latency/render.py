@@ -234,9 +234,11 @@ def lag_text(tr: TargetResult, short: str) -> Text | None:
     if not lagged:
         return None
     worst = max(s.client_lag_ms or 0.0 for s in lagged)
+    # latency-split leaves them out of its ttfb/ttft figures (num_lagged); older results kept them
+    fate = ("left out of the TTFB/TTFT figures" if tr.num_lagged else "their TTFB/TTFT may be late by that much")
     return Text(f"  {short}: {len(lagged)} of {len(ok)} requests flagged: zgtool's client lagged up to "
-                f"{worst:.2f} ms (CPU busy, or woken late and read several sends at once), so their ttfb/ttft "
-                f"may be late by that much", style="yellow")
+                f"{worst:.2f} ms (CPU busy, or woken late and read several sends at once): {fate}",
+                style="yellow")
 
 
 def _side_table(res: SplitResult, short: dict[str, str], candidates: list[TargetResult], *,

@@ -12,12 +12,16 @@ from rich.table import Table
 from rich.text import Text
 
 
-def _cell(stat: dict[str, Any] | None) -> str:
+def _cell(stat: dict[str, Any] | None, clip: bool = True) -> str:
+    """A median and its interval; a latency's bounds are clipped at 0 (`clip=False` for remainders, which
+    can be negative)."""
     if not stat:
         return "-"
     lo, hi = stat.get("lo_ms"), stat.get("hi_ms")
     if lo is None or hi is None:
         return f"{stat['median_ms']:.2f}"
+    if clip:
+        lo, hi = max(lo, 0.0), max(hi, 0.0)
     return f"{stat['median_ms']:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
@@ -43,7 +47,7 @@ def join_table(join: dict[str, Any], short: dict[str, str]) -> Table:
         sources = ", ".join(f"{s} ({n})" for s, n in p["engine_sources"].items()) or "none"
         phases = "; ".join(f"{k} {v['median_ms']:.2f}" for k, v in p["engine_phases_ms"].items() if v) or "-"
         hops = "; ".join(f"{h} {v['median_ms']:.2f}" for h, v in p["hops_self_ms"].items() if v) or "-"
-        rem = _cell(p["remainder_ms"])
+        rem = _cell(p["remainder_ms"], clip=False)
         if p["flagged"]:
             rem += f" ! {p['flagged']} below -{p['clock_tolerance_ms']:g}"
         t.add_row(short.get(name, name), sources, _cell(p["total_ms"]), _cell(p["engine_total_ms"]), phases,
@@ -63,7 +67,7 @@ def join_list(join: dict[str, Any], short: dict[str, str]) -> Table:
         sources = ", ".join(f"{s} ({n})" for s, n in p["engine_sources"].items()) or "none"
         phases = "; ".join(f"{k} {v['median_ms']:.2f}" for k, v in p["engine_phases_ms"].items() if v) or "-"
         hops = "; ".join(f"{h} {v['median_ms']:.2f}" for h, v in p["hops_self_ms"].items() if v) or "-"
-        rem = _cell(p["remainder_ms"])
+        rem = _cell(p["remainder_ms"], clip=False)
         if p["flagged"]:
             rem += f" ! {p['flagged']} below -{p['clock_tolerance_ms']:g}"
         for k, v in (("  engine source", sources), ("  total", _cell(p["total_ms"])),
@@ -86,13 +90,27 @@ def audit_table(join: dict[str, Any], short: dict[str, str]) -> Table | None:
     return t
 
 
+def audit_list(join: dict[str, Any], short: dict[str, str]) -> Table:
+    """The hop audit on its side, for a terminal too narrow for its columns."""
+    t = Table(title="Each hop's self-report beside its measured tax", box=None, title_justify="left",
+              show_header=False, pad_edge=False)
+    t.add_column("figure", style="dim", no_wrap=True)
+    t.add_column("value", overflow="fold")
+    for a in join["hop_audit"]:
+        t.add_row(Text(f"{short.get(a['path'], a['path'])}: {a['hop']}", style="bold"), "")
+        for k, v in (("  self-reported", _cell(a["self_ms"])), ("  measured tax", _diff_cell(a["measured_tax_ms"])),
+                     ("  not in its report", _diff_cell(a["unreported_ms"]))):
+            t.add_row(k, v)
+    return t
+
+
 def render_join(join: dict[str, Any], short: dict[str, str], width: int | None = None) -> Group:
     from zgtool.latency.render import fits
 
     table = join_table(join, short)
     blocks: list[Table | Text] = [table if width is None or fits(table, width) else join_list(join, short)]
     if (audit := audit_table(join, short)) is not None:
-        blocks.append(audit)
+        blocks.append(audit if width is None or fits(audit, width) else audit_list(join, short))
     starts = {s for p in join["paths"].values() for s in p["engine_ttft_start"]}
     for s in sorted(starts):
         blocks.append(Text(f"  engine TTFT {s}", style="dim"))

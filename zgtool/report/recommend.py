@@ -11,7 +11,7 @@ from zgtool.latency.render import fmt_ci
 from zgtool.loadtest.summary import started_enough
 from zgtool.report.load import ResultSet
 from zgtool.report.model import ok_samples, path_name, phase_p, probes_by_path, splits
-from zgtool.report.tax import engine_explains_total
+from zgtool.report.tax import engine_explains_total, family_rows
 from zgtool.report.verdict import HIGHER, NOT_SIGNIFICANT, ConfigTax, PhaseTax, gateway_phases, taxes
 
 CACHE_HIT_RATE_MIN = 0.20        # below this a response cache costs more than it saves
@@ -107,8 +107,7 @@ def _ci(p: PhaseTax) -> str:
 
 
 def _tax(rs: ResultSet) -> list[Recommendation]:
-    rows = [t for r in splits(rs) for t in taxes(r)]
-    family = len(rows) > 1
+    rows, family = family_rows([t for r in splits(rs) for t in taxes(r)])
     out = []
     big = []
     for t in rows:

@@ -65,10 +65,13 @@ def waterfall_section(rs: ResultSet) -> Section:
     return sec
 
 
-def _stat(s: dict[str, Any] | None, key: str = "median_ms") -> str:
+def _stat(s: dict[str, Any] | None, key: str = "median_ms", clip: bool = False) -> str:
+    """A figure and its interval; `clip` for a latency, whose bounds are never below 0."""
     if not s or s.get(key) is None:
         return "–"
     lo, hi = s.get("lo_ms"), s.get("hi_ms")
+    if clip and lo is not None and hi is not None:
+        lo, hi = max(lo, 0.0), max(hi, 0.0)
     ci = f" <span class=muted>[{lo:.2f}, {hi:.2f}]</span>" if lo is not None and hi is not None else ""
     return f"{s[key]:.2f}{ci}"
 
@@ -81,11 +84,11 @@ def join_table(join: dict[str, Any]) -> str:
     rows = []
     for name, p in (join.get("paths") or {}).items():
         src = ", ".join(f"{escape(s)} ({n})" for s, n in (p.get("engine_sources") or {}).items()) or "none"
-        hops = "; ".join(f"{escape(h)} {_stat(v)}" for h, v in (p.get("hops_self_ms") or {}).items()) or "–"
+        hops = "; ".join(f"{escape(h)} {_stat(v, clip=True)}" for h, v in (p.get("hops_self_ms") or {}).items()) or "–"
         flag = (f" <b>{p['flagged']} below −{p.get('clock_tolerance_ms', 1):g} ms</b>" if p.get("flagged") else "")
-        rows.append(f"<tr><td>{escape(name)}</td><td>{src}</td><td class=num>{_stat(p.get('total_ms'))}</td>"
-                    f"<td class=num>{_stat(p.get('engine_total_ms'))}</td><td>{hops}</td>"
-                    f"<td class=num>{_stat(p.get('outside_engine_ms'))}</td>"
+        rows.append(f"<tr><td>{escape(name)}</td><td>{src}</td><td class=num>{_stat(p.get('total_ms'), clip=True)}</td>"
+                    f"<td class=num>{_stat(p.get('engine_total_ms'), clip=True)}</td><td>{hops}</td>"
+                    f"<td class=num>{_stat(p.get('outside_engine_ms'), clip=True)}</td>"
                     f"<td class=num>{_stat(p.get('remainder_ms'))}{flag}</td></tr>")
     html = ('<p class="note">Joined per request: unexplained = total − DNS/connect/TLS − each hop\'s own reported '
             "time − the engine's total (client, sending, network and what no hop reports of itself). Medians, "
@@ -94,7 +97,7 @@ def join_table(join: dict[str, Any]) -> str:
     if audit:
         arows = "".join(
             f"<tr><td>{escape(a['path'])}</td><td>{escape(a['hop'])} ({escape(a['self_report'])})</td>"
-            f"<td class=num>{_stat(a.get('self_ms'))}</td><td class=num>{_stat(a.get('measured_tax_ms'), 'diff_ms')}</td>"
+            f"<td class=num>{_stat(a.get('self_ms'), clip=True)}</td><td class=num>{_stat(a.get('measured_tax_ms'), 'diff_ms')}</td>"
             f"<td class=num>{_stat(a.get('unreported_ms'), 'diff_ms')}</td></tr>" for a in audit)
         html += ('<table class="t"><thead><tr><th>path</th><th>hop</th><th>self-reported</th><th>measured tax</th>'
                  f"<th>not in its report</th></tr></thead><tbody>{arows}</tbody></table>")

@@ -8,7 +8,7 @@ Data only; the words are in zgtool.report.verdict.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zgtool.latency.fieldlines import CHANCE_NEGATIVE
@@ -38,6 +38,7 @@ class PhaseTax:
     lo_adj_ms: float | None = None     # family-adjusted interval (multiple configurations)
     hi_adj_ms: float | None = None
     significant_adj: bool | None = None
+    comparisons: int | None = None     # how many comparisons the adjustment covers (candidates x configurations)
 
     def detectable_ms(self) -> float | None:
         """The smallest effect this run could have detected: the result's mde_ms, else a conservative
@@ -152,13 +153,16 @@ def phase_tax(d: dict[str, Any], base_total: float | None) -> PhaseTax | None:
     """One difference entry of a latency_split result (optional statistics read when present)."""
     if d.get("diff_ms") is None:
         return None
+    lo_adj, hi_adj = _float(d, "lo_adj_ms", "lo_adj"), _float(d, "hi_adj_ms", "hi_adj")
     adj = d.get("significant_adj")
+    has_adj = isinstance(adj, bool) and lo_adj is not None and hi_adj is not None
+    comparisons = d.get("comparisons")
     return PhaseTax(
         d["phase"], d["diff_ms"], d.get("lo_ms"), d.get("hi_ms"), d.get("verdict") or NOT_SIGNIFICANT,
         _pct(d["diff_ms"], base_total), negligible=bool(d.get("negligible")),
         min_effect_ms=_float(d, "min_effect_ms", "negligible_below_ms", "min_effect_size_ms"),
-        mde_ms=_float(d, "mde_ms"), lo_adj_ms=_float(d, "lo_adj_ms", "lo_adj"), hi_adj_ms=_float(d, "hi_adj_ms", "hi_adj"),
-        significant_adj=adj if isinstance(adj, bool) else None)
+        mde_ms=_float(d, "mde_ms"), lo_adj_ms=lo_adj if has_adj else None, hi_adj_ms=hi_adj if has_adj else None,
+        significant_adj=adj if has_adj else None, comparisons=comparisons if isinstance(comparisons, int) else None)
 
 
 def engine_known(target: dict[str, Any]) -> bool:
@@ -243,3 +247,22 @@ def engine_explains_total(row: ConfigTax) -> bool:
         return True
     oe = row.outside_engine
     return oe is not None and not (significant(oe) and (oe.diff_ms > 0) == (t.diff_ms > 0))
+
+
+def _unadjusted(p: PhaseTax | None) -> PhaseTax | None:
+    return None if p is None else replace(p, lo_adj_ms=None, hi_adj_ms=None, significant_adj=None)
+
+
+def family_rows(rows: list[ConfigTax]) -> tuple[list[ConfigTax], bool]:
+    """(rows, family): several configurations compete for the headline. A family adjustment that
+    covers fewer comparisons than the rows compared (results of separate runs put together) does not
+    hold for this family, so it is dropped and the unadjusted interval is shown as such."""
+    family = len(rows) > 1
+    if not family:
+        return rows, False
+    ps = [p for r in rows for p in (r.total, r.ttft, r.ttfb, r.outside_engine, *r.phases) if p is not None]
+    if all(p.comparisons is not None and p.comparisons >= len(rows) for p in ps if p.significant_adj is not None):
+        return rows, True
+    return [replace(r, total=_unadjusted(r.total), ttft=_unadjusted(r.ttft), ttfb=_unadjusted(r.ttfb),
+                    outside_engine=_unadjusted(r.outside_engine),
+                    phases=[q for q in (_unadjusted(p) for p in r.phases) if q is not None]) for r in rows], True

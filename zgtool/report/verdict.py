@@ -40,6 +40,7 @@ from zgtool.report.tax import (
     config_label,
     engine_explains_total,
     engine_phases,
+    family_rows,
     gateway_phases,
     significant,
     taxes,
@@ -334,12 +335,11 @@ def _nothing(rows: list[ConfigTax], missing: list[ConfigTax]) -> str:
 
 
 def verdict(latency_results: list[dict[str, Any]]) -> Verdict | None:
-    rows = [t for r in latency_results for t in taxes(r)]
+    rows, family = family_rows([t for r in latency_results for t in taxes(r)])
     if not rows:
         return None
     indicative = any(r.indicative for r in rows)
     prefix = "Indicative (--quick sample sizes): " if indicative else ""
-    family = len(rows) > 1
     first = _first_token_lead(rows, family)
     outside = _outside_lead(rows, family)
     total = None if outside else _total_lead(rows, family)
