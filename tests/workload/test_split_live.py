@@ -93,3 +93,12 @@ def test_metrics_url_without_a_dataset_reports_the_hit_rate(engine: str, tmp_pat
     assert rc == 0, text
     (pc,) = data["prefix_cache"]
     assert pc["query_tokens"] > 0 and pc["hit_rate"] > 0     # one prompt four times: its blocks are reused
+
+
+def test_https_engine_metrics_read_with_the_run_trust_settings(tls_engine: str, tmp_path: Path) -> None:
+    out = tmp_path / "split.json"
+    r = run_zgtool("latency-split", tls_engine, "-k", "-q", "--warmup", "1", "-o", out,
+                   "--dataset", "shared-prefix:groups=1,prefix=64,suffix=4,output=2", "-n", "4", timeout_s=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (pc,) = json.loads(out.read_text())["data"]["prefix_cache"]
+    assert pc["url"] == f"{tls_engine}/metrics" and pc["query_tokens"] > 0

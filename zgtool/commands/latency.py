@@ -258,7 +258,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
             from zgtool.workload.split import prefix_watch
 
             pwatch = prefix_watch([t.url for t in resolved] if wl else [],
-                                  [u for u in (metrics_url, vllm_metrics) if u])
+                                  [u for u in (metrics_url, vllm_metrics) if u], cfg.verify)
             if pwatch is not None:
                 from zgtool.latency.runner import _split
 

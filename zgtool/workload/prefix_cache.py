@@ -7,6 +7,7 @@ counter with a _total suffix; both spellings are read, summed over label sets (m
 
 from __future__ import annotations
 
+import ssl
 import threading
 import urllib.request
 from bisect import bisect_right
@@ -48,10 +49,10 @@ def parse(text: str) -> Counters | None:
     return None
 
 
-def read(url: str, timeout_s: float = 3.0) -> Counters | None:
+def read(url: str, timeout_s: float = 3.0, ctx: ssl.SSLContext | None = None) -> Counters | None:
     """GET url and parse it; None when it does not answer or has no prefix-cache counters."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - the operator's URL
+        with urllib.request.urlopen(url, timeout=timeout_s, context=ctx) as resp:  # noqa: S310 - the operator's URL
             return parse(resp.read().decode("utf-8", "replace"))
     except (OSError, ValueError):
         return None
@@ -74,8 +75,9 @@ class PrefixWatch:
     (--rate, a trace) must not delay a scheduled send, so its blocks open at the previous close (the first
     at hooks()): there the deltas also hold the warm-up requests (the default short prompt)."""
 
-    def __init__(self, urls: list[str]) -> None:
+    def __init__(self, urls: list[str], ctx: ssl.SSLContext | None = None) -> None:
         self.urls = urls
+        self.ctx = ctx                       # an https engine's trust settings (--cacert, --insecure)
         self.lock = threading.Lock()
         self.opened: str | None = None
         self.base: dict[str, Counters | None] = {}
@@ -91,17 +93,17 @@ class PrefixWatch:
         self.ends = [sum(block_sizes[:i + 1]) for i in range(len(block_sizes))]
         self.open_in_before = not open_loop
         if open_loop:
-            self.base = {u: read(u) for u in self.urls}
+            self.base = {u: read(u, ctx=self.ctx) for u in self.urls}
         inner = inner or [None] * len(targets)
         return [Chain(h, _TargetHook(self, name)) for h, name in zip(inner, targets, strict=True)]
 
     def _open(self, target: str) -> None:          # caller holds the lock
         if self.open_in_before:
-            self.base = {u: read(u) for u in self.urls}
+            self.base = {u: read(u, ctx=self.ctx) for u in self.urls}
         self.opened = target
 
     def _close(self) -> None:                      # caller holds the lock
-        snap = {u: read(u) for u in self.urls}
+        snap = {u: read(u, ctx=self.ctx) for u in self.urls}
         if self.opened is not None:
             for u, now in snap.items():
                 before = self.base.get(u)

@@ -55,15 +55,18 @@ def prepare(spec: str, *, requests: int | None, concurrency: int, rate: str | No
     return SplitWorkload(wl, n, wl.offsets_s[:n])
 
 
-def prefix_watch(target_urls: list[str], explicit: list[str]) -> PrefixWatch | None:
+def prefix_watch(target_urls: list[str], explicit: list[str], verify: bool | str = True) -> PrefixWatch | None:
     """Watch the explicit URLs (--metrics-url, --vllm-metrics) and each target's own /metrics that answers
-    with prefix-cache counters (zgtool serve, vLLM); None when none does."""
+    with prefix-cache counters (zgtool serve, vLLM); None when none does. `verify` as for the requests."""
+    from zgtool.latency.client import ssl_context
+
+    ctx = ssl_context(verify) if any(u.startswith("https:") for u in [*target_urls, *explicit]) else None
     urls = list(dict.fromkeys(explicit))
     for u in target_urls:
         m = metrics_url(u)
-        if m not in urls and read(m) is not None:
+        if m not in urls and read(m, ctx=ctx) is not None:
             urls.append(m)
-    return PrefixWatch(urls) if urls else None
+    return PrefixWatch(urls, ctx) if urls else None
 
 
 def describe(rows: list[dict[str, Any]]) -> list[str]:
