@@ -118,3 +118,14 @@ def test_bad_generator_specs_are_usage_errors(spec: str) -> None:
 
     with pytest.raises(UsageError):
         load_workload(spec)
+
+
+def test_role_content_turns_and_prompt_aliases(tmp_path: Path) -> None:
+    sg = tmp_path / "roles.json"
+    sg.write_text(json.dumps([{"conversations": [{"role": "user", "content": "q"},
+                                                 {"role": "assistant", "content": "12345678"}]}]))
+    assert load_workload(str(sg)).specs[0].max_tokens == 2 and load_workload(str(sg)).specs[0].messages == (("user", "q"),)
+    rows = tmp_path / "alias.jsonl"
+    rows.write_text(json.dumps({"text": "t1", "output_tokens": 3}) + "\n" + json.dumps({"input": "t2"}) + "\n")
+    wl = load_workload(str(rows), max_tokens=9)
+    assert [(s.messages[0][1], s.max_tokens) for s in wl.specs] == [("t1", 3), ("t2", 9)]

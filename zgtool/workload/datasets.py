@@ -6,8 +6,12 @@ it the reference answer, whose length in tokens (ceil(chars / 4), textgen.approx
 max_tokens. Rows with no human turn followed by a gpt turn are skipped, as vLLM skips conversations with
 fewer than two turns, and counted in the workload's notes.
 
+Turns may also be spelled {"role": "user", "content": ...}. Rows are used in file order (vLLM shuffles
+them by default), request i taking row i mod N.
+
 Plain rows: {"prompt": TEXT, "output_len": N} or {"messages": [{"role", "content"}...], "output_len": N}
-("max_tokens" is read as output_len; without either, the command's --max-tokens applies).
+("text" or "input" are read as prompt, "max_tokens" or "output_tokens" as output_len; without one, the
+command's --max-tokens applies).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from zgtool.workload.rows import read_rows
 
 HUMAN = ("human", "user")
 GPT = ("gpt", "assistant", "chatgpt", "bard", "bing")
+PROMPT_KEYS = ("prompt", "text", "input")      # the column names GuideLLM tries first
 
 
 def _length(path: str, line: int, row: dict[str, Any], keys: tuple[str, ...], default: int | None) -> int | None:
@@ -49,13 +54,14 @@ def sharegpt(path: Path, rows: list[tuple[int, Any]] | None = None) -> Workload:
                           "{\"conversations\": [{\"from\": \"human\", \"value\": ...}, ...]})")
         prompt = answer = None
         for i, turn in enumerate(conv):
-            if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            value = turn.get("value", turn.get("content")) if isinstance(turn, dict) else None
+            if not isinstance(value, str):
                 raise bad_row(str(path), line, f"conversations[{i}] needs a 'from' and a text 'value'")
-            who = str(turn.get("from", "")).lower()
-            if prompt is None and who in HUMAN and turn["value"].strip():
-                prompt = turn["value"]
+            who = str(turn.get("from", turn.get("role", ""))).lower()
+            if prompt is None and who in HUMAN and value.strip():
+                prompt = value
             elif prompt is not None and who in GPT:
-                answer = turn["value"]
+                answer = value
                 break
         if prompt is None or answer is None:
             skipped += 1
@@ -86,8 +92,9 @@ def plain(path: Path, default_max_tokens: int, rows: list[tuple[int, Any]] | Non
     for line, row in rows:
         if "messages" in row:
             messages = _messages(str(path), line, row["messages"])
-        elif isinstance(row.get("prompt"), str) and row["prompt"].strip():
-            messages = (("user", row["prompt"]),)
+        elif (text := next((row[k] for k in PROMPT_KEYS if isinstance(row.get(k), str) and row[k].strip()),
+                           None)) is not None:
+            messages = (("user", text),)
         else:
             raise bad_row(str(path), line, "the row has no prompt: give \"prompt\": TEXT or \"messages\": [...]")
         n = _length(str(path), line, row, ("output_len", "max_tokens", "output_tokens"), default_max_tokens)

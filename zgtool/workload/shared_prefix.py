@@ -9,7 +9,9 @@ multi-turn:conversations=C,turns=T,input=I,output=O[,prefix=L][,seed=X]: C conve
 turn by turn in rotation (every conversation's turn 1, then every turn 2, ...). Turn k sends the whole
 history: [system of L tokens], user 1, assistant 1, ..., user k. The assistant turns are synthesized
 (O filler tokens each), not the model's real answers, so the history is the same on every run and every
-engine; each user turn is I tokens. Every request asks for O output tokens.
+engine; each user turn is I tokens. Every request asks for O output tokens. At -c 1 turn k+1 of a
+conversation is sent after turn k has answered; with -c > 1 it may start while turn k is still running
+(more conversations than -c makes that rarer), as when a user does not wait.
 """
 
 from __future__ import annotations
