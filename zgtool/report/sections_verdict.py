@@ -55,8 +55,8 @@ def _state(p: PhaseTax | None, *, outside: bool = False, explained: bool = False
 def _line(name: str, p: PhaseTax | None, state: str, cls: str) -> str:
     if p is None:
         return ""
-    return (f'<div class="{cls}">{escape(name)} <b>{_signed(p.diff_ms)} ms</b> '
-            f'<span class="ci">{escape(fmt_ci(p.lo_ms, p.hi_ms))}</span> · {escape(state)}</div>')
+    ci = "" if p.lo_ms is None or p.hi_ms is None else f' <span class="ci">{escape(fmt_ci(p.lo_ms, p.hi_ms))}</span>'
+    return f'<div class="{cls}">{escape(name)} <b>{_signed(p.diff_ms)} ms</b>{ci} · {escape(state)}</div>'
 
 
 def card(row: ConfigTax) -> str:
@@ -71,8 +71,9 @@ def card(row: ConfigTax) -> str:
         what = "total (outside-engine time not attributed)" if row.attribution_missing else "total"
         lead, state = row.total, _state(row.total, explained=explained)
         bad = row.significance == HIGHER and not explained and not (row.total and row.total.negligible)
-    big = (f'<div class="v">{_signed(lead.diff_ms)} ms</div><div class="ci">{escape(fmt_ci(lead.lo_ms, lead.hi_ms))} '
-           f'ms · {escape(state)}</div>') if lead is not None else '<div class="v">–</div>'
+    big = (f'<div class="v">{_signed(lead.diff_ms)} ms</div><div class="ci">'
+           f'{escape(fmt_ci(lead.lo_ms, lead.hi_ms)) + " ms" if lead.lo_ms is not None else "no interval"} · '
+           f'{escape(state)}</div>') if lead is not None else '<div class="v">–</div>'
     parts = [f'<div class="k">{escape(row.label)} · {escape(row.candidate)} − {escape(row.baseline)}</div>', big,
              f'<div class="s">{escape(what)}</div>']
     if row.stream:

@@ -384,6 +384,6 @@ def grouped_bars(categories: Sequence[str], groups: Sequence[tuple[str, Sequence
 
 
 def diverging_bars(rows: Sequence[tuple[str, float, float | None, float | None, str, bool]], *, unit: str = "ms",
-                   width: int = 940, bar_h: int = 16, label_w: int = 170) -> str:
+                   width: int = 620, bar_h: int = 16, label_w: int = 150) -> str:
     return _dual(lambda w, n: _diverging_bars(rows, unit=unit, width=w, bar_h=bar_h,
                                               label_w=label_w if w >= 560 else min(label_w, 130)), width)
