@@ -14,7 +14,7 @@ import traceback
 import typer
 
 from zgtool import __version__
-from zgtool.errors import ExitCode, ZgError, exit_code_for, mark_interrupted, was_interrupted
+from zgtool.errors import ExitCode, ZgError, exit_code_for, mark_interrupted, user_message, was_interrupted
 
 app = typer.Typer(
     name="zgtool",
@@ -94,6 +94,12 @@ def _run(args: list[str]) -> int:
         _say(exc.message)
         return int(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the one place a bug becomes an exit code
+        message = user_message(exc)   # the HTTP kit's own errors (a bad keys file): exit 2, one line
+        if message is not None:
+            if os.environ.get("ZGTOOL_DEBUG"):
+                traceback.print_exc()
+            _say(message)
+            return int(exit_code_for(exc))
         if os.environ.get("ZGTOOL_DEBUG"):
             traceback.print_exc()
             _say(f"bug: {type(exc).__name__}: {exc}; please report it")

@@ -11,7 +11,8 @@
     Ctrl-C (SIGINT)              -> 130, one line, also when the command drained and returned
 
 Engine errors (zgtool.engine.errors) are mapped to HTTP statuses in the server and to
-UsageError at the CLI boundary.
+UsageError at the CLI boundary. The HTTP kit's own errors (zgtool.http.errors.KitError: a bad
+keys or TOML file) are mapped here: exit 2, one line, like a UsageError.
 """
 
 from __future__ import annotations
@@ -75,6 +76,24 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     """The one place outcomes become exit codes. Anything outside the tree is a bug (1)."""
     if isinstance(exc, ZgError):
         return exc.exit_code
+    if is_kit_error(exc):
+        return ExitCode.USAGE
     if isinstance(exc, KeyboardInterrupt):
         return ExitCode.INTERRUPTED
     return ExitCode.BUG
+
+
+def is_kit_error(exc: BaseException) -> bool:
+    """The HTTP kit's own error (a bad keys or TOML file): bad input, exit 2 with its one line."""
+    from zgtool.http.errors import KitError
+
+    return isinstance(exc, KitError)
+
+
+def user_message(exc: BaseException) -> str | None:
+    """The one line to show for an error of the tree or of the kit; None for anything else (a bug)."""
+    if isinstance(exc, ZgError):
+        return exc.message
+    if is_kit_error(exc):
+        return str(exc)
+    return None

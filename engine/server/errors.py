@@ -16,7 +16,8 @@
     413     request_too_large          body over --max-body-bytes
     429     rate_limit_error           tier concurrency / requests/min / tokens/min exceeded
     431     invalid_request_error      request headers over --max-header-bytes / --max-headers
-    500     api_error                  an unexpected server bug (logged with a traceback)
+    500     api_error                  an unexpected server bug (logged with a traceback); the
+                                       HTTP kit's own KitError (its ``status``: a bad keys file)
     529     overloaded_error           KV pool and waiting queue saturated (Overloaded), or
                                        the server is shutting down (EngineStopped); retry-after set
 
@@ -35,7 +36,7 @@ from zgtool.engine.errors import (
     ModelNotFound,
     Overloaded,
 )
-from zgtool.http.errors import ApiError
+from zgtool.http.errors import ApiError, KitError
 
 HttpError = ApiError          # the engine's name for the kit's error answer
 RETRY_AFTER_OVERLOADED_S = 1
@@ -92,4 +93,6 @@ def to_http_error(exc: BaseException) -> HttpError:
         return overloaded("the server is shutting down; retry on another replica")
     if isinstance(exc, EngineError):
         return HttpError(500, "api_error", f"engine error: {exc}")
+    if isinstance(exc, KitError):  # the kit's own error (a bad keys file met while serving)
+        return HttpError(exc.status, None, str(exc))
     return HttpError(500, "api_error", f"internal server error ({type(exc).__name__}); see the server log")

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from zgtool.errors import UsageError
 from zgtool.http import finish
-from zgtool.http.errors import ApiError, error_body, error_payload, parse_error_body
+from zgtool.http.errors import ApiError, ConfigError, error_body, error_payload, parse_error_body
 from zgtool.http.keys import api_key, load_keys, parse_keys
 from zgtool.http.sse import SSEParser, comment, data, event, timing_comment
 from zgtool.http.toml import load_toml, parse_toml
@@ -81,8 +80,8 @@ def test_both_keys_file_formats_load() -> None:
     assert parse_keys({"keys": [{"key": "k"}], "metrics": {"require_key": True}}, "x").metrics_require_key
 
 
-def test_toml_errors_are_one_line_usage_errors(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="does not exist"):
+def test_toml_errors_are_the_kits_one_line_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
         load_toml(tmp_path / "nope.toml", "keys file")
     with pytest.raises(ValueError, match="p.toml: invalid TOML"):
         parse_toml("a = = 1", "p.toml", ValueError)

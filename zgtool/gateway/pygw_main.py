@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zgtool.errors import ExitCode, TargetUnreachable, UsageError, ZgError
+from zgtool.errors import ExitCode, TargetUnreachable, UsageError, exit_code_for, user_message
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,9 +103,12 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         cfg, host, port, log_level = build_config(argv)
-    except ZgError as exc:
-        print(f"pygw: {exc.message}", file=sys.stderr)
-        sys.exit(int(exc.exit_code))
+    except Exception as exc:  # a ZgError or the HTTP kit's ConfigError (a bad keys file): one line
+        message = user_message(exc)
+        if message is None:
+            raise
+        print(f"pygw: {message}", file=sys.stderr)
+        sys.exit(int(exit_code_for(exc)))
     import uvicorn
 
     from zgtool.gateway.pygw import Gateway

@@ -46,6 +46,19 @@ OPENAI_ERROR: dict[str, tuple[str, str | None]] = {
 }
 
 
+class KitError(Exception):
+    """An error of the kit itself, not an answer to send: its callers map it once (the CLI in
+    zgtool/errors.py: exit 2, one line; the engine's server in engine/server/errors.py: ``status``).
+    The kit never raises the CLI's errors."""
+
+    status = 500    # met while serving, it is the server's own configuration that is wrong
+
+
+class ConfigError(KitError):
+    """A file the kit reads (TOML, keys.toml) is missing, unreadable or malformed: one line naming
+    the file and the problem."""
+
+
 def type_for_status(status: int) -> str:
     """The Anthropic error type for an HTTP status."""
     return STATUS_TYPE.get(status, "invalid_request_error" if 400 <= status < 500 else "api_error")

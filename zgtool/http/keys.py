@@ -10,7 +10,7 @@ Format (examples/keys.toml)::
 
 The legacy pygw format is accepted too: ``[defaults]`` rpm/burst and ``[keys.<secret>]``
 name/rpm/burst; each such key gets its own tier (requests_per_min = rpm, burst).
-Every mistake is a one-line ``UsageError``. Keys are held as SHA-256 digests and
+Every mistake is a one-line ``ConfigError`` (zgtool/http/errors.py; the CLI maps it to exit 2). Keys are held as SHA-256 digests and
 matched in constant time (``KeysConfig.match``); they are never logged.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zgtool.errors import UsageError
+from zgtool.http.errors import ConfigError
 from zgtool.http.toml import load_toml
 
 TIER_FIELDS = ("max_concurrent", "requests_per_min", "tokens_per_min", "burst")
@@ -65,7 +65,7 @@ class Tier:
         for f in TIER_FIELDS:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise UsageError(f"keys file: tier {self.name!r}: {f} must be an integer >= 0, got {v!r}")
+                raise ConfigError(f"keys file: tier {self.name!r}: {f} must be an integer >= 0, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -107,14 +107,14 @@ def _key_digest(entry: dict[str, Any], where: str) -> bytes:
             raw = b""
         if len(raw) == 32:
             return raw
-    raise UsageError(f"keys file: {where} needs key = \"...\" or sha256 = \"<64 hex digits>\"")
+    raise ConfigError(f"keys file: {where} needs key = \"...\" or sha256 = \"<64 hex digits>\"")
 
 
 def _int(v: Any, where: str) -> int:
     if isinstance(v, float) and v.is_integer():
         return int(v)
     if isinstance(v, bool) or not isinstance(v, int):
-        raise UsageError(f"keys file: {where} must be an integer, got {v!r}")
+        raise ConfigError(f"keys file: {where} must be an integer, got {v!r}")
     return v
 
 
@@ -124,7 +124,7 @@ def _legacy_keys(raw: dict[str, Any], doc: dict[str, Any], tiers: dict[str, Tier
     keys = []
     for secret, spec in raw.items():
         if not isinstance(spec, dict):
-            raise UsageError(f"keys file: [keys.{secret[:6]}...] must be a table")
+            raise ConfigError(f"keys file: [keys.{secret[:6]}...] must be a table")
         name = str(spec.get("name") or digest(secret).hex()[:8])
         tier = f"key:{name}"
         tiers[tier] = Tier(tier, requests_per_min=_int(spec.get("rpm", d_rpm), f"key {name!r} rpm"),
@@ -137,13 +137,13 @@ def parse_keys(doc: dict[str, Any], where: str) -> KeysConfig:
     tiers: dict[str, Tier] = {}
     raw_tiers = doc.get("tiers") or {}
     if not isinstance(raw_tiers, dict):
-        raise UsageError(f"keys file {where}: [tiers] must be a table of tables")
+        raise ConfigError(f"keys file {where}: [tiers] must be a table of tables")
     for name, spec in raw_tiers.items():
         if not isinstance(spec, dict):
-            raise UsageError(f"keys file {where}: [tiers.{name}] must be a table")
+            raise ConfigError(f"keys file {where}: [tiers.{name}] must be a table")
         unknown = set(spec) - set(TIER_FIELDS)
         if unknown:
-            raise UsageError(f"keys file {where}: [tiers.{name}] has unknown fields {sorted(unknown)}")
+            raise ConfigError(f"keys file {where}: [tiers.{name}] has unknown fields {sorted(unknown)}")
         tiers[name] = Tier(name=name, **spec)
     raw = doc.get("keys") or []
     keys: list[ApiKey] = []
@@ -152,25 +152,25 @@ def parse_keys(doc: dict[str, Any], where: str) -> KeysConfig:
     elif isinstance(raw, list):
         for i, entry in enumerate(raw):
             if not isinstance(entry, dict):
-                raise UsageError(f"keys file {where}: each [[keys]] entry must be a table")
+                raise ConfigError(f"keys file {where}: each [[keys]] entry must be a table")
             name = str(entry.get("name") or f"key{i}")
             tier = entry.get("tier", "default")
             if tier not in tiers:
                 if tier != "default":
-                    raise UsageError(f"keys file {where}: key {name!r} uses tier {tier!r}, "
+                    raise ConfigError(f"keys file {where}: key {name!r} uses tier {tier!r}, "
                                      "which is not defined in [tiers]")
                 tiers["default"] = Tier("default")
             keys.append(ApiKey(name=name, tier=tier, digest=_key_digest(entry, f"key {name!r}")))
     else:
-        raise UsageError(f"keys file {where}: keys must be [[keys]] entries")
+        raise ConfigError(f"keys file {where}: keys must be [[keys]] entries")
     admin = doc.get("admin") or {}
     admin_digests = tuple(digest(k) for k in admin.get("keys", []) if isinstance(k, str) and k)
     if not keys and not admin_digests:
-        raise UsageError(f"keys file {where} defines no [[keys]] and no [admin] keys")
+        raise ConfigError(f"keys file {where} defines no [[keys]] and no [admin] keys")
     metrics = doc.get("metrics") or {}
     require = metrics.get("require_key", False)
     if not isinstance(require, bool):
-        raise UsageError(f"keys file {where}: [metrics] require_key must be true or false")
+        raise ConfigError(f"keys file {where}: [metrics] require_key must be true or false")
     env = (doc.get("upstream") or {}).get("api_key_env")
     return KeysConfig(tiers=tiers, keys=tuple(keys), admin_digests=admin_digests,
                       metrics_require_key=require, upstream_key_env=str(env) if env else None)

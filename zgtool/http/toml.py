@@ -1,4 +1,5 @@
-"""One TOML loader: every problem (missing file, bad TOML, bad UTF-8) is a one-line error."""
+"""One TOML loader: every problem (missing file, bad TOML, bad UTF-8) is a one-line error (the kit's
+ConfigError unless the caller names its own)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from zgtool.errors import UsageError
+from zgtool.http.errors import ConfigError
 
 
-def parse_toml(text: str, where: str, error: type[Exception] = UsageError) -> dict[str, Any]:
+def parse_toml(text: str, where: str, error: type[Exception] = ConfigError) -> dict[str, Any]:
     """``tomllib.loads`` with the error mapped to ``error("<where>: invalid TOML: ...")``."""
     try:
         return tomllib.loads(text)
@@ -17,7 +18,7 @@ def parse_toml(text: str, where: str, error: type[Exception] = UsageError) -> di
         raise error(f"{where}: invalid TOML: {exc}") from exc
 
 
-def load_toml(path: Path | str, what: str = "file", error: type[Exception] = UsageError) -> dict[str, Any]:
+def load_toml(path: Path | str, what: str = "file", error: type[Exception] = ConfigError) -> dict[str, Any]:
     """Read and parse ``path``; ``what`` names it in messages ("keys file", "safety policy")."""
     p = Path(path)
     try:

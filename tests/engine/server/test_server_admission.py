@@ -8,7 +8,7 @@ import pytest
 
 from zgtool.engine.server.admission import Admission
 from zgtool.engine.server.errors import HttpError
-from zgtool.errors import UsageError
+from zgtool.http.errors import ConfigError
 from zgtool.http.keys import load_keys
 
 KEYS = """
@@ -131,13 +131,13 @@ def test_gpu_sm_util_percent_also_counts_as_load(adm: Admission) -> None:
     ("not toml = = =", "invalid TOML"),
     ("[tiers.t]", "defines no"),
 ])
-def test_bad_keys_files_are_one_line_usage_errors(tmp_path: Path, text: str, msg: str) -> None:
+def test_bad_keys_files_are_one_line_config_errors(tmp_path: Path, text: str, msg: str) -> None:
     p = tmp_path / "k.toml"
     p.write_text(text)
-    with pytest.raises(UsageError, match=msg):
+    with pytest.raises(ConfigError, match=msg):
         load_keys(p)
 
 
-def test_missing_keys_file_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="does not exist"):
+def test_missing_keys_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
         load_keys(tmp_path / "absent.toml")
