@@ -35,11 +35,20 @@ def test_the_knee_is_the_last_load_the_path_kept_up_with(capacity: float, knee: 
     assert "answered" in (s.reason or "")
 
 
-def test_points_are_judged_in_load_order_and_a_later_recovery_does_not_undo_saturation() -> None:
-    pts = rate_curve(4)
-    pts.append(CurvePoint(32, 32, 20.0))      # a lucky point after saturation
-    s = detect(list(reversed(pts)), RATE_RULE)
+def test_points_are_judged_in_load_order() -> None:
+    s = detect(list(reversed(rate_curve(4))), RATE_RULE)
     assert (s.knee, s.saturated_at) == (4, 8)
+
+
+def test_a_miss_that_a_higher_load_contradicts_is_noise_not_the_knee() -> None:
+    # 2 req/s: one slow block (p99 4x); 4 and 8 req/s kept up with flat latency; 16 did not
+    pts = rate_curve(8)
+    pts[1] = CurvePoint(2, 2.0, 80.0)
+    s = detect(pts, RATE_RULE)
+    assert (s.knee, s.saturated_at) == (8, 16)
+    # closed loop: a dip at 2 streams, then 4 and 8 streams scale again: no knee up to 8
+    dip = [CurvePoint(1, 2.6, 30.0), CurvePoint(2, 3.0, 40.0), CurvePoint(4, 5.4, 45.0), CurvePoint(8, 14.5, 50.0)]
+    assert detect(dip, CONC_RULE).saturated_at is None
 
 
 def test_noise_within_the_shortfall_and_the_latency_factor_is_not_saturation() -> None:
@@ -96,6 +105,7 @@ def test_concurrency_noise_in_throughput_does_not_make_a_knee() -> None:
 def test_the_rule_is_stated_with_its_numbers() -> None:
     assert "answers/s < 90% of the offered rate" in RATE_RULE.describe()
     assert "TTFT p99 (counted from each request's due time) > 3x" in RATE_RULE.describe()
+    assert "and at every higher load measured" in RATE_RULE.describe()
     assert "TTFT p99 > 3x" in KneeRule(kind=CONCURRENCY).describe()
     assert "50% of the throughput" in CONC_RULE.describe()
     assert CONC_RULE.public()["text"] == CONC_RULE.describe()

@@ -54,7 +54,8 @@ class KneeRule:
                      f"the previous point's per-stream rate")
         due = " (counted from each request's due time)" if self.kind == RATE else ""
         return (f"saturated at the first load where {first}, or {self.latency_metric} p99{due} > "
-                f"{self.latency_factor:g}x its value at the lowest load; the knee is the load before it")
+                f"{self.latency_factor:g}x its value at the lowest load, and at every higher load measured; "
+                "the knee is the load before it")
 
     def public(self) -> dict[str, object]:
         return {"kind": self.kind, "shortfall": self.shortfall, "min_gain": self.min_gain,
@@ -100,18 +101,23 @@ def _why_saturated(p: CurvePoint, prev: CurvePoint | None, low_p99: float | None
 
 
 def detect(points: Sequence[CurvePoint], rule: KneeRule) -> Saturation:
-    """The knee of one path's curve; points in any order (sorted by load here)."""
+    """The knee of one path's curve; points in any order (sorted by load here).
+
+    Saturation starts at the first point that, with every point above it, meets the rule: a higher
+    load that kept up shows an earlier miss was noise (one slow block, a p99 of a few requests),
+    not the path's capacity. The highest point is judged on its own."""
     pts = sorted(points, key=lambda p: p.load)
     if not pts:
         raise ValueError("no load points")
     low_p99 = next((p.latency_p99_ms for p in pts if p.latency_p99_ms is not None and p.achieved_rps), None)
-    prev: CurvePoint | None = None
-    for p in pts:
-        why = _why_saturated(p, prev, low_p99, rule)
-        if why is not None:
-            return Saturation(prev.load if prev else None, p.load, why, pts[0].load, pts[-1].load)
-        prev = p
-    return Saturation(None, None, None, pts[0].load, pts[-1].load)
+    why = [_why_saturated(p, pts[i - 1] if i else None, low_p99, rule) for i, p in enumerate(pts)]
+    first = len(pts)
+    while first > 0 and why[first - 1] is not None:
+        first -= 1
+    if first == len(pts):
+        return Saturation(None, None, None, pts[0].load, pts[-1].load)
+    knee = pts[first - 1].load if first else None
+    return Saturation(knee, pts[first].load, why[first], pts[0].load, pts[-1].load)
 
 
 @dataclass(frozen=True)
