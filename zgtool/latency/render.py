@@ -285,7 +285,7 @@ def render(res: SplitResult, console: Console) -> None:
               for tr in res.targets]
     scale = max(totals) if totals and means else 0.0
     short = short_names([tr.name for tr in res.targets])
-    blocks: list[Table | Text] = []
+    blocks: list[Table | Text | Group] = []
     # one bar width for every path, so that bars on the shared scale compare
     room = min(bar_room(tr, res, console.width) for tr in res.targets)
     for tr in res.targets:

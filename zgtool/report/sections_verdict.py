@@ -64,6 +64,7 @@ def card(row: ConfigTax) -> str:
     the first token on a stream, the total below, smaller."""
     oe = row.outside_engine
     explained = engine_explains_total(row)
+    lead: PhaseTax | None
     if oe is not None and not row.attribution_missing:
         lead, what, state = oe, "outside the engine", _state(oe, outside=True)
         bad = oe.significance == HIGHER and not oe.negligible

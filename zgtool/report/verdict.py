@@ -312,9 +312,8 @@ def _nothing(rows: list[ConfigTax], missing: list[ConfigTax]) -> str:
         out = f"No significant difference {what} {where}"
     else:
         out = f"No significant cost to the path {where}"
-    mdes = [(r, m) for r in rows
-            if (m := ((r.outside_engine or r.total).detectable_ms() if (r.outside_engine or r.total) else None))
-            is not None]
+    figures = [(r, p) for r in rows if (p := r.outside_engine or r.total) is not None]
+    mdes = [(r, m) for r, p in figures if (m := p.detectable_ms()) is not None]
     if mdes:
         lo_r, lo_m = min(mdes, key=lambda x: x[1])
         hi_r, hi_m = max(mdes, key=lambda x: x[1])
