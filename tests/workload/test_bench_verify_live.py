@@ -68,6 +68,8 @@ def test_verify_stages_take_the_dataset(engine: str, tmp_path: Path) -> None:
     assert data["config"]["workload"]["kind"] == "jsonl" and "--dataset" in result["command"]
     tokens = [s["input_tokens"] for s in sorted(data["targets"][0]["samples"], key=lambda s: s["index"])]
     assert len(set(tokens)) == 4 and tokens == sorted(tokens)
+    (pc,) = data["prefix_cache"]                       # read from the engine's /metrics beside the latency
+    assert pc["url"] == f"{engine}/metrics" and pc["query_tokens"] == sum(tokens)
 
 
 def test_verify_stage_k6_sends_the_dataset(engine: str, tmp_path: Path) -> None:

@@ -50,7 +50,12 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
                       family_size=len(plan.splits),   # the verdict picks among every configuration
                       workload=vcfg.workload())
     cpu = CpuWatch(cpu_groups) if cpu_groups and available() else None
-    samples = measure_targets(targets, cfg, cpu=cpu)
+    from zgtool.workload.split import watch_split
+
+    pwatch, hooks = watch_split(targets, cfg)    # with --dataset: the engine's prefix-cache hit rate
+    samples = measure_targets(targets, cfg, cpu=cpu, hooks=hooks)
+    if pwatch is not None:
+        pwatch.finish()
     res = analyse(targets, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
     dead = [t for t in res.targets if t.num_ok == 0]
     if dead:
@@ -63,7 +68,10 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
                f"--{'stream' if run.stream else 'no-stream'} --max-tokens {plan.split_max_tokens} "
                f"--warmup {plan.split_warmup} --rounds {cfg.effective_rounds}{prompt}{slo}"
                + (f" --dataset '{plan.dataset}'" if plan.dataset else ""))
-    return make_result("latency_split", result_data(res), target=[t.public() for t in targets], command=command)
+    data = result_data(res)
+    if pwatch is not None:
+        data["prefix_cache"] = pwatch.result()
+    return make_result("latency_split", data, target=[t.public() for t in targets], command=command)
 
 
 def k6_bench(direct: Target, gateway: Target, plan: Plan, run_dir: Path) -> dict[str, Any]:

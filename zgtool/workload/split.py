@@ -82,3 +82,17 @@ def describe(rows: list[dict[str, Any]]) -> list[str]:
             out.extend(f"  {name}: {pct(t)} ({t['hit_tokens']:.0f} of {t['query_tokens']:.0f})"
                        for name, t in r["targets"].items())
     return out
+
+
+def watch_split(targets: list[Any], cfg: Any, explicit: list[str] | None = None,
+                inner: list[Any] | None = None) -> tuple[PrefixWatch | None, list[Any] | None]:
+    """(the watch, the runner hooks) for a latency split of `targets` (zgtool.targets.Target) under `cfg`
+    (SplitConfig): each target's /metrics is tried when cfg has a workload; `inner` hooks stay first."""
+    from zgtool.latency.runner import _split
+
+    urls = [t.url for t in targets] if cfg.workload is not None else []
+    watch = prefix_watch(urls, explicit or [], cfg.verify) if urls or explicit else None
+    if watch is None:
+        return None, inner
+    return watch, watch.hooks(inner, [t.name for t in targets], _split(cfg.num_requests, cfg.effective_rounds),
+                              cfg.open_loop)
