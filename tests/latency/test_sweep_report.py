@@ -78,3 +78,17 @@ def test_a_report_without_a_sweep_says_so(tmp_path: Path) -> None:
     f = write_result(make_result("probe.tcp", {"x": 1}), tmp_path / "probe.json")
     sec = sweep_section(collect([f]))
     assert sec.missing is not None and "--rate sweep" in sec.missing
+
+
+def test_a_gate_reads_the_knee_and_the_capacity_tax(tmp_path: Path) -> None:
+    from zgtest import run_zgtool
+
+    f = write_result(make_result("latency_sweep", result_data(synthetic_sweep())), tmp_path / "sweep.json")
+    policy = tmp_path / "gates.toml"
+    policy.write_text('[[rule]]\nkind = "latency_sweep"\ncheck = "knee.direct >= 8"\n\n'
+                      '[[rule]]\nkind = "latency_sweep"\ncheck = "capacity_tax_pct.nginx < 30"\n')
+    r = run_zgtool("gate", "--policy", policy, f, "--json")
+    assert r.returncode == 1, r.stderr           # the knee holds; a 50% capacity tax breaches the 30% gate
+    rows = json.loads(r.stdout)["data"]["rows"]
+    assert [row["status"] for row in rows] == ["pass", "fail"]
+    assert rows[1]["values"][0] == 50.0

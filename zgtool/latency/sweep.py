@@ -337,6 +337,9 @@ def result_data(res: SweepResult) -> dict[str, Any]:
         "points": to_jsonable(res.points),
         "saturation": {name: {**to_jsonable(s), "text": s.describe(res.unit)} for name, s in res.saturation.items()},
         "capacity_tax": to_jsonable(res.capacity_tax),
+        # flat figures for `zgtool gate` rules: knee.direct, capacity_tax_pct.nginx
+        "knee": {name: s.knee for name, s in res.saturation.items()},
+        "capacity_tax_pct": {t.candidate: t.tax_pct for t in res.capacity_tax},
         "definitions": {
             "achieved_rps": "closed loop (-c): ok answers / the measured wall time (vLLM request_throughput); "
                             "open loop (--rate): answers per second from each block's first answer to its last",
