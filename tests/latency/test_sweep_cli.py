@@ -110,7 +110,7 @@ def test_a_concurrency_sweep_measures_every_path_at_every_load(engine: str, prox
 def test_a_rate_sweep_sends_each_point_open_loop(engine: str, tmp_path: Path) -> None:
     out = tmp_path / "rate.json"
     r = zg("latency-split", engine, *PATHS, "--rate", "2,4", "-n", "4", "--max-tokens", "4", "--warmup", "1",
-           "--arrivals", "constant", "-o", out)
+           "--arrivals", "constant", "--slo", "ttft:60000 e2e:60000", "-o", out)
     # 5: the client fell behind its schedule on a busy machine before the path saturated (said, not hidden)
     assert r.returncode in (ExitCode.OK, ExitCode.UNRELIABLE), r.stderr
     data = json.loads(out.read_text())["data"]
@@ -121,6 +121,7 @@ def test_a_rate_sweep_sends_each_point_open_loop(engine: str, tmp_path: Path) ->
         assert p["offered_rps"] == pytest.approx(p["load"])        # constant arrivals: the schedule is the rate
         assert p["sent_rps"] > 0 and p["achieved_rps"] > 0 and p["dispatch_lag_p99_ms"] is not None
         assert p["ttft_ms"]["p99"] >= p["ttft_ms"]["p50"] > 0 and p["itl_ms"]["count"] > 0
+        assert p["goodput_rps"] == pytest.approx(p["achieved_rps"])     # every answer met a 60 s SLO
     assert "answers/s < 90% of the offered rate" in data["rule"]["text"]
     assert "latency vs offered load (open loop, ms from each request's due time)" in r.stdout
     assert "TTFT p50" in r.stdout
