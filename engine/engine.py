@@ -1,28 +1,12 @@
-"""The Engine: owns the model runner, block pool and scheduler; runs the step loop in one
-dedicated thread; hands outputs back to the asyncio loop once per step.
+"""The Engine: owns the model runner, block pool and scheduler; admits requests; steps.
 
 A step is three stages, one file each: schedule (scheduler.py: seats shared by client key, KV
 blocks from block_manager.py), execute (runner.py; a failure costs only the requests that cause
 it, faults.py), postprocess (postprocess.py: EOS, detok, safety, stops, length, timings).
 
-Handoff design (the hot path of the fused claim): add_request appends to a deque the step
-thread drains between steps (no wake-up unless the thread is idle); each step's outputs for
-every request travel in ONE loop.call_soon_threadsafe call, and while such a hand-back is
-still pending the next steps only append to the outbox: a loop that falls behind drains many
-steps' tokens per wake-up. While another step follows at once, a step's outputs wait for that
-step's inputs to be prepared (engine/handback.py): the loop thread then wakes as the C call
-releases the GIL instead of preempting the step thread's Python. (A shorter GIL switch interval and an idle spin-poll were measured
-with bench/serving_overhead.py and rejected: the first cost 18% requests/s at c=32, the second
-bought nothing at c=1.)
-
-The null backend has no compute to overlap with I/O, so a step thread only adds two thread
-wake-ups and GIL hand-overs per request (on 2 busy cores, the largest part of its serving
-overhead). Its engine steps on the loop instead (``loop`` driver): the same step(), scheduler
-and KV bookkeeping, run from a loop callback that reschedules itself while there is work, so
-I/O still interleaves between steps. ``ZGTOOL_STEP_DRIVER=thread`` forces the thread (A/B).
-A request that finds that engine idle while no other request is in the server (add_request's
-``step_now``) takes its first step at once, in its handler: no loop iteration and no wake-up
-between admission and its first token (a 1-token answer is complete before its handler awaits).
+Once start()ed, a step driver (engine/drivers.py, chosen by the backend) calls step(): a step
+thread that hands outputs back to the asyncio loop once per step for every engine that computes,
+the loop itself for the null backend. Unstarted, generate()/iter_generate() step in the caller.
 """
 
 from __future__ import annotations
@@ -31,8 +15,6 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
-import os
-import threading
 import time
 import uuid
 from collections import deque
@@ -44,6 +26,7 @@ from zgtool.engine import kvpool
 from zgtool.engine.block_manager import BlockManager
 from zgtool.engine.config import EngineConfig, SamplingParams
 from zgtool.engine.detok import emittable
+from zgtool.engine.drivers import LoopStepper, StepThread, choose_driver
 from zgtool.engine.errors import (
     ContextLengthExceeded,
     EngineStopped,
@@ -59,10 +42,6 @@ from zgtool.engine.sequence import Sequence, Status
 from zgtool.engine.stream import RequestStream
 
 log = logging.getLogger("zgtool.engine")
-
-STUCK_BACKOFF_S = 0.01   # a step that could schedule nothing is retried after this (or an arrival)
-TICK_BUDGET_S = 0.0005   # loop driver: longest run of steps before the loop polls I/O again
-DELIVERY_WAIT_S = 0.002  # thread driver, one running sequence: longest wait for the loop's write
 
 
 @dataclass
@@ -131,14 +110,8 @@ class Engine:
         self._inbox: deque[Sequence] = deque()
         self._aborts: deque[str] = deque()
         self._admin: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._started = False
-        self._inline = False            # steps run on the loop thread (see the module docstring)
-        self._loop_tid = 0
-        self._tick_scheduled = False
-        self._stop = False
+        self._driver: StepThread | LoopStepper | None = None   # engine/drivers.py, set by start()
         self.accepting = True
         self._ids = itertools.count()
         self._max_waiting = cfg.max_waiting
@@ -153,11 +126,6 @@ class Engine:
         self._stuck = False
         self.last_step_ms = 0.0
         self._pending: list[RequestOutput] = []
-        self._outbox: deque[RequestOutput] = deque()
-        self._handback_pending = False
-        self._delivered = threading.Event()   # set on the loop once a serial hand-back is written
-        self._await_delivery = False
-        self._defer = False             # the outbox waits for the next step's _prepared (thread driver)
         self.last_request_timings = RequestTimings()
 
     # -- admission into the engine -----------------------------------------
@@ -215,22 +183,14 @@ class Engine:
         self._seqs[seq.request_id] = seq
         self._streams[seq.request_id] = stream
         self._inbox.append(seq)
-        if self._inline:
-            if (step_now and not self._tick_scheduled and len(self._inbox) == 1 and not self.scheduler.has_work
-                    and not self._batch_window_s and not self._stop and threading.get_ident() == self._loop_tid):
-                self._step_now()
-            else:
-                self._kick()
-        else:
-            self._wake.set()
+        if self._driver is not None:
+            self._driver.arrived(step_now)
         return stream
 
     def abort(self, request_id: str) -> None:
         self._aborts.append(request_id)
-        if self._inline:
-            self._kick()
-        else:
-            self._wake.set()
+        if self._driver is not None:
+            self._driver.arrived(False)
 
     # -- the step ---------------------------------------------------------
     def _drain(self) -> None:
@@ -312,173 +272,27 @@ class Engine:
         self.num_steps += 1
         return sampled, step_ms, None
 
-    # -- thread + handoff --------------------------------------------------
+    # -- the step driver (engine/drivers.py) -----------------------------
     @property
     def step_driver(self) -> str:
         """"loop" (steps on the event loop thread), "thread" (a step thread) or "" (not started)."""
-        return ("loop" if self._inline else "thread") if self._started else ""
+        return self._driver.name if self._driver is not None else ""
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        if self._started:
-            return
-        self._loop = loop or asyncio.get_running_loop()
-        self._started = True
-        driver = os.environ.get("ZGTOOL_STEP_DRIVER", "auto")
-        if self.model is None and driver != "thread":
-            # call start() on the loop's thread (the app's lifespan does): _kick compares with it
-            self._inline = True
-            self._loop_tid = threading.get_ident()
-            return
-        if hasattr(self.runner, "prepared"):
-            # engine/handback.py: a step's outputs go back once the next step's inputs are ready
-            self.runner.prepared = self._prepared
-        self._thread = threading.Thread(target=self._run, name="zgtool-step", daemon=True)
-        self._thread.start()
-
-    # -- loop driver (compute-free backends) ---------------------------------
-    def _kick(self) -> None:
-        """Schedule one step on the loop (once, however many requests arrive before it runs)."""
-        if self._tick_scheduled or self._stop:
-            return
-        self._tick_scheduled = True
-        loop = self._loop
-        assert loop is not None
-        if threading.get_ident() != self._loop_tid:
-            loop.call_soon_threadsafe(self._tick)
-        elif self._batch_window_s and not self.scheduler.running and self._inbox:
-            loop.call_later(self._batch_window_s, self._tick)   # let a burst fill the first step
-        else:
-            loop.call_soon(self._tick)
-
-    def _step_now(self) -> None:
-        """add_request(step_now=True) on an idle loop-driven engine (nothing running, waiting or
-        scheduled): the first step at once, in the caller; the rest go through _tick as usual."""
-        self._step_deliver()
-        if self._has_work():
-            self._kick()
-
-    def _step_deliver(self) -> None:
-        try:
-            outputs = self.step()
-        except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
-            outputs = self.faults.fail_everyone(exc)
-        streams = self._streams
-        for out in outputs:                 # _deliver, inlined (one call per output saved)
-            stream = streams.get(out.request_id)
-            if stream is not None:
-                stream.push(out)
-            if out.finished:
-                streams.pop(out.request_id, None)
-                self._seqs.pop(out.request_id, None)
-
-    def _tick(self) -> None:
-        """Steps back to back for up to TICK_BUDGET_S (a request's tokens reach its handler in
-        one wake-up, as the thread driver's outbox does), then yields to the loop's I/O."""
-        self._tick_scheduled = False
-        deadline = time.perf_counter() + TICK_BUDGET_S
-        while not self._stop:
-            self._step_deliver()
-            if not self._has_work():
-                return
-            if self._stuck:       # nothing could run: look again later, not in a busy loop
-                self._tick_scheduled = True
-                self._loop.call_later(STUCK_BACKOFF_S, self._tick)  # type: ignore[union-attr]
-                return
-            if time.perf_counter() >= deadline:
-                self._kick()      # call_soon: the loop polls I/O before the next step
-                return
+        """Steps from now on run on a driver (call on the loop's thread: the app's lifespan does)."""
+        if self._driver is None:
+            self._loop = loop or asyncio.get_running_loop()
+            self._driver = choose_driver(self, self._loop)
 
     def _has_work(self) -> bool:
         return bool(self._inbox or self._aborts or self._admin or self.scheduler.has_work)
 
-    def _run(self) -> None:
-        assert self._loop is not None
-        window_s = self.config.batch_window_ms / 1e3
-        while not self._stop:
-            if not self._has_work():
-                self._wake.wait(0.5)
-                self._wake.clear()
-                continue
-            if window_s and not self.scheduler.running and self._inbox:
-                # a burst is starting on an idle engine: let it fill the first step
-                deadline = time.perf_counter() + window_s
-                while (left := deadline - time.perf_counter()) > 0 and len(self._inbox) < self.config.max_num_seqs:
-                    time.sleep(min(left, 0.0005))
-            if self._stuck:     # nothing could run last step: wait for an arrival or abort, not spin
-                self._wake.wait(STUCK_BACKOFF_S)
-                self._wake.clear()
-            try:
-                outputs = self.step()
-            except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
-                outputs = self.faults.fail_everyone(exc)
-            if outputs:
-                self._outbox.extend(outputs)
-            if self._defer or not self._outbox:
-                self._hand_back()   # a deferred hand-back whose next step did not compute: now
-            elif self.scheduler.running and getattr(self.runner, "prepared", None) is not None:
-                self._defer = True  # the next step's runner.prepared() hands these back (engine/handback.py)
-            else:
-                self._hand_back()
-        self._hand_back()
-
-    def _hand_back(self) -> None:
-        """Step thread: one loop.call_soon_threadsafe(_dispatch) for whatever the outbox holds."""
-        self._defer = False
-        if self._outbox and not self._handback_pending:
-            self._handback_pending = True
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._dispatch)
-
-    def _prepared(self) -> None:
-        """HandbackRunner's hook: the next step's inputs are ready, its C call comes next.
-
-        One running sequence: wait (at most DELIVERY_WAIT_S) until the loop has handed the
-        outputs to the handler and it has written them, then compute. The loop thread then
-        runs while the kernel pool is idle instead of preempting one of its threads mid-step
-        (2 cores: its ~0.3 ms of CPU per token stalled the step). With more sequences the
-        loop's work per step grows with them and overlaps the C call as before."""
-        if not self._defer:
-            return
-        if len(self.scheduler.running) != 1:
-            self._hand_back()
-            return
-        self._delivered.clear()
-        self._await_delivery = True
-        self._hand_back()
-        self._delivered.wait(DELIVERY_WAIT_S)
-        self._await_delivery = False
-
-    def _dispatch(self) -> None:
-        """On the loop thread: drain everything the step thread produced since the last call."""
-        self._handback_pending = False  # before draining: a later append schedules a new call
-        box = self._outbox
-        while box:
-            self._deliver(box.popleft())
-        if self._await_delivery:
-            # queued after the handlers' wake-ups: runs once they have written (FIFO callbacks)
-            self._loop.call_soon(self._delivered.set)  # type: ignore[union-attr]
-
-    def _deliver(self, out: RequestOutput) -> None:
-        stream = self._streams.get(out.request_id)
-        if stream is not None:
-            stream.push(out)
-        if out.finished:
-            self._streams.pop(out.request_id, None)
-            self._seqs.pop(out.request_id, None)
-
     def run_in_step_thread(self, fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-        """Run fn between two steps (inline when no step thread runs, or on the thread that steps)."""
-        if not self._started or threading.current_thread() is self._thread:
+        """Run fn between two steps (inline when nothing steps, or on the thread that steps)."""
+        driver = self._driver
+        if driver is None or driver.is_stepper():
             return fn()
-        if self._inline and threading.get_ident() == self._loop_tid:
-            return fn()     # the loop steps: between two of its callbacks is between two steps
-        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._admin.append((fn, fut))
-        if self._inline:
-            self._kick()
-        else:
-            self._wake.set()
-        return fut.result(timeout_s)
+        return driver.between_steps(fn, timeout_s)
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
         """Stop admitting, let in-flight requests finish within grace_s, then stop the thread."""
@@ -489,21 +303,16 @@ class Engine:
         for rid in list(self._seqs):
             self.abort(rid)
         await asyncio.sleep(0.05)
-        self._stop = True
-        self._wake.set()
-        if self._inline:
-            self._drain()   # admin calls queued after the last step must not wait for a timeout
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, 5.0)
-            self._thread = None
-        self._started = self._inline = False     # nothing steps any more: admin calls run inline
+        if self._driver is not None:
+            await self._driver.close()
+        self._driver = None     # nothing steps any more: admin calls run inline
 
     # -- sync helper ------------------------------------------------------
     def generate(self, prompts: str | list[int] | list[str] | list[list[int]],
                  params: SamplingParams | None = None) -> Any:
         """Run prompts to completion in the calling thread (scripts, tests, benchmarks).
         One prompt -> GenerateResult; a list of prompts -> list[GenerateResult] (batched)."""
-        if self._started:
+        if self._driver is not None:
             raise InvalidRequest("generate() is for engines that were not start()ed")
         params = params or SamplingParams()
         single = isinstance(prompts, str) or not prompts or isinstance(prompts[0], int)
@@ -526,7 +335,7 @@ class Engine:
 
     def iter_generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Iterator[RequestOutput]:
         """Stream one request's deltas, stepping the engine in the calling thread."""
-        if self._started:
+        if self._driver is not None:
             raise InvalidRequest("iter_generate() is for engines that were not start()ed")
         seq = self._new_seq(prompt_token_ids, params, f"gen-{next(self._ids)}", None)
         self._seqs[seq.request_id] = seq

@@ -25,7 +25,7 @@ def test_outputs_are_handed_back_while_the_next_step_runs_and_every_stream_finis
 
         def counting() -> None:
             nonlocal handed_back_in_prepare
-            handed_back_in_prepare += e._defer
+            handed_back_in_prepare += e._driver.defer
             inner()
 
         e.runner.prepared = counting
@@ -89,7 +89,7 @@ def test_one_and_several_streams_get_every_token_through_the_hand_back():
             b = e.add_request([256, 3], SamplingParams(max_tokens=20, **GREEDY))
             got_a, got_b = await _collect(a), await _collect(b)
             assert sum(len(o.token_ids) for o in got_a) == 10 and sum(len(o.token_ids) for o in got_b) == 20
-            assert not e._defer and not e._await_delivery
+            assert not e._driver.defer and not e._driver.await_delivery
             one = await _collect(e.add_request([256, 4], SamplingParams(max_tokens=15, **GREEDY)))
             assert sum(len(o.token_ids) for o in one) == 15 and one[-1].finish_reason == "length"
         finally:

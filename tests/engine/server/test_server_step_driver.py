@@ -1,5 +1,5 @@
 """The null engine steps on the event loop (no step thread) with the same scheduler, KV
-bookkeeping and answers as the thread driver (ZGTOOL_STEP_DRIVER=thread)."""
+bookkeeping and answers as the thread driver (ZGTOOL_STEP_DRIVER=thread; engine/drivers.py)."""
 
 from __future__ import annotations
 
