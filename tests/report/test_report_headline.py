@@ -124,3 +124,10 @@ def test_the_percentile_table_names_which_first_byte_and_first_token_point_each_
         assert f"<td>{name}</td>" in pct
     assert "<b>TTFT, any token</b>: request start -&gt; the first generated token of any kind" in pct
     assert "ttft_ms" not in pct.split("What each figure measures")[1] and "None" not in pct
+
+
+def test_a_stream_whose_every_request_was_lag_flagged_says_why_it_has_no_first_token_figure(tmp_path: Path) -> None:
+    r = split([diff("total_ms", 1.0, -2.0, 4.0)], stream=True,
+              targets=[target("direct", 100.0, num_lagged=8), target("stack", 100.0, num_lagged=7)])
+    (card,) = cards(html_of(tmp_path, r))
+    assert "no first-token figure" in card and "direct 8 of 30; stack 7 of 30 flagged" in card

@@ -77,6 +77,8 @@ def card(row: ConfigTax) -> str:
            f'{escape(state)}</div>') if lead is not None else '<div class="v">–</div>'
     parts = [f'<div class="k">{escape(row.label)} · {escape(row.candidate)} − {escape(row.baseline)}</div>', big,
              f'<div class="s">{escape(what)}</div>']
+    if row.stream and row.first_token_missing:
+        parts.append(f'<div class="sub">{escape(row.first_token_missing)}</div>')
     if row.stream:
         parts.append(_line("first token (TTFT)", row.ttft, _state(row.ttft), "sub"))
         if row.ttft is None or row.ttft.significance == NOT_SIGNIFICANT:

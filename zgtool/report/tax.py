@@ -92,6 +92,7 @@ class ConfigTax:
     total: PhaseTax | None = None            # the total difference with its statistics
     ttfb: PhaseTax | None = None             # stream only: first byte
     engine_unknown: bool = False             # a path has no engine time: its rest is unattributed, not network
+    first_token_missing: str | None = None   # stream without a TTFT figure: why (e.g. every request lag-flagged)
 
 
 def _median(target: dict[str, Any], phase: str) -> float | None:
@@ -208,8 +209,18 @@ def taxes(result: dict[str, Any]) -> list[ConfigTax]:
             indicative=bool(cfg.get("quick")), requests=cfg.get("num_requests"),
             engine_source=_engine_source(data, base["name"], cand["name"]), total=total,
             ttfb=tax("ttfb_ms") if stream else None,
-            engine_unknown=not (engine_known(base) and engine_known(cand))))
+            engine_unknown=not (engine_known(base) and engine_known(cand)),
+            first_token_missing=_first_token_missing(base, cand) if stream and tax("ttft_ms") is None else None))
     return out
+
+
+def _first_token_missing(*targets: dict[str, Any]) -> str:
+    """Why a stream has no TTFT difference: latency-split leaves lag-flagged requests out of it."""
+    flagged = [f"{t.get('name')} {t['num_lagged']} of {t.get('num_ok')}" for t in targets if t.get("num_lagged")]
+    if flagged:
+        return ("no first-token figure: requests whose receive times the client could not vouch for are left "
+                f"out ({'; '.join(flagged)} flagged)")
+    return "no first-token figure on one path"
 
 
 def _engine_source(data: dict[str, Any], *names: str) -> str | None:

@@ -208,7 +208,7 @@ def describe(row: ConfigTax) -> str:
     direct) per request outside the engine at non-stream c=1 (95% CI [+0.80, +1.90] ms); ...'."""
     total = total_sentence(row)
     engine = None if "engine jitter" in total else engine_sentence(row)
-    parts = [first_token_sentence(row), outside_sentence(row), total, engine]
+    parts = [first_token_sentence(row) or row.first_token_missing, outside_sentence(row), total, engine]
     out = "; ".join(p for p in parts if p)
     if row.indicative:
         out += f" [indicative: --quick, {row.requests} requests per path]"
