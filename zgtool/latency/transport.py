@@ -203,7 +203,6 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
         m = MARKS
         if not buffer:
             return
-        first = False
         if m.armed:
             # httpcore writes headers and body separately; one write (as curl does for a small
             # POST) spares a syscall and a server wake-up that would be billed to the client
@@ -213,14 +212,13 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
             if m.held is not None:
                 buffer, m.held = m.held + buffer, None
             if m.first_write_ns is None:
+                if self._counts():
+                    self._sync(m)     # nothing of the answer can be here yet: count from now
                 # before the call: the segment is on the wire ~0.05 ms later, while the return can
                 # be milliseconds late (the woken server preempts us inside send on a busy box), and
                 # what arrives meanwhile waits for our first read from the moment the request left
                 m.first_write_ns = m.prev_return_ns = perf_counter_ns()
-                first = True
         super().write(buffer, timeout)
-        if first and self._counts():
-            self._sync(MARKS)
 
     def _counts(self) -> bool:
         """Segments can be counted: a plain socket on loopback, where each send is one segment (no GRO,

@@ -1,0 +1,124 @@
+"""The four first-byte/first-token points of a stream, on crafted streams from a real local server that
+writes one piece per loopback segment and says when it sent each (sse_script_server.py).
+
+Each point must land on its piece: at or after that piece was sent and before the next one was. Pieces
+are GAP_MS apart, so a client that reads each as it comes has them apart; a request whose client could
+not vouch for a point (it read several pieces late in one read) is flagged and not judged here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from zgtool.latency.analysis import analyse
+from zgtool.latency.client import Endpoint, Session
+from zgtool.latency.model import RequestSample, SplitConfig
+from zgtool.targets import Target
+
+SERVER = Path(__file__).with_name("sse_script_server.py")
+TRIES = 3
+
+# script -> piece index (1-based after the head) of: first body byte, first token of any kind, first content
+EXPECTED: dict[str, tuple[str, int, int | None, int | None]] = {
+    "role_first": ("openai", 1, 2, 2),
+    "empty_content": ("openai", 1, 3, 3),
+    "reasoning_first": ("openai", 1, 2, 4),
+    "tool_only": ("openai", 1, 2, None),
+    "keepalive_first": ("openai", 1, 4, 4),
+    "anthropic_ping": ("anthropic", 1, 4, 4),
+    "anthropic_thinking_tool": ("anthropic", 1, 3, None),
+}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    proc = subprocess.Popen([sys.executable, str(SERVER), "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("PORT "), proc.stderr.read() if proc.stderr else line
+        yield f"http://127.0.0.1:{int(line.split()[1])}", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _run(server: tuple[str, subprocess.Popen[str]], name: str, api: str) -> list[tuple[RequestSample, list[int]]]:
+    url, proc = server
+    cfg = SplitConfig(num_requests=TRIES, warmup=0, stream=True, max_tokens=8, resamples=100)
+    session = Session(Endpoint.build(Target(name, f"{url}/s/{name}/v1", api=api), cfg), cfg, None)
+    out = []
+    try:
+        for i in range(TRIES):
+            sample = session.measure(i, 0, i, 0)          # t_run0 = 0: start_s is the request's own clock
+            line = proc.stdout.readline() if proc.stdout else ""
+            assert line.startswith(f"SENT {name} "), line
+            out.append((sample, json.loads(line.split(" ", 2)[2])))
+    finally:
+        session.close()
+    return out
+
+
+def _piece(at_ns: float, sent: list[int]) -> int | None:
+    """Which write a receive time belongs to: sent[k] <= t < sent[k + 1]."""
+    for k in range(len(sent)):
+        if sent[k] <= at_ns and (k + 1 == len(sent) or at_ns < sent[k + 1]):
+            return k
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_point_lands_on_its_piece(server: tuple[str, subprocess.Popen[str]], name: str) -> None:
+    api, body, any_token, content = EXPECTED[name]
+    runs = _run(server, name, api)
+    judged = 0
+    for s, sent in runs:
+        assert s.ok, (s.error, s.error_detail)
+        assert (s.ttft_ms is None) == (content is None) and s.ttft_any_ms is not None
+        if s.lagged:
+            continue
+        judged += 1
+        t0 = s.start_s * 1e9
+        out = t0 + (s.first_byte_out_ms or 0.0) * 1e6
+        got = {"ttfb": _piece(out + s.ttfb_ms * 1e6, sent),
+               "headers": _piece(out + s.ttfb_headers_ms * 1e6, sent),
+               "body": _piece(out + s.ttfb_body_ms * 1e6, sent),
+               "any": _piece(t0 + s.ttft_any_ms * 1e6, sent),
+               "content": None if s.ttft_ms is None else _piece(t0 + s.ttft_ms * 1e6, sent)}
+        assert got == {"ttfb": 0, "headers": 0, "body": body, "any": any_token, "content": content}, (
+            got, s.client_lag_ms)
+    assert judged, f"every request of {name} was flagged lagged: " + ", ".join(
+        f"{s.client_lag_ms:.3f} ms" for s, _ in runs)
+
+
+def test_points_reach_the_json_samples_and_the_phase_stats(server: tuple[str, subprocess.Popen[str]]) -> None:
+    cfg = SplitConfig(num_requests=TRIES, warmup=0, stream=True, max_tokens=8, resamples=100)
+    tool = [s for s, _ in _run(server, "tool_only", "openai")]
+    doc = asdict(tool[0])
+    assert {"ttfb_ms", "ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "client_lag_ms"} <= set(doc)
+    res = analyse([Target("tool", "http://127.0.0.1:1", api="openai")], [tool], cfg)
+    names = {p.name for p in res.targets[0].phases}
+    vouched = [s for s in tool if not s.lagged]
+    if vouched:
+        assert {"ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms"} <= names
+    assert "ttft_ms" not in names                    # a tool call only: no content token, no ttft
+    assert {"ttft_any_ms", "ttfb_body_ms"} <= set(res.metric_phases) and set(res.definitions) >= {
+        "ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "client_lag_ms"}
+
+
+def test_lagged_requests_are_left_out_of_the_timing_figures_and_counted() -> None:
+    cfg = SplitConfig(num_requests=4, warmup=0, stream=True, resamples=100)
+    samples = [RequestSample(index=i, worker=0, round=i, ok=True, ttfb_ms=1.0 + 100 * (i == 3), ttft_ms=2.0,
+                             total_ms=5.0, lagged=i == 3, client_lag_ms=0.5 if i == 3 else 0.0) for i in range(4)]
+    res = analyse([Target("t", "http://127.0.0.1:1", api="openai")], [samples], cfg)
+    tr = res.targets[0]
+    phases = {p.name: p for p in tr.phases}
+    assert tr.num_lagged == 1
+    assert phases["ttfb_ms"].count == 3 and phases["ttfb_ms"].summary["max"] == 1.0
+    assert phases["total_ms"].count == 4             # the last byte's time is exact: kept
