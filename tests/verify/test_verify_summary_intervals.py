@@ -31,3 +31,18 @@ def test_the_tax_table_prints_bounds_never_plus_minus_or_stars(tmp_path: Path) -
     assert "+36.33 [+10.7, +92.4]" in out and "+21.10 [+12.0, +30.0]" in out and "+0.50 [-1.00, +2.00]" in out
     assert "first token" in out and "+35.90 [+12.4, +58.0]" in out
     assert out.index("Verdict:") < out.index("stack adds 35.9 ms to the first token")
+
+
+def test_at_80_columns_the_interval_goes_under_its_figure_never_cut(tmp_path: Path) -> None:
+    results = [split([diff("total_ms", 1234.56, -880.0, 2560.0), diff("outside_engine_ms", 21.1, 12.0, 30.0)],
+                     concurrency=c, stream=s) for c, s in ((1, False), (8, True))]
+    v = verdict(results)
+    assert v is not None
+    data = VerifyData(config={}, plan={}, urls={}, stages=[], files=[], gate=None,
+                      verdict={"headline": v.headline, "rows": to_jsonable(v.rows), "sentences": [],
+                               "indicative": False, "metrics": []})
+    buf = io.StringIO()
+    render_summary(data, tmp_path / "report.html", Console(file=buf, width=80, color_system=None))
+    out = buf.getvalue()
+    assert "…" not in out and max(len(ln) for ln in out.splitlines()) <= 80
+    assert "+1234.56" in out and "[-880, +2560]" in out and "[+12.0, +30.0]" in out

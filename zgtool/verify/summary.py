@@ -21,14 +21,14 @@ def _ms(v: float | None, signed: bool = True) -> str:
     return f"{v:+.2f}" if signed else f"{v:.2f}"
 
 
-def _tax_cell(p: dict[str, Any] | None, missing: bool = False) -> str:
+def _tax_cell(p: dict[str, Any] | None, missing: bool = False, sep: str = " ") -> str:
     """'+1.30 [+0.80, +1.90]': the median difference and its 95% interval as bounds (an interval that
     excludes 0 is significant; no ± to misread)."""
     if missing:
         return "n/a"
     if not p or p.get("diff_ms") is None:
         return "–"
-    return f"{p['diff_ms']:+.2f} {fmt_ci(p.get('lo_ms'), p.get('hi_ms'))}"
+    return f"{p['diff_ms']:+.2f}{sep}{fmt_ci(p.get('lo_ms'), p.get('hi_ms'))}"
 
 
 def _total(r: dict[str, Any]) -> dict[str, Any]:
@@ -65,20 +65,30 @@ def render_summary(data: VerifyData, report: Path, console: Console) -> None:
         console.print(f"Report:  [bold]{data.report}[/bold]")
 
 
-def _tax_table(v: dict[str, Any], console: Console) -> None:
+def _tax_rows_table(v: dict[str, Any], streams: bool, sep: str) -> Table:
+    """The tax per configuration; `sep` joins a difference and its interval (a newline when narrow)."""
     table = Table(title="Gateway tax, ms: gateway − direct medians [95% CI] (significant when it excludes 0)",
                   title_justify="left")
-    streams = any(r.get("ttft") for r in v["rows"])
     cols = ["config", "direct", *(["first token"] if streams else []), "outside engine", "total", "gw CPU/req"]
     for col in cols:
-        table.add_column(col, justify="left" if col == "config" else "right")
-    lines = []
+        table.add_column(col, justify="left" if col == "config" else "right", no_wrap=col != "config")
     for r in v["rows"]:
         cpu = r.get("gateway_cpu_ms")
-        first = [_tax_cell(_first_token(r))] if streams else []
+        first = [_tax_cell(_first_token(r), sep=sep)] if streams else []
         table.add_row(r["label"], _ms(r["baseline_total_ms"], False), *first,
-                      _tax_cell(r.get("outside_engine"), bool(r.get("attribution_missing"))), _tax_cell(_total(r)),
-                      "–" if cpu is None else f"{cpu:.2f}")
+                      _tax_cell(r.get("outside_engine"), bool(r.get("attribution_missing")), sep=sep),
+                      _tax_cell(_total(r), sep=sep), "–" if cpu is None else f"{cpu:.2f}")
+    return table
+
+
+def _tax_table(v: dict[str, Any], console: Console) -> None:
+    from zgtool.latency.render import fits
+
+    streams = any(r.get("ttft") for r in v["rows"])
+    table = _tax_rows_table(v, streams, " ")
+    if not fits(table, console.width):      # numbers are never cut: the interval goes under its figure
+        table = _tax_rows_table(v, streams, "\n")
+    lines = []
     for sentence in v.get("sentences") or []:
         lines.append(sentence)
     console.print(table)
