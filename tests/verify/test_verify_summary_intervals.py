@@ -46,3 +46,26 @@ def test_at_80_columns_the_interval_goes_under_its_figure_never_cut(tmp_path: Pa
     out = buf.getvalue()
     assert "…" not in out and max(len(ln) for ln in out.splitlines()) <= 80
     assert "+1234.56" in out and "[-880, +2560]" in out and "[+12.0, +30.0]" in out
+
+
+def test_client_lag_and_the_machine_s_load_are_printed_under_the_verdict(tmp_path: Path) -> None:
+    import json
+
+    from report_build import target
+
+    samples = [{"ok": True, "lagged": i < 6, "client_lag_ms": 2.5} for i in range(20)]
+    r = split([diff("total_ms", 1.0, -2.0, 4.0)], stream=True,
+              environment={"host": "h", "cpus": 2, "loadavg": [9.5, 8.0, 6.0]},
+              targets=[target("direct", 50.0, samples=[{"ok": True} for _ in range(20)]),
+                       target("stack", 50.0, samples=samples)])
+    (tmp_path / "latency_split-stream-c1.json").write_text(json.dumps(r))
+    v = verdict([r])
+    assert v is not None
+    data = VerifyData(config={}, plan={}, urls={}, stages=[], files=["latency_split-stream-c1.json"], gate=None,
+                      verdict={"headline": v.headline, "rows": to_jsonable(v.rows), "sentences": [],
+                               "indicative": False, "metrics": []})
+    buf = io.StringIO()
+    render_summary(data, tmp_path / "report.html", Console(file=buf, width=200, color_system=None))
+    out = buf.getvalue()
+    assert "15% of requests (6 of 40" in out and "machine load 9.5 / 8.0 / 6.0 (1/5/15 min) on 2 CPUs" in out
+    assert out.index("Verdict:") < out.index("15% of requests") < out.index("Gateway tax")

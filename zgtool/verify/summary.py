@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from zgtool.latency.render import fmt_ci
@@ -41,11 +42,22 @@ def _first_token(r: dict[str, Any]) -> dict[str, Any] | None:
     return r.get("ttft") or r.get("ttfb")
 
 
+def _health(data: VerifyData, out_dir: Path) -> list[str]:
+    """Client lag, a load generator behind its schedule, the machine's load: as in the report's headline area."""
+    from zgtool.report.health import health_lines
+    from zgtool.results import load_result
+
+    files = [out_dir / f for f in dict.fromkeys(data.files) if f.startswith("latency_split")]
+    return health_lines([load_result(f) for f in files if f.is_file()])
+
+
 def render_summary(data: VerifyData, report: Path, console: Console) -> None:
     v = data.verdict
     if v:
         # an indicative (--quick) headline says so itself
         console.print(f"\n[bold]Verdict:[/bold] {v['headline']}", highlight=False)
+        for line in _health(data, report.parent):
+            console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False)
         _tax_table(v, console)
         _metrics_table(v, console)
     else:
