@@ -66,6 +66,6 @@ def test_client_lag_and_the_machine_s_load_are_printed_under_the_verdict(tmp_pat
                                "indicative": False, "metrics": []})
     buf = io.StringIO()
     render_summary(data, tmp_path / "report.html", Console(file=buf, width=200, color_system=None))
-    out = buf.getvalue()
+    out = " ".join(buf.getvalue().split())
     assert "15% of requests (6 of 40" in out and "machine load 9.5 / 8.0 / 6.0 (1/5/15 min) on 2 CPUs" in out
     assert out.index("Verdict:") < out.index("15% of requests") < out.index("Gateway tax")
