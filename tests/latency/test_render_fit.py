@@ -122,3 +122,14 @@ def test_the_join_and_hop_audit_turn_on_their_side_rather_than_cut_a_number(widt
     assert "…" not in text and max(len(ln) for ln in text.splitlines()) <= width
     assert "Each hop's self-report beside its measured tax" in text and "measured tax" in text
     assert "1000.25" in text
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_three_paths_at_a_narrow_width_still_print_every_difference_whole(width: int) -> None:
+    res = slow_split(("direct", "stack", "http://10.0.0.5:8000/v1"))
+    text = printed(res, width)
+    assert "…" not in text and max(len(ln) for ln in text.splitlines()) <= width
+    flat = " ".join(text.split())
+    for d in res.differences:
+        if d.diff_ms is not None:
+            assert fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True) in flat
