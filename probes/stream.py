@@ -4,7 +4,10 @@ A buffering intermediary (nginx `proxy_buffering on`, some gateways) holds the s
 and releases it in one burst after a long silence. Verdict rules:
   * with the server's own emission times (an SSE event carrying `token_times_ms` /
     `token_times_s`): buffering when the content's arrival span is under a quarter of its
-    emission span (and the emission span is long enough to judge);
+    emission span (and the emission span is long enough to judge), and a held tail when
+    >= 80 % of the content lands in one flush (as below) whose tokens the server emitted over
+    four times longer than they took to arrive: a hop that passes the first event(s) and
+    holds the rest keeps the first-to-last span, so that span alone cannot see it;
   * otherwise: buffering when >= 80 % of the content arrives in the final burst after a long
     time without any SSE event (>= 20 ms and >= half of the time to the last byte; comments
     and padding bytes do not count: a hop can pace bytes while holding the events) and that
@@ -198,6 +201,15 @@ def judge(events: list[Event], first_body_ms: float | None, headers_ms: float | 
             return Buffering("buffering", True, (
                 f"the server emitted tokens over {emission.span_ms:.1f} ms but they arrived within "
                 f"{arrival_span:.1f} ms: something between held them back"), **figures)
+        emitted = _emitted_span(emission, len(content), len(burst))
+        burst_span = burst[-1].t_ms - burst[0].t_ms
+        if (burst_fraction >= BURST_FRACTION and flush and emitted >= MIN_EMISSION_SPAN_MS
+                and burst_span < 0.25 * emitted):
+            return Buffering("buffering", True, (
+                f"{burst_fraction:.1%} of the content ({len(burst)} of {len(content)} events) arrived in one flush "
+                f"({burst_reads} read(s)) at {burst[0].t_ms:.1f} ms, {silence:.1f} ms after the event before it, "
+                f"though the server emitted those tokens over {emitted:.1f} ms: a hop passed the first event(s) "
+                "and held the tail"), **figures)
         return Buffering("streaming", False, (
             f"tokens emitted over {emission.span_ms:.1f} ms arrived over {arrival_span:.1f} ms"), **figures)
     long_silence = silence >= max(MIN_SILENCE_MS, 0.5 * last_ms)
@@ -218,6 +230,15 @@ def judge(events: list[Event], first_body_ms: float | None, headers_ms: float | 
     return Buffering("inconclusive", False, (
         f"the whole answer took {last_ms:.1f} ms and arrived in one burst; too fast to tell "
         "streaming from buffering without the server's emission times (ask for more tokens)"), **figures)
+
+
+def _emitted_span(emission: Emission, n_content: int, n_burst: int) -> float:
+    """How long the server took to emit the burst's tokens: from its own times when there is one per
+    content event, else that share of its whole span."""
+    times = emission.times_ms
+    if len(times) == n_content and n_burst >= 1:
+        return times[-1] - times[n_content - n_burst]
+    return emission.span_ms * (n_burst - 1) / max(1, n_content - 1)
 
 
 def _count_bursts(content: list[Event], gap: float) -> int:
