@@ -23,8 +23,17 @@ Definitions (vLLM benchmark conventions):
   connect_ms  TCP connect (httpcore trace)
   tls_ms      TLS handshake (httpcore trace), https only
   send_ms     request headers + body written
-  ttfb_ms     request's first byte sent -> first response byte read
-  ttft_ms     request start -> first content delta (TTFT)
+  ttfb_ms     request's first byte sent -> first response byte
+              (status line) arrived (kernel receive time)
+  ttfb_headers_ms  first byte sent -> head complete (streams)
+  ttfb_body_ms     first byte sent -> first body byte (streams)
+  ttft_any_ms request start -> first token of any kind: content,
+              reasoning or a tool call (streams)
+  ttft_ms     request start -> first content token (TTFT); none
+              for a tool-call-only answer
+  lagged      a request whose client read a point late, merged
+              with later segments (> 0.2 ms unsure): left out of
+              the ttfb/ttft figures, counted (num_lagged)
   itl_ms      every gap between content deltas, pooled (ITL)
   tpot_ms     (total - ttft) / (output_tokens - 1) (TPOT)
   total_ms    request start -> response body complete (E2E)
