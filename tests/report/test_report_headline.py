@@ -131,3 +131,15 @@ def test_a_stream_whose_every_request_was_lag_flagged_says_why_it_has_no_first_t
               targets=[target("direct", 100.0, num_lagged=8), target("stack", 100.0, num_lagged=7)])
     (card,) = cards(html_of(tmp_path, r))
     assert "no first-token figure" in card and "direct 8 of 30; stack 7 of 30 flagged" in card
+
+
+def test_a_card_significant_alone_but_not_after_the_family_adjustment_says_so(tmp_path: Path) -> None:
+    adj = {"comparisons": 2}
+    one = split([diff("total_ms", 1.0, -5.0, 7.0),
+                 diff("outside_engine_ms", 3.9, 0.4, 6.2, significant_adj=False, lo_adj=-0.7, hi_adj=7.0, **adj)])
+    two = split([diff("total_ms", 1.0, -5.0, 7.0),
+                 diff("outside_engine_ms", 16.7, 9.2, 22.9, significant_adj=True, lo_adj=6.7, hi_adj=26.2, **adj)],
+                concurrency=8)
+    first, second = cards(html_of(tmp_path, one, two))
+    assert "significant alone, not after the family adjustment" in first
+    assert "· significant</div>" in second

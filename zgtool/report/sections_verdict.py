@@ -49,6 +49,8 @@ def _state(p: PhaseTax | None, *, outside: bool = False, explained: bool = False
         return "a difference within noise"
     if explained:
         return "significant: engine jitter, not the path"
+    if p.significant_adj is False:
+        return "significant alone, not after the family adjustment"
     return "significant"
 
 
