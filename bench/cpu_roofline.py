@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -136,7 +137,7 @@ def measure(model_name: str, dtype: str, threads: int, tokens: int, rounds: int,
     per_step_ms = 1e3 * best["step_s"] / max(1, best["steps"])
     layers_ms = 1e3 * best["layers_s"] / max(1, best["steps"])
     lm_ms = 1e3 * best["lm_s"] / max(1, best["steps"])
-    chunks, jobs, shared = ck.pool_counters_shared(threads)
+    pool = ck.pool_counters_all(threads)
     attn_ms = attention_ms(model, len(prompt[0]) + tokens // 2, threads)
     return {
         "model": model_name, "dtype": dtype, "kernels": ck.engine_status(eng), "threads": threads,
@@ -149,7 +150,9 @@ def measure(model_name: str, dtype: str, threads: int, tokens: int, rounds: int,
         "attention_kernel_ms": round(attn_ms, 3),
         "layers_call_calls_per_step": round(best["layers_calls"] / max(1, best["steps"]), 2),
         # per pool thread (0: the caller): chunks and jobs run, and jobs run on the caller's own CPU
-        "pool_chunks": chunks, "pool_jobs": jobs, "pool_jobs_on_callers_cpu": shared,
+        # and jobs at whose start a worker found itself there and moved off (engine/csrc/pool.c)
+        "pool_chunks": pool["chunks"], "pool_jobs": pool["jobs"], "pool_jobs_on_callers_cpu": pool["shared"],
+        "pool_jobs_moved_off_callers_cpu": pool["moved"],
     }
 
 
@@ -162,6 +165,7 @@ def main() -> None:
     args = ap.parse_args()
     threads = server_threads(args.threads)
     torch.set_num_threads(threads)
+    load_before = os.getloadavg()[0]   # the conditions: a busy box reads lower on every figure
     bw = bandwidth_gb_s(args.rounds)
     print(f"bandwidth at {threads} thread(s): triad {bw['triad_gb_s']:.1f} GB/s, read {bw['read_gb_s']:.1f} GB/s")
     rows = []
@@ -175,8 +179,10 @@ def main() -> None:
                   f"{r['layers_call_ms']} ms (attention kernel {r['attention_kernel_ms']} ms), lm_head "
                   f"{r['lm_head_call_ms']} ms, Python {r['python_between_ms']} ms  [kernels {r['kernels']}; pool jobs "
                   f"{r['pool_jobs']}, on the caller's CPU {r['pool_jobs_on_callers_cpu']}]")
+    load = (round(load_before, 2), round(os.getloadavg()[0], 2))
+    print(f"load average (1 min) before / after: {load[0]} / {load[1]} on {os.cpu_count()} CPUs")
     print(json.dumps({"bench": "cpu_roofline", "threads": threads, **{k: round(v, 2) for k, v in bw.items()},
-                      "results": rows}))
+                      "load_avg_1m_before_after": load, "cpus": os.cpu_count(), "results": rows}))
 
 
 if __name__ == "__main__":
