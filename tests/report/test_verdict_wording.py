@@ -205,3 +205,11 @@ def test_no_growth_with_concurrency_built_on_a_figure_that_was_not_significant()
     c1["data"]["differences"][1].update(diff_ms=3.6, lo_ms=2.0, hi_ms=5.2, verdict="higher")
     grows = [r for r in _recs(c1, c8) if "grows with concurrency" in r.title]
     assert grows and "[+2.00, +5.20]" in grows[0].detail
+
+
+def test_a_first_token_that_came_sooner_is_no_cost_and_not_called_no_difference() -> None:
+    r = split([diff("ttft_ms", -5.0, -8.0, -2.0), diff("total_ms", 1.0, -2.0, 4.0),
+               diff("outside_engine_ms", 0.5, -1.0, 2.0)], stream=True)
+    v = verdict([r])
+    assert v is not None and v.headline.startswith("No significant cost")
+    assert "reaches the first token 5.00 ms sooner (TTFT, 95% CI [-8.00, -2.00] ms)" in describe(v.rows[0])

@@ -348,9 +348,10 @@ def verdict(latency_results: list[dict[str, Any]]) -> Verdict | None:
     if not clauses:
         minor = _minor(rows, family)
         nothing = _nothing(rows, [r for r in rows if r.attribution_missing])
+        sooner = any(p is not None and p.is_finding(family) for r in rows for p in (r.ttft, r.ttfb))
         if any("negligible" in m for m in minor):
             nothing = nothing.replace("No significant difference", "No material difference", 1)
-        elif minor:     # only chance negatives: significant, but no cost
+        elif minor or sooner:     # chance negatives or a sooner first token: significant, but no cost
             nothing = nothing.replace("No significant difference", "No significant cost", 1)
         clauses = [nothing, *minor]
     if explained:
