@@ -80,8 +80,10 @@ def zg(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_a_concurrency_sweep_measures_every_path_at_every_load(engine: str, proxy: str, tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     r = zg("latency-split", engine, proxy, *PATHS, "--no-stream", "-c", "1,2", "-n", "4", "--max-tokens", "4",
-           "--warmup", "1", "--slo", "e2e:60000", "-o", out)
+           "--warmup", "1", "--slo", "e2e:60000", "-o", out, "--csv", tmp_path / "csv")
     assert r.returncode == 0, r.stderr
+    rows = (tmp_path / "csv" / "latency_sweep_points.csv").read_text().splitlines()
+    assert rows[0].startswith("target,load,") and len(rows) == 1 + 4      # one row per (path, load)
     result = json.loads(out.read_text())
     assert result["kind"] == "latency_sweep"
     data = result["data"]
