@@ -329,7 +329,7 @@ def _nothing(rows: list[ConfigTax], missing: list[ConfigTax]) -> str:
         out += ": every interval contains 0"
     if missing:
         out += (f"; time outside the engine is not attributed in {len(missing)} configuration(s) (the engine's "
-                "own timing did not reach the client on a path)")
+                "own timing did not reach the client intact on a path)")
     return out
 
 
