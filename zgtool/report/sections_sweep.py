@@ -48,11 +48,11 @@ def _latency_chart(data: dict[str, Any], metric: str, label: str) -> str:
         color = svg.path_color_of(name)
         for stat, dash in (("p50", False), ("p99", True)):
             xs, ys = _xy(pts, lambda p, s=stat: (p.get(metric) or {}).get(s))  # type: ignore[misc]
-            series.append(svg.Series(f"{name} {stat}", xs, ys, color, dash=dash))
+            series.append(svg.Series(f"{name} {stat}", xs, ys, color, dash=dash, key=name))  # one legend entry
         knee = (data.get("saturation", {}).get(name) or {}).get("knee")
         kx, ky = _xy([p for p in pts if p["load"] == knee], lambda p: (p.get(metric) or {}).get("p99"))
         if kx:
-            series.append(svg.Series(f"{name} knee", kx, ky, color, style="points", key=f"{name} p99",
+            series.append(svg.Series(f"{name} knee", kx, ky, color, style="points", key=name,
                                      titles=[f"{name}: knee at {kx[0]:g}"]))
     due = ", from each request's due time" if metric.endswith("_from_due_ms") else ""
     return (f"<h3>{escape(label)} p50 (solid) and p99 (dashed){due}</h3>"
@@ -66,10 +66,10 @@ def _rate_chart(data: dict[str, Any]) -> str:
     for name, pts in _by_path(data):
         color = svg.path_color_of(name)
         loads += [float(p["load"]) for p in pts]
-        series.append(svg.Series(f"{name} achieved", *_xy(pts, lambda p: p.get("achieved_rps")), color))
+        series.append(svg.Series(f"{name} achieved", *_xy(pts, lambda p: p.get("achieved_rps")), color, key=name))
         gx, gy = _xy(pts, lambda p: p.get("goodput_rps"))
         if gx:
-            series.append(svg.Series(f"{name} goodput", gx, gy, color, dash=True))
+            series.append(svg.Series(f"{name} goodput", gx, gy, color, dash=True, key=name))
     if data.get("load_kind") == "rate" and loads:
         lo, hi = min(loads), max(loads)
         series.append(svg.Series("offered (keeping up)", [lo, hi], [lo, hi], "#a0aec0", dash=True))
