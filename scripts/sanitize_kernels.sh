@@ -12,9 +12,9 @@ which=${1:-all}
 rc=0
 
 kernel_tests=(tests/engine/test_kernel_sanitize.py tests/engine/test_kernel_abi.py tests/engine/test_kernel_arguments.py
-              tests/engine/test_kernel_pool.py tests/engine/test_cpu_attention_kernel.py
+              tests/engine/test_kernel_pool.py tests/engine/test_kernel_pool_starts.py tests/engine/test_cpu_attention_kernel.py
               tests/engine/test_cpu_prefill_kernels.py)
-pool_tests=(tests/engine/test_kernel_sanitize.py tests/engine/test_kernel_pool.py)
+pool_tests=(tests/engine/test_kernel_sanitize.py tests/engine/test_kernel_pool.py tests/engine/test_kernel_pool_starts.py)
 
 if [[ $which == all || $which == address ]]; then
   echo "== ASan + UBSan: kernel tests"
