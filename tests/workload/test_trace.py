@@ -53,3 +53,25 @@ def test_block_text_depends_on_the_hash_id_only() -> None:
     b = prompt_for(520, [7, 9], 512, "row-b")
     assert a.split()[:512] == b.split()[:512] and a.split()[512:520] != b.split()[512:520]
     assert prompt_for(1000, [1], 512, "x").split()[:512] == prompt_for(512, [1], 512, "y").split()
+
+
+def test_split_prepare_sizes_the_run_from_the_trace(tmp_path: Path) -> None:
+    import pytest
+
+    from zgtool.errors import UsageError
+    from zgtool.workload.split import prepare
+
+    p = _write(tmp_path, ROWS)
+    sw = prepare(f"trace:{p}", requests=None, concurrency=1, rate=None, speedup=2.0, max_tokens=16)
+    assert sw.num_requests == 4 and sw.schedule_s == (0.0, 0.25, 0.25, 0.9)
+    assert "trace trace.jsonl: 4 distinct request(s), 4 sent per target" in sw.summary()
+    assert prepare(f"trace:{p}", requests=2, concurrency=1, rate=None, speedup=1.0,
+                   max_tokens=16).schedule_s == (0.0, 0.5)
+    for kwargs, words in (({"requests": 9}, "only 4"), ({"concurrency": 4}, "-c does not apply"),
+                          ({"rate": "5"}, "--rate does not apply")):
+        args = {"requests": None, "concurrency": 1, "rate": None, "speedup": 1.0, "max_tokens": 16, **kwargs}
+        with pytest.raises(UsageError, match=words):
+            prepare(f"trace:{p}", **args)
+    with pytest.raises(UsageError, match="--speedup applies to a trace"):
+        prepare("synthetic:input=fixed:4,output=fixed:2", requests=None, concurrency=1, rate=None, speedup=2.0,
+                max_tokens=16)

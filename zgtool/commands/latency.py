@@ -177,6 +177,8 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
             raise UsageError("a trace is replayed at its own timestamps; it cannot be a load sweep")
         if wl.schedule_s is not None and not rounds:
             rounds = 1    # one timeline per target: blocks would restart the trace's clock at each block
+        if not (as_json or quiet):
+            err_console.print(f"[dim]{wl.summary()}[/dim]", highlight=False)
     elif speedup != 1.0:
         raise UsageError("--speedup applies to a trace given with --dataset trace:FILE")
     requests = requests if requests is not None else 50

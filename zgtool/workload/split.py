@@ -26,6 +26,16 @@ class SplitWorkload:
     num_requests: int
     schedule_s: tuple[float, ...] | None
 
+    def summary(self) -> str:
+        """One line for the terminal: what the run sends."""
+        wl = self.workload
+        pub = wl.public()
+        what = wl.name if wl.name.startswith(wl.kind + ":") else f"{wl.kind} {wl.name}"
+        line = (f"workload {what}: {len(wl.specs)} distinct request(s), {self.num_requests} sent per "
+                f"target, prompts {pub['prompt_chars_mean']:.0f} chars and max_tokens {pub['max_tokens_mean']:.0f} "
+                "on average")
+        return "; ".join([line, *wl.notes])
+
     def config_fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"workload": self.workload}
         if self.schedule_s is not None:
