@@ -309,7 +309,8 @@ def render(res: SplitResult, console: Console) -> None:
     for name, parts in res.unattributed_parts.items():
         blocks.append(Text(f"  {short[name]}: Server-Timing parts not attributed (overlap unknown): "
                            f"{', '.join(parts)}", style="dim"))
-    blocks.append(Text("  ms; [lo, hi] = 95% bootstrap CI (latency bounds clipped at 0); a difference whose CI "
+    blocks.append(Text("  ms; [lo, hi] = 95% bootstrap CI (a latency's on log latency or clipped at 0: never "
+                       "negative); a difference whose CI "
                        "contains 0 is not significant (dim). TTFT/E2E from request start; ITL = every gap; TPOT = "
                        "(E2E - TTFT)/(tokens - 1) (vLLM). Waterfall rows sum to the mean total; unattributed = "
                        "time no Server-Timing part or engine adapter explains.", style="dim"))
