@@ -143,3 +143,10 @@ def test_a_card_significant_alone_but_not_after_the_family_adjustment_says_so(tm
     first, second = cards(html_of(tmp_path, one, two))
     assert "significant alone, not after the family adjustment" in first
     assert "· significant</div>" in second
+
+
+def test_every_result_records_the_machine_s_load_when_written() -> None:
+    from zgtool.results import make_result
+
+    la = make_result("latency_split", {})["environment"]["loadavg"]
+    assert len(la) == 3 and all(isinstance(x, float) and x >= 0 for x in la)
