@@ -20,7 +20,7 @@ ROOT=$PWD
 WHEELS=$ROOT/.whl
 # what zgtool needs beyond a CUDA image's usual packages (torch, transformers, numpy, httpx...);
 # pip skips whatever is already installed at a satisfying version
-EXTRA_PKGS=("uvicorn>=0.30" "httptools>=0.6" "regex>=2023.0" "cryptography>=42" "scapy>=2.5" "redis>=5"
+EXTRA_PKGS=("uvicorn>=0.30,<0.56" "httpcore>=1.0,<1.1" "orjson>=3.9" "jinja2>=3.1" "httptools>=0.6" "regex>=2023.0" "cryptography>=42" "scapy>=2.5" "redis>=5"
             "anthropic>=0.40" "openai>=1.40" "gguf>=0.10" "typer>=0.29,<0.30" "pytest-timeout>=2"
             "nvidia-ml-py>=12" "prometheus-client>=0.20" "safetensors>=0.4")
 
