@@ -103,6 +103,7 @@ def test_constant_rate_sends_every_request_on_its_schedule_and_says_whether_it_k
     assert o.scheduled_rate_rps == pytest.approx(40.0, rel=1e-4)
     assert o.achieved_rate_rps is not None and o.achieved_rate_rps <= o.scheduled_rate_rps * (1 + 1e-9)
     assert o.client_cpu_s is not None and o.client_cpu_s > 0 and o.workers_max is not None
+    assert o.in_flight_max is not None and 1 <= o.in_flight_max <= o.workers_max
     # the flag tells the truth either way: no silent shortfall on a busy machine
     kept = o.achieved_rate_rps >= 0.95 * o.scheduled_rate_rps
     assert o.load_generator_behind or kept
@@ -129,7 +130,7 @@ def test_a_client_with_one_worker_against_a_slow_target_is_flagged_behind(slow_o
     (samples,) = measure_targets([Target("slow", slow_origin, api="anthropic", model="m")], cfg, open_loop=log)
     o = summarize_open_loop(samples, cfg, log.records["slow"])
     assert o.load_generator_behind
-    assert o.waited_for_worker >= 4 and o.workers_max == 1
+    assert o.waited_for_worker >= 4 and o.workers_max == 1 and o.in_flight_max == 1
     assert o.achieved_rate_rps is not None and o.achieved_rate_rps < 0.95 * 20.0
     assert "every worker was busy (max in flight 1)" in (o.reason or "")
     # and the latency from due time shows the queue the client hid

@@ -50,7 +50,8 @@ class DispatchRecord:
     blocks: int = 0
     wall_s: float = 0.0             # the blocks' wall time, first send due -> last answer
     cpu_s: float = 0.0              # this process's CPU time (all threads) over the same time
-    workers_max: int = 0            # the pool's largest size
+    workers_max: int = 0            # the pool's largest size (OPEN_LOOP_PRESPAWN started idle)
+    in_flight_max: int = 0          # most requests being sent or answered at once (queued ones not counted)
     max_in_flight: int = 0
 
 
@@ -89,6 +90,7 @@ class WorkerPool:
         self.cv = threading.Condition()
         self.free = 0                 # workers not holding a job (negative: jobs queued)
         self.pending = 0              # jobs handed off and not yet answered
+        self.pending_max = 0
         self.ready = 0                # workers whose session exists (waiting for jobs)
         self.threads: list[threading.Thread] = []
 
@@ -118,6 +120,8 @@ class WorkerPool:
             spawn = self.free <= 0 and not waited
             self.free -= 1
             self.pending += 1
+            busy = min(self.pending, self.size)      # the rest wait in the queue
+            self.pending_max = max(self.pending_max, busy)
         self.jobs.put((index, rnd, due_ns, waited, out))
         if spawn:      # after the hand-off: a worker that frees up meanwhile takes it first
             self.top_up()
@@ -189,6 +193,7 @@ def run_block(pool: WorkerPool, first_index: int, offsets_s: Sequence[float], rn
     record.wall_s += (perf_counter_ns() - t0) / 1e9
     record.cpu_s += time.process_time() - cpu0
     record.workers_max = max(record.workers_max, pool.size)
+    record.in_flight_max = max(record.in_flight_max, pool.pending_max)
     record.max_in_flight = pool.max_in_flight
 
 

@@ -40,6 +40,7 @@ class OpenLoopSummary:
     lag_limit_ms: float
     waited_for_worker: int              # requests due while every worker was busy
     workers_max: int | None             # the worker pool's largest size
+    in_flight_max: int | None           # most requests in flight at once
     max_in_flight: int | None
     client_cpu_s: float | None          # this process's CPU time over the target's blocks
     client_cpu_share: float | None      # client_cpu_s / wall time: 1.0 = one core busy throughout
@@ -98,6 +99,7 @@ def summarize_open_loop(samples: Sequence[RequestSample], cfg: SplitConfig,
         dispatch_lag_max_ms=max(lags) if lags else None, lag_limit_ms=LAG_P99_LIMIT_MS,
         waited_for_worker=waited,
         workers_max=record.workers_max if record is not None else None,
+        in_flight_max=record.in_flight_max if record is not None else None,
         max_in_flight=record.max_in_flight if record is not None else None,
         client_cpu_s=record.cpu_s if record is not None else None, client_cpu_share=cpu_share,
         load_generator_behind=bool(reasons), reason="; ".join(reasons) if reasons else None)

@@ -23,7 +23,8 @@ def target_lines(t: TargetResult) -> list[tuple[str, str]]:
         return []
     asked = f" (target {o.target_rate_rps:g})" if o.target_rate_rps is not None else ""
     cpu = f", client CPU {o.client_cpu_share:.0%} of a core" if o.client_cpu_share is not None else ""
-    workers = f", {o.workers_max} workers" if o.workers_max is not None else ""
+    workers = (f", at most {o.in_flight_max} in flight ({o.workers_max} workers)"
+               if o.workers_max is not None and o.in_flight_max is not None else "")
     out = [(f"  {t.name}: sent {_rps(o.achieved_rate_rps)} req/s of a {_rps(o.scheduled_rate_rps)} req/s "
             f"schedule{asked}; dispatch lag p50 {_ms(o.dispatch_lag_p50_ms)} / p99 {_ms(o.dispatch_lag_p99_ms)} "
             f"/ max {_ms(o.dispatch_lag_max_ms)} ms{cpu}{workers}", "")]
