@@ -68,6 +68,12 @@ def test_tail_latency_past_the_factor_saturates_even_when_the_rate_keeps_up() ->
     assert e2e.saturated_at is None
 
 
+def test_one_slow_block_at_the_lowest_load_does_not_blind_the_latency_rule() -> None:
+    pts = [CurvePoint(1, 1, 900.0), CurvePoint(2, 2, 12.0), CurvePoint(4, 4, 14.0), CurvePoint(8, 8, 95.0)]
+    s = detect(pts, RATE_RULE)
+    assert (s.knee, s.saturated_at) == (4, 8) and "> 3x 12 ms at low load" in (s.reason or "")
+
+
 def test_saturated_at_the_lowest_load_has_no_knee() -> None:
     s = detect([CurvePoint(4, 2.0, 10.0), CurvePoint(8, 2.0, 10.0)], RATE_RULE)
     assert s.knee is None and s.saturated_at == 4

@@ -54,8 +54,8 @@ class KneeRule:
                      f"the previous point's per-stream rate")
         due = " (counted from each request's due time)" if self.kind == RATE else ""
         return (f"saturated at the first load where {first}, or {self.latency_metric} p99{due} > "
-                f"{self.latency_factor:g}x its value at the lowest load, and at every higher load measured; "
-                "the knee is the load before it")
+                f"{self.latency_factor:g}x its value at low load (the lower of the two lowest loads'), and at "
+                "every higher load measured; the knee is the load before it")
 
     def public(self) -> dict[str, object]:
         return {"kind": self.kind, "shortfall": self.shortfall, "min_gain": self.min_gain,
@@ -96,7 +96,7 @@ def _why_saturated(p: CurvePoint, prev: CurvePoint | None, low_p99: float | None
                     f"{max(gain, 0.0) / ideal_gain:.0%} of the proportional gain")
     if low_p99 and p.latency_p99_ms is not None and p.latency_p99_ms > rule.latency_factor * low_p99:
         return (f"{rule.latency_metric} p99 {p.latency_p99_ms:.3g} ms > {rule.latency_factor:g}x "
-                f"{low_p99:.3g} ms at the lowest load")
+                f"{low_p99:.3g} ms at low load")
     return None
 
 
@@ -109,7 +109,10 @@ def detect(points: Sequence[CurvePoint], rule: KneeRule) -> Saturation:
     pts = sorted(points, key=lambda p: p.load)
     if not pts:
         raise ValueError("no load points")
-    low_p99 = next((p.latency_p99_ms for p in pts if p.latency_p99_ms is not None and p.achieved_rps), None)
+    # the reference tail: the lower p99 of the two lowest loads, so one slow block there does not
+    # blind the rule (a p99 of a few dozen requests is nearly their maximum)
+    low = [p.latency_p99_ms for p in pts if p.latency_p99_ms is not None and p.achieved_rps][:2]
+    low_p99 = min(low) if low else None
     why = [_why_saturated(p, pts[i - 1] if i else None, low_p99, rule) for i, p in enumerate(pts)]
     first = len(pts)
     while first > 0 and why[first - 1] is not None:

@@ -9,6 +9,7 @@ and doubles until every path saturated, at most MAX_POINTS points and about MAX_
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -165,18 +166,27 @@ class SweepResult:
 
 
 def answered_rps(samples: Sequence[RequestSample]) -> float | None:
-    """Open loop: answers per second from the first answer to the last, per block (n answers, n - 1
-    intervals). A path that keeps up answers at the schedule's rate whatever its latency; a
-    saturated one at its own service rate. None with fewer than two answers in every block."""
-    blocks: dict[int, list[float]] = defaultdict(list)
+    """Open loop: the rate the answers kept. Per block, from its first quarter of requests to its last
+    (medians of each): the requests between them over the schedule's time between them, stretched by
+    how much later than due the answers came (lateness) at the end than at the start. A path that
+    keeps up answers at the schedule's rate whatever its latency (lateness stays flat); a saturated
+    one falls further behind with every request, at its service rate. The medians keep one slow
+    answer from reading as a queue. None with fewer than two answers in every block."""
+    blocks: dict[int, list[RequestSample]] = defaultdict(list)
     for s in samples:
-        if s.ok and s.total_ms is not None:
-            blocks[s.round].append(s.start_s + s.total_ms / 1000.0)
+        if s.ok and s.total_from_scheduled_ms is not None and s.scheduled_s is not None:
+            blocks[s.round].append(s)
     intervals, span = 0, 0.0
-    for ends in blocks.values():
-        if len(ends) >= 2:
-            intervals += len(ends) - 1
-            span += max(ends) - min(ends)
+    for block in blocks.values():
+        if len(block) < 2:
+            continue
+        block.sort(key=lambda s: s.scheduled_s or 0.0)
+        late = [(s.total_from_scheduled_ms or 0.0) / 1000.0 for s in block]
+        due = [s.scheduled_s or 0.0 for s in block]
+        q = max(1, len(block) // 4)
+        med = statistics.median
+        intervals += len(block) - q          # between the two quarters' middle requests
+        span += max(med(due[-q:]) - med(due[:q]) + med(late[-q:]) - med(late[:q]), 1e-9)
     return intervals / span if intervals and span > 0 else None
 
 
@@ -347,7 +357,10 @@ def result_data(res: SweepResult) -> dict[str, Any]:
         "capacity_tax_pct": {t.candidate: t.tax_pct for t in res.capacity_tax},
         "definitions": {
             "achieved_rps": "closed loop (-c): ok answers / the measured wall time (vLLM request_throughput); "
-                            "open loop (--rate): answers per second from each block's first answer to its last",
+                            "open loop (--rate): per block, the requests between its first and last quarter "
+                            "over the schedule's time between them (medians), stretched by the growth of the "
+                            "answers' lateness (answer time - due time) between them: the schedule's rate "
+                            "while the path keeps up, its service rate once it falls behind",
             "offered_rps": "open loop: the rate of the send schedule actually drawn (Poisson draws vary)",
             "sent_rps": "open loop: the rate the client actually sent; rate_short: under 95% of offered_rps",
             "ttft_from_due_ms/e2e_from_due_ms": "open loop: latency counted from each request's due time (a "
