@@ -22,32 +22,45 @@ import socket
 import threading
 import time
 from time import perf_counter
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 SPIN_S = 0.0003     # time.sleep overshoots by ~60-100 us (timer slack): spin the last stretch
 
 
 class HoldLog:
-    """--log FILE: one line per answer, the ms its first hold actually took (the truth the
-    calibration compares intervals with: a hold overshoots its deadline on a busy machine)."""
+    """--log FILE: one line per answer, "HOLD_MS DOWNSTREAM_MS": how long its first hold actually took
+    (a hold overshoots its deadline on a busy machine) and how long the hop waited for upstream, from
+    the request sent on to the response's last frame read (the engine and the network beyond the hop,
+    as the hop saw them: a hold that leaves the engine idle can make its next answer slower)."""
 
     def __init__(self, path: str | None) -> None:
         self.f = open(path, "a", buffering=1) if path else None  # noqa: SIM115 - open for the process
         self.lock = threading.Lock()
 
-    def write(self, ms: float) -> None:
+    def write(self, hold_ms: float, downstream_ms: float) -> None:
         if self.f is not None:
             with self.lock:
-                self.f.write(f"{ms:.6f}\n")
+                self.f.write(f"{hold_ms:.6f} {downstream_ms:.6f}\n")
 
 
 LOG = HoldLog(None)
 
 
+class Answer(threading.local):
+    """This connection thread's account of the answer in flight."""
+
+    hold_s: float = 0.0
+    upstream_s: float = 0.0     # time spent waiting on upstream reads (not holds, not client writes)
+
+
+ANSWER = Answer()
+
+
 def timed_hold(delay_s: float) -> None:
     t0 = perf_counter()
     hold(delay_s)
-    LOG.write((perf_counter() - t0) * 1e3)
+    if not ANSWER.hold_s:
+        ANSWER.hold_s = perf_counter() - t0
 
 
 def hold(delay_s: float) -> None:
@@ -62,7 +75,7 @@ def hold(delay_s: float) -> None:
         time.sleep(0)
 
 
-def read_head(f: BinaryIO) -> bytes | None:
+def read_head(f: Any) -> bytes | None:
     head = b""
     while True:
         line = f.readline()
@@ -81,7 +94,28 @@ def header(head: bytes, name: bytes) -> bytes | None:
     return None
 
 
-def relay_response(uf: BinaryIO, client: socket.socket, delay_s: float) -> bool:
+class TimedReader:
+    """The upstream file, with the time spent blocked in its reads added to ANSWER.upstream_s."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+
+    def readline(self) -> bytes:
+        t0 = perf_counter()
+        try:
+            return self.f.readline()
+        finally:
+            ANSWER.upstream_s += perf_counter() - t0
+
+    def read(self, n: int) -> bytes:
+        t0 = perf_counter()
+        try:
+            return self.f.read(n)
+        finally:
+            ANSWER.upstream_s += perf_counter() - t0
+
+
+def relay_response(uf: Any, client: socket.socket, delay_s: float) -> bool:
     """Forward one response frame by frame, holding each by delay_s; False when upstream closed."""
     head = read_head(uf)
     if head is None:
@@ -109,7 +143,7 @@ def relay_response(uf: BinaryIO, client: socket.socket, delay_s: float) -> bool:
     return True
 
 
-def _trailer(uf: BinaryIO) -> bytes:
+def _trailer(uf: Any) -> bytes:
     out = b""
     while True:
         line = uf.readline()
@@ -122,16 +156,18 @@ def serve(client: socket.socket, upstream: tuple[str, int], delay_s: float, mode
     up = socket.create_connection(upstream)
     for s in (client, up):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    cf, uf = client.makefile("rb"), up.makefile("rb")
+    cf, uf = client.makefile("rb"), TimedReader(up.makefile("rb"))
     try:
         while (head := read_head(cf)) is not None:
             length = int(header(head, b"content-length") or b"0")
             request = head + (cf.read(length) if length else b"")
+            ANSWER.hold_s = ANSWER.upstream_s = 0.0
             if mode == "head":
                 timed_hold(delay_s)
             up.sendall(request)
             if not relay_response(uf, client, delay_s if mode == "chunk" else 0.0):
                 break
+            LOG.write(ANSWER.hold_s * 1e3, ANSWER.upstream_s * 1e3)
     except (OSError, ValueError):
         pass
     finally:

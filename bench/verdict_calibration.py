@@ -85,15 +85,15 @@ class Hop:
     proc: subprocess.Popen[str]
     read_at: int = 0
 
-    def new_holds(self) -> list[float]:
-        """Holds logged since the last call (ms)."""
+    def new_lines(self) -> list[tuple[float, float]]:
+        """(hold ms, downstream ms) of every answer logged since the last call."""
         if self.log is None:
             return []
         with self.log.open() as f:
             f.seek(self.read_at)
             text = f.read()
             self.read_at = f.tell()
-        return [float(x) for x in text.split()]
+        return [(float(a), float(b)) for a, b in (line.split() for line in text.splitlines() if line.strip())]
 
 
 @dataclass
@@ -126,12 +126,10 @@ def start_engine(model: str, procs: list[subprocess.Popen[Any]]) -> str:
 
 
 def start_hop(upstream: str, delay_ms: float, mode: str, logdir: Path, procs: list[subprocess.Popen[Any]]) -> Hop:
-    log = logdir / f"hold-{upstream.rsplit(':', 1)[1]}-{mode}-{delay_ms}.log" if delay_ms > 0 else None
+    log = logdir / f"hop-{len(procs)}-{mode}-{delay_ms}.log"
+    log.touch()
     args = [sys.executable, str(HOP), "--upstream", upstream.removeprefix("http://"), "--delay-ms", str(delay_ms),
-            "--mode", mode]
-    if log is not None:
-        log.touch()
-        args += ["--log", str(log)]
+            "--mode", mode, "--log", str(log)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
     procs.append(proc)
     line = proc.stdout.readline() if proc.stdout else ""
@@ -156,38 +154,45 @@ class Cell:
         return f"{self.model} {'stream' if self.stream else 'body'} c={self.concurrency} {self.scenario}{d}"
 
 
-def targets_of(stack: Stack, cell: Cell) -> tuple[list[Target], Hop | None]:
+def targets_of(stack: Stack, cell: Cell) -> tuple[list[Target], tuple[Hop, Hop] | None]:
     if cell.scenario in ("aa", "aa-kept"):
         return [Target("a", stack.engine), Target("b", stack.engine)], None
     if cell.scenario == "hop0":
-        return [Target("hop0a", stack.hop0a.url), Target("hop0b", stack.hop0b.url)], None
+        return [Target("hop0a", stack.hop0a.url), Target("hop0b", stack.hop0b.url)], (stack.hop0a, stack.hop0b)
     hop = (stack.head if cell.scenario == "head" else stack.chunk)[cell.delay_ms]
-    return [Target("hop0a", stack.hop0a.url), Target(cell.scenario, hop.url)], hop
+    return [Target("hop0a", stack.hop0a.url), Target(cell.scenario, hop.url)], (stack.hop0a, hop)
 
 
-def truths(cell: Cell, holds: list[float]) -> dict[str, float]:
-    """The metric -> true difference this cell injected (metrics without a known truth left out)."""
-    if cell.scenario in ("aa", "aa-kept", "hop0"):
-        return {m: 0.0 for m in METRICS}
-    if not holds:
-        return {}
-    held = statistics.median(holds)
-    if cell.scenario == "head":
-        return {m: held for m in METRICS}
-    return {"ttfb_ms": held}
+def truths(cell: Cell, base: list[tuple[float, float]], cand: list[tuple[float, float]]
+           ) -> tuple[dict[str, float], dict[str, float]]:
+    """metric -> the true difference this cell injected: (the hold alone, the hold plus the excess of the
+    candidate hop's downstream wait over the baseline hop's). Metrics without a known truth are left out.
+
+    The second is the hops' own wire view: a hold leaves the engine idle, and on a busy machine an idle
+    engine can take longer to answer the next request; that is real latency the hold caused."""
+    if cell.scenario in ("aa", "aa-kept"):
+        zero = {m: 0.0 for m in METRICS}
+        return zero, dict(zero)
+    if not base or not cand:
+        return {}, {}
+    held = statistics.median(h for h, _ in cand) if cell.scenario != "hop0" else 0.0
+    excess = statistics.median(d for _, d in cand) - statistics.median(d for _, d in base)
+    if cell.scenario in ("head", "hop0"):
+        return {m: held for m in METRICS}, {m: held + excess for m in METRICS}
+    return {"ttfb_ms": held}, {"ttfb_ms": held}
 
 
 def run_cell(stack: Stack, cell: Cell, n: int, seed: int) -> dict[str, Any]:
-    targets, hop = targets_of(stack, cell)
+    targets, hops = targets_of(stack, cell)
     cfg = SplitConfig(num_requests=n, concurrency=cell.concurrency, stream=cell.stream, max_tokens=MAX_TOKENS,
                       warmup=2, seed=seed, family_size=len(CONFIGS), fresh_connections=cell.scenario != "aa-kept")
-    if hop is not None:
-        hop.new_holds()
+    for hop in hops or ():
+        hop.new_lines()
     t0 = time.monotonic()
     samples = measure_targets(targets, cfg)
     res = analyse(targets, samples, cfg)
     wall = time.monotonic() - t0
-    truth = truths(cell, hop.new_holds() if hop is not None else [])
+    truth, truth_wire = truths(cell, *(h.new_lines() for h in hops)) if hops else truths(cell, [], [])
     diffs = {}
     for d in res.differences:
         if d.phase not in METRICS or d.diff_ms is None or (d.phase == "ttft_ms" and not cell.stream):
@@ -198,7 +203,8 @@ def run_cell(stack: Stack, cell: Cell, n: int, seed: int) -> dict[str, Any]:
     ok = sum(t.num_ok for t in res.targets)
     lagged = sum(1 for per in samples for s in per if s.ok and s.lagged)
     return {"cell": cell.label, "model": cell.model, "stream": cell.stream, "concurrency": cell.concurrency,
-            "scenario": cell.scenario, "delay_ms": cell.delay_ms, "truth": truth, "diffs": diffs,
+            "scenario": cell.scenario, "delay_ms": cell.delay_ms, "truth": truth, "truth_wire": truth_wire,
+            "diffs": diffs,
             "errors": sum(t.num_error for t in res.targets), "ok": ok, "lagged": lagged, "wall_s": wall}
 
 
@@ -221,16 +227,17 @@ def headline(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [d for d in out if d is not None]
 
 
-def coverage(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def coverage(rows: list[dict[str, Any]], truth_key: str = "truth") -> dict[str, Any]:
     out: dict[str, Any] = {}
     groups: dict[str, list[bool]] = {}
     for r in rows:
-        for m, truth in r["truth"].items():
+        for m, truth in r[truth_key].items():
             d = r["diffs"].get(m)
             if d is None or d["lo_ms"] is None:
                 continue
             hit = d["lo_ms"] <= truth <= d["hi_ms"]
-            for key in ("all", f"c={r['concurrency']}", r["scenario"], m):
+            scen = r["scenario"] + (f"-{r['delay_ms']:g}" if r["scenario"] in ("head", "chunk") else "")
+            for key in ("all", f"c={r['concurrency']}", scen, m, f"{scen} {m}"):
                 groups.setdefault(key, []).append(hit)
     for key, hits in groups.items():
         out[key] = rate(sum(hits), len(hits))
@@ -250,10 +257,10 @@ def aa_rates(rows: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
     out["headline_run"] = rate(sum(raw), len(raw))
     out["headline_run_material"] = rate(sum(mat), len(mat))
     # a verify-like run: the worst of the four configurations of one repetition and engine
-    fam: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for r in aa:
-        fam.setdefault((r["rep"], r["model"]), []).append(r)
-    whole = [v for v in fam.values() if len(v) == len(CONFIGS)]
+    fam: dict[tuple[int, str], dict[tuple[bool, int], dict[str, Any]]] = {}
+    for r in aa:       # the first run of each configuration in a repetition: verify runs each once
+        fam.setdefault((r["rep"], r["model"]), {}).setdefault((r["stream"], r["concurrency"]), r)
+    whole = [list(v.values()) for v in fam.values() if len(v) == len(CONFIGS)]
     unadj = [any(_sig(d) for r in v for d in headline(r)) for v in whole]
     adj = [any(_material(d, adjusted=True) for r in v for d in headline(r)) for v in whole]
     out["headline_verify_unadjusted"] = rate(sum(unadj), len(unadj))
@@ -356,8 +363,8 @@ def cells_for(models: list[str], delays: list[float], aa_c1: int) -> list[Cell]:
     out = []
     for i, model in enumerate(models):
         for stream, c in CONFIGS:
-            out += [Cell(model, stream, c, "aa")] * (aa_c1 if c == 1 else 1)
-            if c == 1:
+            out += [Cell(model, stream, c, "aa")] * (aa_c1 if c == 1 and i == 0 else 1)
+            if c == 1 and i == 0:
                 out += [Cell(model, stream, c, "aa-kept")] * aa_c1
             if i == 0:
                 out.append(Cell(model, stream, c, "hop0"))
@@ -381,15 +388,21 @@ def stop(procs: list[subprocess.Popen[Any]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=3, help="repetitions of every cell (default 3: ~10 min here)")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions of every cell (default 2: ~11 min here)")
     ap.add_argument("--models", default="null,dummy:small")
     ap.add_argument("--delays", default="0.5,2,10", help="injected delays in ms (head hops; chunk hop at 2)")
     ap.add_argument("--n1", type=int, default=24, help="requests per path at c=1")
-    ap.add_argument("--n8", type=int, default=32, help="requests per path at c=8")
-    ap.add_argument("--aa-c1", type=int, default=2, help="A/A runs per c=1 configuration and repetition")
+    ap.add_argument("--n8", type=int, default=48, help="requests per path at c=8 (verify's: 6 rounds)")
+    ap.add_argument("--aa-c1", type=int, default=4, help="A/A runs per c=1 configuration and repetition")
     ap.add_argument("--no-wire", action="store_true", help="skip the tcpdump stream-TTFB measurement")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save", type=Path, help="write every run's figures to this JSON file")
+    ap.add_argument("--from", dest="from_file", type=Path, help="report the runs saved in this file instead")
     args = ap.parse_args()
+    if args.from_file is not None:
+        saved = json.loads(args.from_file.read_text())
+        report(saved["rows"], saved["wire"], args, saved["wall_s"])
+        return
     if args.reps < 1:
         raise SystemExit("--reps must be at least 1")
     models = [m for m in args.models.split(",") if m]
@@ -428,19 +441,25 @@ def main() -> None:
                     else wire_ttfb_bias(stacks["null"].engine, 40, workdir))
         finally:
             stop(procs)
-    report(rows, wire, args, time.monotonic() - t_start)
+    wall_s = time.monotonic() - t_start
+    if args.save is not None:
+        args.save.write_text(json.dumps({"rows": rows, "wire": wire, "wall_s": wall_s}))
+    report(rows, wire, args, wall_s)
 
 
 def report(rows: list[dict[str, Any]], wire: dict[str, Any], args: argparse.Namespace, wall_s: float) -> None:
-    cov = coverage([r for r in rows if r["scenario"] in ("hop0", "head", "chunk")])
+    known = [r for r in rows if r["scenario"] in ("hop0", "head", "chunk")]
+    cov, cov_wire = coverage(known), coverage(known, "truth_wire")
     new, old = aa_rates(rows, "aa"), aa_rates(rows, "aa-kept")
     new_c1 = aa_rates([r for r in rows if r["concurrency"] == 1], "aa")
     pw = power(rows, 2.0)
     bias = ttfb_tax_bias(rows)
-    print("\nInterval coverage of the injected truth (goal >= 93% at nominal 95%)")
-    for key in ("all", "c=1", "c=8", "hop0", "head", "chunk", *METRICS):
+    print("\nInterval coverage (goal >= 93% at nominal 95%): truth = the hold alone | the hold + the downstream "
+          "excess the hops saw")
+    keys = ["all", "c=1", "c=8", *METRICS, *sorted(k for k in cov if k.startswith(("hop0", "head", "chunk")))]
+    for key in [k for k in keys if " " not in k] + sorted(k for k in cov if " " in k):
         if key in cov:
-            print(f"  {key:<20} {fmt_rate(cov[key])}")
+            print(f"  {key:<34} {fmt_rate(cov[key]):<34} {fmt_rate(cov_wire[key]) if key in cov_wire else ''}")
     print("\nA/A false positives (goal <= 5%): kept connections (pre-issue-25, c=1) vs fresh per block")
     print(f"  {'':<28} {'kept, c=1':<34} {'fresh, c=1':<34} {'fresh, all configs':<34}")
     for m in METRICS:
@@ -477,7 +496,7 @@ def report(rows: list[dict[str, Any]], wire: dict[str, Any], args: argparse.Name
     print(f"\n{len(rows)} runs in {wall_s:.0f} s; {errors} failed requests")
     print(json.dumps({"bench": "verdict_calibration", "runs": len(rows), "wall_s": wall_s, "reps": args.reps,
                       "models": args.models, "n1": args.n1, "n8": args.n8, "failed_requests": errors,
-                      "coverage": cov, "aa_fresh": new, "aa_fresh_c1": new_c1, "aa_kept_c1": old,
+                      "coverage": cov, "coverage_wire": cov_wire, "aa_fresh": new, "aa_fresh_c1": new_c1, "aa_kept_c1": old,
                       "power_2ms": pw, "stream_ttfb_tax_bias": bias, "stream_ttfb_wire_bias": wire,
                       "goals": {"coverage": 0.93, "false_positive": 0.05}}))
 
