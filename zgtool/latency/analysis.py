@@ -44,7 +44,7 @@ GW_ENCLOSING = ("gw_upstream", "gw_proxy", "gw_backend")
 METRICS = ("send_ms", "ttfb_ms", "ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms", "itl_ms",
            "total_ms", "outside_engine_ms")
 STREAM_ONLY = ("ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms", "itl_ms")
-# points a lagged request's client cannot vouch for: its values are left out of these figures
+# a request's value of these is left out when its client could not vouch for it (samples[].unvouched)
 LAG_SENSITIVE = ("ttfb_ms", "ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms")
 
 
@@ -142,8 +142,8 @@ def _metric_values(ok: Sequence[RequestSample], metric: str) -> tuple[list[float
     elif metric == "outside_engine_ms":
         pairs = [(v, s.round) for s in ok if (v := outside_engine_ms(s)) is not None]
     else:
-        lagged = metric in LAG_SENSITIVE
-        pairs = [(v, s.round) for s in ok if (v := getattr(s, metric)) is not None and not (lagged and s.lagged)]
+        point = ("ttft_ms" if metric == "tpot_ms" else metric) if metric in LAG_SENSITIVE else None
+        pairs = [(v, s.round) for s in ok if (v := getattr(s, metric)) is not None and point not in s.unvouched]
     return [v for v, _ in pairs], [r for _, r in pairs]
 
 

@@ -29,10 +29,10 @@ DEFINITIONS: dict[str, str] = {
                    "(reasoning_content / thinking_delta), a tool call (tool_calls / tool_use / input_json_delta)",
     "ttft_ms": "request start (incl. any DNS/connect/TLS) -> first content token of a stream (non-empty "
                "delta.content / text_delta; a role-only or empty first delta is not one) (vLLM TTFT)",
-    "client_lag_ms": "how much earlier than measured a request's first byte, head, first body byte, first token "
-                     "or last byte may have arrived: 0 when each came in a read of one segment or ended its "
-                     "read; over 0.2 ms the request is flagged (lagged) and left out of the ttfb/ttft figures, "
-                     "counted as num_lagged",
+    "client_lag_ms": "how much earlier than measured a request's first byte, first content token or last byte "
+                     "may have arrived: 0 when each came in a read of one segment or ended its read (kernel "
+                     "receive times). A figure unsure by over 0.2 ms is listed in samples[].unvouched and left "
+                     "out of its stats; an unsure ttfb/ttft/total flags the request (lagged, counted as num_lagged)",
     "total_ms": "request start -> response body complete (vLLM E2EL)",
     "itl_ms": "every gap between successive content deltas, pooled over requests (vLLM ITL)",
     "tpot_ms": "(total_ms - ttft_ms) / (output_tokens - 1) per request, None when output_tokens <= 1 (vLLM TPOT)",
@@ -303,7 +303,8 @@ class RequestSample:
     first_byte_out_ms: float | None = None   # request start -> its first byte handed to the kernel
     rx_clock: str = "client"            # "kernel": receive times are the socket's own timestamps
     client_lag_ms: float | None = None  # how much earlier than measured its points may have arrived
-    lagged: bool = False                # client_lag_ms over the tolerance: left out of the ttfb/ttft figures
+    lagged: bool = False                # client_lag_ms over the tolerance: ttfb, ttft or total not vouched for
+    unvouched: list[str] = field(default_factory=list)  # figures unsure by > 0.2 ms: left out of their stats
     trace_id: str | None = None         # the W3C traceparent's trace id this request carried (32 hex)
     engine: EngineTiming | None = None  # the engine's own timing, from whichever adapter applied
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms
@@ -383,7 +384,7 @@ class TargetResult:
     cpu_ms_per_request: dict[str, float] | None = None   # local process group -> CPU ms per request
     attribution_warnings: dict[str, int] = field(default_factory=dict)  # engine reports ignored: reason -> n
     detected: dict[str, str] | None = None                # api/model found by probing (zgtool.latency.detect)
-    num_lagged: int = 0                                   # ok requests flagged lagged: not in the ttfb/ttft figures
+    num_lagged: int = 0                                   # ok requests flagged lagged (their unvouched figures left out)
     open_loop: OpenLoopSummary | None = None              # achieved rate, dispatch lag (zgtool.latency.openloop_stats)
 
 
