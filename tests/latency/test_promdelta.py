@@ -122,8 +122,12 @@ def test_latency_split_joins_each_requests_histogram_delta(engine: tuple[str, li
                  vllm_metrics=url + "/metrics")
     ok = [s for s in result["data"]["targets"][0]["samples"] if s["ok"]]
     assert len(ok) == 5
-    measured = observed[1:]    # the warm-up request is not measured
-    for s, e2e_ms in zip(ok, measured, strict=True):
+    # the warm-up request and each block's connection warm-up are served but not measured
+    measured = observed[1:]
+    used: set[int] = set()
+    for s in ok:
         assert s["engine"]["source"] == SOURCE
-        assert s["engine"]["total_ms"] == pytest.approx(e2e_ms)
+        match = [i for i, e2e_ms in enumerate(measured) if s["engine"]["total_ms"] == pytest.approx(e2e_ms)]
+        assert match and match[0] not in used, (s["engine"]["total_ms"], measured)
+        used.add(match[0])
         assert s["engine"]["total_ms"] <= s["total_ms"]
