@@ -68,6 +68,10 @@ fi
 # --- setup: the README's way, offline-capable -------------------------------------------
 VENV=$ROOT/.venv-gpu
 [ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV" || { write_json setup_failed "venv"; exit 1; }
+# a python3 that is itself a venv (the CUDA image's /opt/torch/.venv): --system-site-packages reaches
+# only the base interpreter's packages, so the new venv also gets the parent venv's site-packages
+"$PY" -c 'import site, sys; print("\n".join(site.getsitepackages()) if sys.prefix != sys.base_prefix else "")' \
+  > "$("$VENV/bin/python" -c 'import site; print(site.getsitepackages()[0])')/zg_parent_site.pth"
 pip_src=()
 if [ -d "$WHEELS" ]; then pip_src=(--no-index --find-links "$WHEELS"); fi
 t0=$(date +%s)
