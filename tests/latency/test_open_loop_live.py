@@ -187,3 +187,16 @@ def test_latency_split_rate_prints_the_schedule_check_and_writes_it_to_json(null
 
     for rnd in range(3):
         assert relative(targets[0], rnd) == pytest.approx(relative(targets[1], rnd), abs=1e-6)
+
+
+def test_a_bug_in_a_worker_stops_the_run_instead_of_hanging_it(null_engine: str) -> None:
+    class Broken:
+        def before(self) -> None:
+            raise RuntimeError("hook bug")
+
+        def after(self, token: object, sample: RequestSample) -> None:
+            pass
+
+    cfg = SplitConfig(num_requests=4, warmup=0, stream=False, rate_rps=50.0, rounds=1, resamples=100)
+    with pytest.raises(RuntimeError, match="hook bug"):
+        measure_targets([_engine(null_engine)], cfg, hooks=[Broken()])

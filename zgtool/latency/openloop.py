@@ -92,6 +92,7 @@ class WorkerPool:
         self.pending = 0              # jobs handed off and not yet answered
         self.pending_max = 0
         self.ready = 0                # workers whose session exists (waiting for jobs)
+        self.failure: BaseException | None = None   # a bug in a worker: re-raised by wait_idle
         self.threads: list[threading.Thread] = []
 
     @property
@@ -134,9 +135,12 @@ class WorkerPool:
                 self._spawn()
 
     def wait_idle(self) -> None:
+        """Until every handed-off request is answered; a worker's unexpected exception is raised here."""
         with self.cv:
             while self.pending:
                 self.cv.wait()
+            if self.failure is not None:
+                raise self.failure
 
     def _work(self, worker: int) -> None:
         session = self.make_session()
@@ -146,11 +150,18 @@ class WorkerPool:
         try:
             while (job := self.jobs.get()) is not None:
                 index, rnd, due_ns, waited, out = job
-                token = self.hook.before() if self.hook is not None else None
-                sample = session.measure(index, worker, rnd, self.t_run0_ns)
-                if self.hook is not None:
-                    self.hook.after(token, sample)
-                _apply_schedule(sample, due_ns, self.t_run0_ns, waited)
+                try:
+                    token = self.hook.before() if self.hook is not None else None
+                    sample = session.measure(index, worker, rnd, self.t_run0_ns)
+                    if self.hook is not None:
+                        self.hook.after(token, sample)
+                    _apply_schedule(sample, due_ns, self.t_run0_ns, waited)
+                except BaseException as exc:   # not a failed request (those are samples): a bug
+                    with self.cv:
+                        self.failure = self.failure or exc
+                        self.pending -= 1
+                        self.cv.notify_all()
+                    return
                 with self.cv:
                     out.append(sample)
                     self.free += 1
