@@ -46,6 +46,7 @@ K6_SCRIPT = """
 import http from 'k6/http';
 export const options = {
   discardResponseBodies: true,
+  summaryTrendStats: ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)'],
   scenarios: { capacity: { executor: 'constant-arrival-rate', rate: Number(__ENV.RATE), timeUnit: '1s',
     duration: __ENV.DURATION, preAllocatedVUs: Number(__ENV.PREALLOC), maxVUs: Number(__ENV.MAXVUS) } },
 };
@@ -164,10 +165,9 @@ def k6_step(k6: Path, url: str, rate: float, step_s: float, cpu: int | None, wor
         why.append(f"{iters:.0f} of {round(rate) * step_s:.0f} iterations")
     if failed:
         why.append(f"{failed:.0f} failed")
-    blocked = val("http_req_blocked", "p(99)", float("nan")) if "p(99)" in (m.get("http_req_blocked") or {}).get(
-        "values", {}) else val("http_req_blocked", "max", float("nan"))
     detail = (f"{iters:.0f} iterations, {dropped:.0f} dropped, vus_max {val('vus_max', 'value'):.0f}, "
-              f"http_req_blocked p99/max {blocked:.3f} ms" + (f"; missed: {', '.join(why)}" if why else ""))
+              f"http_req_blocked p99 {val('http_req_blocked', 'p(99)', float('nan')):.3f} ms, http_req_duration "
+              f"p50 {val('http_req_duration', 'med', float('nan')):.3f} ms" + (f"; missed: {', '.join(why)}" if why else ""))
     return Step(rate, not why, achieved, detail)
 
 
