@@ -51,6 +51,10 @@ def test_a_concurrency_point_keeps_every_stream_busy() -> None:
     assert point_config(SplitConfig(num_requests=200), CONCURRENCY, 4).effective_rounds == 12
 
 
-def test_a_rate_point_is_open_loop_at_that_rate() -> None:
-    p = point_config(SplitConfig(num_requests=40), RATE, 8.0)
-    assert p.open_loop and p.rate_rps == 8.0 and p.concurrency == 1 and p.effective_rounds == 4
+def test_a_rate_point_is_open_loop_at_that_rate_for_long_enough() -> None:
+    p = point_config(SplitConfig(num_requests=40), RATE, 2.0)
+    assert p.open_loop and p.rate_rps == 2.0 and p.concurrency == 1 and p.num_requests == 40
+    assert p.effective_rounds == 1                        # one steady block per path, not bursts
+    fast = point_config(SplitConfig(num_requests=40), RATE, 80.0)
+    assert fast.num_requests == 400                       # 5 s of sends: past a batching engine's batch
+    assert point_config(SplitConfig(num_requests=40, rounds=2), RATE, 2.0).effective_rounds == 2

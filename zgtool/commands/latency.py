@@ -397,7 +397,8 @@ def register(app: typer.Typer) -> None:
         rate: str | None = typer.Option(None, "--rate", help="Open loop: send R requests/s per target on a "
                                         "schedule, whatever the answers take; latency is also counted from "
                                         "each request's due time, and a client that fell behind is flagged. "
-                                        "A list (1,2,4,8) sweeps the rates; 'sweep' starts at one stream's "
+                                        "A list (1,2,4,8) sweeps the rates (each point sends for 5 s at "
+                                        "least, more than -n at high rates); 'sweep' starts at one stream's "
                                         "rate (1 / the c=1 mean E2E) and doubles until every path saturates "
                                         "(at most 8 points, no new point after 600 s)."),
         arrivals: str = typer.Option("poisson", "--arrivals", help="With --rate: poisson (exponential gaps, "

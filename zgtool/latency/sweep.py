@@ -9,6 +9,7 @@ and doubles until every path saturated, at most MAX_POINTS points and about MAX_
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -39,6 +40,7 @@ MAX_POINTS = 8              # --rate sweep: at most this many doublings
 MAX_SWEEP_S = 600.0         # --rate sweep: no new point starts after this long
 MAX_LIST_POINTS = 32        # an explicit list longer than this is a mistake, not a sweep
 CALIBRATION_REQUESTS = 10   # --rate sweep: c=1 requests on the baseline to find one stream's rate
+MIN_RATE_POINT_S = 5.0      # a rate point sends for at least this long per path (steady state)
 UNITS = {RATE: "req/s", CONCURRENCY: "streams"}
 
 Progress = Callable[[str], None]
@@ -236,14 +238,15 @@ def summarize_point(target: str, load: float, samples: Sequence[RequestSample], 
 def point_config(cfg: SplitConfig, kind: str, load: float) -> SplitConfig:
     """The measurement of one load point. Closed loop: at least 2 requests per stream, in blocks of
     at least 4 per stream where -n allows (so all c streams are busy most of each block). Open loop:
-    blocks of at least 10 requests where -n allows (a knee shows as answers falling behind)."""
+    one block per path (--rounds to split it) of at least MIN_RATE_POINT_S of sends, more than -n at
+    high rates: a short burst fits in a batching engine's running batch and never shows its queue."""
     if kind == CONCURRENCY:
         c = int(load)
         n = max(cfg.num_requests, 2 * c)
         rounds = cfg.rounds or max(1, min(16, n // (4 * c)))
         return dataclasses.replace(cfg, concurrency=c, num_requests=n, rounds=rounds)
-    rounds = cfg.rounds or max(1, min(4, cfg.num_requests // 10))
-    return dataclasses.replace(cfg, concurrency=1, rate_rps=load, rounds=rounds)
+    n = max(cfg.num_requests, math.ceil(load * MIN_RATE_POINT_S))
+    return dataclasses.replace(cfg, concurrency=1, rate_rps=load, num_requests=n, rounds=cfg.rounds or 1)
 
 
 def knee_rule(kind: str, stream: bool) -> KneeRule:
