@@ -129,6 +129,8 @@ def test_capacity_tax_between_two_knees() -> None:
     assert same.tax_pct == pytest.approx(0.0) and same.bound == "exact"
     quarter = capacity_tax("direct", base, "slow", detect(rate_curve(2), RATE_RULE), "req/s")
     assert quarter.tax_pct == pytest.approx(75.0)
+    cached = capacity_tax("direct", detect(rate_curve(4), RATE_RULE), "pygw", base, "req/s")
+    assert cached.tax_pct == pytest.approx(-100.0) and "pygw held more than direct: a cache" in cached.text
 
 
 def test_capacity_tax_is_a_bound_when_one_side_never_saturated() -> None:

@@ -159,8 +159,10 @@ def capacity_tax(baseline: str, base: Saturation, candidate: str, cand: Saturati
         return CapacityTax(baseline, candidate, base.knee, cand.knee, tax, bound, text)
 
     if b_kind == "knee" and c_kind == "knee":
+        more = (f" ({candidate} held more than {baseline}: a cache in the path, or load that is not the "
+                "same on both)") if t < 0 else ""
         return out(t, "exact", f"knee at {qty(b, unit)} {baseline} vs {qty(c, unit)} {candidate}: "
-                               f"capacity tax {t:.0f}%")
+                               f"capacity tax {t:.0f}%{more}")
     if b_kind == "at least" and c_kind in ("knee", "below") and t > 0:
         held = f"knee at {qty(c, unit)}" if c_kind == "knee" else f"saturated already at {qty(c, unit)}"
         return out(t, "at least", f"{held} {candidate} while {baseline} held {qty(b, unit)} "
