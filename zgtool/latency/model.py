@@ -50,8 +50,9 @@ DEFINITIONS: dict[str, str] = {
                   "negative), a difference's on the linear scale; a difference whose interval contains 0 is "
                   "'not significant'",
     "rounds": "targets alternate block-wise (A B, B A, ...); every block opens its connections anew, so "
-              "per-connection effects are resampled with the rounds; with keep-alive, each worker's first "
-              "request of a block pays (and measures) the connect, the rest reuse it",
+              "per-connection effects are resampled with the rounds; with keep-alive, each new connection "
+              "first carries one unmeasured request, so no measured request pays a connect (connect_ms is "
+              "measured with --new-connection, where every request pays it)",
     "min_effect_ms": "the smallest difference that matters: max(0.2 ms, 2% of the baseline's median of that "
                      "figure); a difference whose estimate is below it, significant or not, and whose "
                      "interval is significant or lies within +-min_effect_ms, is 'negligible'",
