@@ -43,7 +43,9 @@ def test_the_sweep_judges_each_path_and_the_gateways_capacity_tax() -> None:
     res = synthetic_sweep()
     assert (res.saturation["direct"].knee, res.saturation["nginx"].knee) == (8, 4)
     [tax] = res.capacity_tax
-    assert tax.text == "knee at 8 req/s direct vs 4 req/s nginx: capacity tax 50%"
+    assert tax.text == ("knee at 8 req/s direct vs 4 req/s nginx: capacity tax 50%; peak answered 4 vs 8 req/s: "
+                        "50% less")
+    assert (tax.baseline_peak_rps, tax.candidate_peak_rps, tax.peak_tax_pct) == (8, 4, 50.0)
 
 
 def test_the_terminal_shows_one_row_per_path_and_load_with_the_knee_marked() -> None:

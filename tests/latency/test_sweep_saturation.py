@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from zgtool.latency.saturation import CONCURRENCY, RATE, CurvePoint, KneeRule, capacity_tax, detect
+from zgtool.latency.saturation import (
+    CONCURRENCY,
+    RATE,
+    CurvePoint,
+    KneeRule,
+    capacity_tax,
+    detect,
+    with_peaks,
+)
 
 RATE_RULE = KneeRule(kind=RATE)
 CONC_RULE = KneeRule(kind=CONCURRENCY)
@@ -162,3 +170,15 @@ def test_no_capacity_tax_without_a_knee_on_either_side() -> None:
     base_low = detect(rate_curve(0.5), RATE_RULE)
     t = capacity_tax("direct", base_low, "gw", detect(rate_curve(4), RATE_RULE), "req/s")
     assert t.tax_pct is None and "no capacity tax" in t.text
+
+
+def test_the_peak_answered_rate_resolves_a_tax_finer_than_the_load_grid() -> None:
+    # both knees at 16 on a doubling grid; saturated, direct answered 30 req/s and nginx 24
+    base, gw = detect(rate_curve(30, loads=(8, 16, 32)), RATE_RULE), detect(rate_curve(24, loads=(8, 16, 32)), RATE_RULE)
+    t = with_peaks(capacity_tax("direct", base, "nginx", gw, "req/s"), base, gw, 30.0, 24.0)
+    assert t.tax_pct == pytest.approx(0.0) and t.peak_tax_pct == pytest.approx(20.0)
+    assert t.text.endswith("capacity tax 0%; peak answered 24 vs 30 req/s: 20% less")
+    # a path never driven past its knee has no peak tax: its peak is only the load it was offered
+    never = detect(rate_curve(100, loads=(8, 16, 32)), RATE_RULE)
+    u = with_peaks(capacity_tax("direct", never, "nginx", gw, "req/s"), never, gw, 32.0, 24.0)
+    assert u.peak_tax_pct is None and u.baseline_peak_rps == 32.0 and "peak" not in u.text

@@ -8,6 +8,7 @@ climbs past a factor of its value at the lowest load; the first saturated point 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -137,6 +138,23 @@ class CapacityTax:
     tax_pct: float | None
     bound: str | None
     text: str
+    # finer than the load grid: the most each path answered per second, where both were driven past
+    # their knee (what a saturated path answers is its capacity)
+    baseline_peak_rps: float | None = None
+    candidate_peak_rps: float | None = None
+    peak_tax_pct: float | None = None
+
+
+def with_peaks(tax: CapacityTax, base: Saturation, cand: Saturation, base_peak_rps: float | None,
+               cand_peak_rps: float | None) -> CapacityTax:
+    """The capacity tax with each path's peak answered rate; the peak tax only where both saturated."""
+    if base.saturated_at is None or cand.saturated_at is None or not base_peak_rps or cand_peak_rps is None:
+        return dataclasses.replace(tax, baseline_peak_rps=base_peak_rps, candidate_peak_rps=cand_peak_rps)
+    t = 100.0 * (1.0 - cand_peak_rps / base_peak_rps)
+    text = (f"{tax.text}; peak answered {cand_peak_rps:.3g} vs {base_peak_rps:.3g} req/s: "
+            f"{abs(t):.0f}% {'less' if t >= 0 else 'more'}")
+    return dataclasses.replace(tax, baseline_peak_rps=base_peak_rps, candidate_peak_rps=cand_peak_rps,
+                               peak_tax_pct=t, text=text)
 
 
 def _estimate(s: Saturation) -> tuple[float | None, str]:

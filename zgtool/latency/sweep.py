@@ -29,6 +29,7 @@ from zgtool.latency.saturation import (
     capacity_tax,
     detect,
     qty,
+    with_peaks,
 )
 from zgtool.stats import summarize
 from zgtool.targets import Target
@@ -166,6 +167,11 @@ class SweepResult:
     def of(self, target: str) -> list[PointSummary]:
         return sorted((p for p in self.points if p.target == target), key=lambda p: p.load)
 
+    def peak_rps(self, target: str) -> float | None:
+        """The most this path answered per second at any load point."""
+        rates = [p.achieved_rps for p in self.of(target) if p.achieved_rps is not None]
+        return max(rates) if rates else None
+
 
 def answered_rps(samples: Sequence[RequestSample]) -> float | None:
     """Open loop: the rate the answers kept. Per block, from its first quarter of requests to its last
@@ -261,7 +267,8 @@ def judge(res: SweepResult, stream: bool) -> None:
         if pts:
             res.saturation[name] = detect(pts, res.rule)
     base = res.targets[0]
-    res.capacity_tax = [capacity_tax(base, res.saturation[base], name, res.saturation[name], res.unit)
+    res.capacity_tax = [with_peaks(capacity_tax(base, res.saturation[base], name, res.saturation[name], res.unit),
+                                   res.saturation[base], res.saturation[name], res.peak_rps(base), res.peak_rps(name))
                         for name in res.targets[1:] if base in res.saturation and name in res.saturation]
 
 
@@ -358,6 +365,7 @@ def result_data(res: SweepResult) -> dict[str, Any]:
         # flat figures for `zgtool gate` rules: knee.direct, capacity_tax_pct.nginx
         "knee": {name: s.knee for name, s in res.saturation.items()},
         "capacity_tax_pct": {t.candidate: t.tax_pct for t in res.capacity_tax},
+        "peak_tax_pct": {t.candidate: t.peak_tax_pct for t in res.capacity_tax},
         "definitions": {
             "achieved_rps": "closed loop (-c): ok answers / the measured wall time (vLLM request_throughput); "
                             "open loop (--rate): per block, the requests between its first and last quarter "
