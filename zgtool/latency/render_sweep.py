@@ -92,8 +92,8 @@ def render(res: SweepResult, console: Console, *, stream: bool, slo: bool) -> No
         if p.rate_short:
             why = ("the path's queue can hold the sends back, or the client is short of CPU: the knee may be "
                    "the client's" if past else "this load was not offered in full")
-            console.print(f"  {p.target} at {qty(p.load, res.unit)}: the client sent {_n(p.sent_rps)} req/s "
-                          f"({p.client_behind}); {why}", style="yellow", highlight=False)
+            console.print(f"  {p.target} at {qty(p.load, res.unit)}: the client fell behind ({p.client_behind}); "
+                          f"{why}", style="yellow", highlight=False)
         elif p.client_behind:
             console.print(f"  {p.target} at {qty(p.load, res.unit)}: rate kept, but {p.client_behind}",
                           style="dim", highlight=False)
