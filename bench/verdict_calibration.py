@@ -229,18 +229,46 @@ def headline(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def coverage(rows: list[dict[str, Any]], truth_key: str = "truth") -> dict[str, Any]:
     out: dict[str, Any] = {}
-    groups: dict[str, list[bool]] = {}
+    groups: dict[str, list[tuple[bool, bool]]] = {}
     for r in rows:
         for m, truth in r[truth_key].items():
             d = r["diffs"].get(m)
             if d is None or d["lo_ms"] is None:
                 continue
             hit = d["lo_ms"] <= truth <= d["hi_ms"]
+            # a miss by less than the min effect changes no verdict: both sides of it read "negligible"
+            near = d["lo_ms"] - d["min_effect_ms"] <= truth <= d["hi_ms"] + d["min_effect_ms"]
             scen = r["scenario"] + (f"-{r['delay_ms']:g}" if r["scenario"] in ("head", "chunk") else "")
             for key in ("all", f"c={r['concurrency']}", scen, m, f"{scen} {m}"):
-                groups.setdefault(key, []).append(hit)
+                groups.setdefault(key, []).append((hit, near))
     for key, hits in groups.items():
-        out[key] = rate(sum(hits), len(hits))
+        out[key] = {**rate(sum(h for h, _ in hits), len(hits)),
+                    "within_min_effect": rate(sum(n for _, n in hits), len(hits))}
+    return out
+
+
+def with_replicated_truth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each run of a cell with known delay gets `truth_rep`: per metric, the median estimate of the OTHER runs
+    of the same cell (model, body/stream, c, scenario, delay; at least 2 of them). That is the value the
+    path reproducibly adds on this machine (a 2 ms hold costs ~2.3 ms end to end here: the engine and the
+    hop wake from idle), so an interval that misses it is too narrow for run-to-run variance, which is
+    what the A/A audit found. A/A and hop0 cells keep their known truth, 0."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["stream"], r["concurrency"], r["scenario"], r["delay_ms"]), []).append(r)
+    out = []
+    for r in rows:
+        if r["scenario"] in ("aa", "aa-kept", "hop0"):
+            out.append({**r, "truth_rep": {m: 0.0 for m in METRICS}})
+            continue
+        peers = [o for o in groups[(r["model"], r["stream"], r["concurrency"], r["scenario"], r["delay_ms"])]
+                 if o is not r]
+        rep = {}
+        for m in r["diffs"]:
+            est = [o["diffs"][m]["diff_ms"] for o in peers if m in o["diffs"]]
+            if len(est) >= 2:
+                rep[m] = statistics.median(est)
+        out.append({**r, "truth_rep": rep})
     return out
 
 
@@ -388,7 +416,7 @@ def stop(procs: list[subprocess.Popen[Any]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=2, help="repetitions of every cell (default 2: ~11 min here)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of every cell (default 3: ~11 min here)")
     ap.add_argument("--models", default="null,dummy:small")
     ap.add_argument("--delays", default="0.5,2,10", help="injected delays in ms (head hops; chunk hop at 2)")
     ap.add_argument("--n1", type=int, default=24, help="requests per path at c=1")
@@ -448,18 +476,22 @@ def main() -> None:
 
 
 def report(rows: list[dict[str, Any]], wire: dict[str, Any], args: argparse.Namespace, wall_s: float) -> None:
-    known = [r for r in rows if r["scenario"] in ("hop0", "head", "chunk")]
-    cov, cov_wire = coverage(known), coverage(known, "truth_wire")
+    known = with_replicated_truth([r for r in rows if r["scenario"] in ("hop0", "head", "chunk")])
+    cov, cov_wire, cov_rep = coverage(known), coverage(known, "truth_wire"), coverage(known, "truth_rep")
     new, old = aa_rates(rows, "aa"), aa_rates(rows, "aa-kept")
     new_c1 = aa_rates([r for r in rows if r["concurrency"] == 1], "aa")
     pw = power(rows, 2.0)
     bias = ttfb_tax_bias(rows)
-    print("\nInterval coverage (goal >= 93% at nominal 95%): truth = the hold alone | the hold + the downstream "
-          "excess the hops saw")
-    keys = ["all", "c=1", "c=8", *METRICS, *sorted(k for k in cov if k.startswith(("hop0", "head", "chunk")))]
-    for key in [k for k in keys if " " not in k] + sorted(k for k in cov if " " in k):
-        if key in cov:
-            print(f"  {key:<34} {fmt_rate(cov[key]):<34} {fmt_rate(cov_wire[key]) if key in cov_wire else ''}")
+    print("\nInterval coverage (goal >= 93% at nominal 95%); truth = the hop's hold alone | the hold + the "
+          "downstream excess the hops saw | the median estimate of the other runs of the cell (replicated)")
+    keys = ["all", "c=1", "c=8", *METRICS, *sorted(k for k in cov_rep if k.startswith(("hop0", "head", "chunk")))]
+    for key in [k for k in keys if " " not in k] + sorted(k for k in cov_rep if " " in k):
+        cols = [fmt_rate(c[key]) if key in c else "" for c in (cov, cov_wire, cov_rep)]
+        print(f"  {key:<30} {cols[0]:<33} {cols[1]:<33} {cols[2]}")
+    print("  the replicated truth within the interval widened by the min effect (a miss no verdict would read):")
+    for key in ("all", "c=1", "c=8"):
+        if key in cov_rep:
+            print(f"  {key:<30} {fmt_rate(cov_rep[key]['within_min_effect'])}")
     print("\nA/A false positives (goal <= 5%): kept connections (pre-issue-25, c=1) vs fresh per block")
     print(f"  {'':<28} {'kept, c=1':<34} {'fresh, c=1':<34} {'fresh, all configs':<34}")
     for m in METRICS:
@@ -496,7 +528,8 @@ def report(rows: list[dict[str, Any]], wire: dict[str, Any], args: argparse.Name
     print(f"\n{len(rows)} runs in {wall_s:.0f} s; {errors} failed requests")
     print(json.dumps({"bench": "verdict_calibration", "runs": len(rows), "wall_s": wall_s, "reps": args.reps,
                       "models": args.models, "n1": args.n1, "n8": args.n8, "failed_requests": errors,
-                      "coverage": cov, "coverage_wire": cov_wire, "aa_fresh": new, "aa_fresh_c1": new_c1, "aa_kept_c1": old,
+                      "coverage": cov, "coverage_wire": cov_wire, "coverage_replicated": cov_rep,
+                      "aa_fresh": new, "aa_fresh_c1": new_c1, "aa_kept_c1": old,
                       "power_2ms": pw, "stream_ttfb_tax_bias": bias, "stream_ttfb_wire_bias": wire,
                       "goals": {"coverage": 0.93, "false_positive": 0.05}}))
 
