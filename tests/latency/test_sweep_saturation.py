@@ -174,11 +174,24 @@ def test_no_capacity_tax_without_a_knee_on_either_side() -> None:
 
 def test_the_peak_answered_rate_resolves_a_tax_finer_than_the_load_grid() -> None:
     # both knees at 16 on a doubling grid; saturated, direct answered 30 req/s and nginx 24
-    base, gw = detect(rate_curve(30, loads=(8, 16, 32)), RATE_RULE), detect(rate_curve(24, loads=(8, 16, 32)), RATE_RULE)
+    base, gw = detect(rate_curve(30, loads=(8, 16, 32, 64)), RATE_RULE), detect(rate_curve(24, loads=(8, 16, 32, 64)), RATE_RULE)
     t = with_peaks(capacity_tax("direct", base, "nginx", gw, "req/s"), base, gw, 30.0, 24.0)
     assert t.tax_pct == pytest.approx(0.0) and t.peak_tax_pct == pytest.approx(20.0)
     assert t.text.endswith("capacity tax 0%; peak answered 24 vs 30 req/s: 20% less")
-    # a path never driven past its knee has no peak tax: its peak is only the load it was offered
-    never = detect(rate_curve(100, loads=(8, 16, 32)), RATE_RULE)
+    # a path never driven past its knee: its peak is only a lower bound on its capacity
+    never = detect(rate_curve(100, loads=(8, 16, 32, 64)), RATE_RULE)
     u = with_peaks(capacity_tax("direct", never, "nginx", gw, "req/s"), never, gw, 32.0, 24.0)
-    assert u.peak_tax_pct is None and u.baseline_peak_rps == 32.0 and "peak" not in u.text
+    assert u.peak_tax_pct == pytest.approx(25.0) and u.baseline_peak_rps == 32.0
+    assert "at least 25% less (direct was not driven to its service rate)" in u.text
+    neither = with_peaks(capacity_tax("direct", never, "nginx", never, "req/s"), never, never, 32.0, 31.0)
+    assert neither.peak_tax_pct is None and "peak" not in neither.text
+
+
+def test_a_knee_seen_only_in_the_tail_latency_leaves_the_peak_a_lower_bound() -> None:
+    base = detect(rate_curve(30, loads=(8, 16, 32, 64)), RATE_RULE)
+    assert base.capacity_seen
+    tail = detect([CurvePoint(8, 8, 10.0), CurvePoint(16, 15.8, 50.0)], RATE_RULE)    # kept up, p99 5x
+    assert tail.saturated_at == 16 and not tail.capacity_seen
+    t = with_peaks(capacity_tax("direct", base, "pygw", tail, "req/s"), base, tail, 30.0, 15.8)
+    assert t.peak_tax_pct == pytest.approx(100 * (1 - 15.8 / 30))
+    assert "at most 47% less (pygw was not driven to its service rate)" in t.text

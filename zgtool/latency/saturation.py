@@ -74,6 +74,9 @@ class Saturation:
     reason: str | None
     min_load: float
     max_load: float
+    # the path was seen at its service rate: past the knee its answers fell short of the load (rate)
+    # or stopped growing with it (concurrency), not only its tail latency climbing
+    capacity_seen: bool = False
 
     def describe(self, unit: str) -> str:
         if self.saturated_at is None:
@@ -83,9 +86,8 @@ class Saturation:
         return f"knee at {qty(self.knee, unit)}; saturated at {qty(self.saturated_at, unit)} ({self.reason})"
 
 
-def _why_saturated(p: CurvePoint, prev: CurvePoint | None, low_p99: float | None, rule: KneeRule) -> str | None:
-    if not p.achieved_rps:
-        return "no request answered"
+def _throughput_miss(p: CurvePoint, prev: CurvePoint | None, rule: KneeRule) -> str | None:
+    """Why this point's answers show the path at its service rate, or None."""
     offered = p.offered_rps or p.load
     if rule.kind == RATE and p.achieved_rps < (1 - rule.shortfall) * offered:
         return f"answered {p.achieved_rps:.3g} req/s < {1 - rule.shortfall:.0%} of {offered:.3g} offered"
@@ -95,6 +97,15 @@ def _why_saturated(p: CurvePoint, prev: CurvePoint | None, low_p99: float | None
         if gain < rule.min_gain * ideal_gain:
             return (f"{prev.load:g} -> {p.load:g} streams: {prev.achieved_rps:.3g} -> {p.achieved_rps:.3g} req/s, "
                     f"{max(gain, 0.0) / ideal_gain:.0%} of the proportional gain")
+    return None
+
+
+def _why_saturated(p: CurvePoint, prev: CurvePoint | None, low_p99: float | None, rule: KneeRule) -> str | None:
+    if not p.achieved_rps:
+        return "no request answered"
+    miss = _throughput_miss(p, prev, rule)
+    if miss is not None:
+        return miss
     if low_p99 and p.latency_p99_ms is not None and p.latency_p99_ms > rule.latency_factor * low_p99:
         return (f"{rule.latency_metric} p99 {p.latency_p99_ms:.3g} ms > {rule.latency_factor:g}x "
                 f"{low_p99:.3g} ms at low load")
@@ -121,7 +132,9 @@ def detect(points: Sequence[CurvePoint], rule: KneeRule) -> Saturation:
     if first == len(pts):
         return Saturation(None, None, None, pts[0].load, pts[-1].load)
     knee = pts[first - 1].load if first else None
-    return Saturation(knee, pts[first].load, why[first], pts[0].load, pts[-1].load)
+    seen = any(p.achieved_rps and _throughput_miss(p, pts[i - 1] if i else None, rule) is not None
+               for i, p in enumerate(pts) if i >= first)
+    return Saturation(knee, pts[first].load, why[first], pts[0].load, pts[-1].load, seen)
 
 
 @dataclass(frozen=True)
@@ -147,14 +160,25 @@ class CapacityTax:
 
 def with_peaks(tax: CapacityTax, base: Saturation, cand: Saturation, base_peak_rps: float | None,
                cand_peak_rps: float | None) -> CapacityTax:
-    """The capacity tax with each path's peak answered rate; the peak tax only where both saturated."""
-    if base.saturated_at is None or cand.saturated_at is None or not base_peak_rps or cand_peak_rps is None:
-        return dataclasses.replace(tax, baseline_peak_rps=base_peak_rps, candidate_peak_rps=cand_peak_rps)
+    """The capacity tax with each path's peak answered rate. A peak is the path's capacity only where
+    its answers were seen falling behind (capacity_seen); otherwise it is a lower bound, and the peak
+    tax becomes a bound ("at most" when only the candidate's peak is a lower bound, "at least" when
+    only the baseline's is) or is left out (both)."""
+    peaks = dataclasses.replace(tax, baseline_peak_rps=base_peak_rps, candidate_peak_rps=cand_peak_rps)
+    if not base_peak_rps or cand_peak_rps is None or not (base.capacity_seen or cand.capacity_seen):
+        return peaks
     t = 100.0 * (1.0 - cand_peak_rps / base_peak_rps)
-    text = (f"{tax.text}; peak answered {cand_peak_rps:.3g} vs {base_peak_rps:.3g} req/s: "
-            f"{abs(t):.0f}% {'less' if t >= 0 else 'more'}")
-    return dataclasses.replace(tax, baseline_peak_rps=base_peak_rps, candidate_peak_rps=cand_peak_rps,
-                               peak_tax_pct=t, text=text)
+    if base.capacity_seen and cand.capacity_seen:
+        said = f"{abs(t):.0f}% {'less' if t >= 0 else 'more'}"
+    elif base.capacity_seen and t > 0:
+        said = f"at most {t:.0f}% less ({tax.candidate} was not driven to its service rate)"
+    elif cand.capacity_seen and t > 0:
+        said = f"at least {t:.0f}% less ({tax.baseline} was not driven to its service rate)"
+    else:
+        return peaks
+    return dataclasses.replace(peaks, peak_tax_pct=t,
+                               text=f"{tax.text}; peak answered {cand_peak_rps:.3g} vs {base_peak_rps:.3g} req/s: "
+                                    f"{said}")
 
 
 def _estimate(s: Saturation) -> tuple[float | None, str]:
