@@ -7,8 +7,9 @@ import re
 
 from zgtool.latency.model import SplitResult
 
-# latency_split's note for a significantly negative outside-engine difference (the figure itself is
-# dropped from the differences): the report and this printout call it noise, not missing attribution
+# the note older latency_split results carry for a significantly negative outside-engine difference
+# (they dropped the figure itself; newer ones keep it and say 'within noise'
+# themselves): the report and this printout call it noise, not missing attribution
 CHANCE_NEGATIVE = re.compile(r"^(?P<cand>.+?): time outside the engine came out (?P<abs>[\d.]+) ms below "
                              r"(?P<base>.+?)'s? .*?\(95% CI (?P<lo>[+-][\d.]+)\.\.(?P<hi>[+-][\d.]+) ms\)")
 

@@ -132,8 +132,8 @@ def _engine_timing_missing(data: dict[str, Any], name: str) -> bool:
 
 
 def _chance_negative(data: dict[str, Any], cand: str, base_total: float | None) -> PhaseTax | None:
-    """latency_split drops a significantly negative outside-engine difference and leaves only a note;
-    the figure is recovered from it so the verdict can call it what it is (noise)."""
+    """Older latency_split results dropped a significantly negative outside-engine difference and left
+    only a note; the figure is recovered from it so the verdict can call it what it is (noise)."""
     for note in data.get("attribution_notes") or []:
         m = CHANCE_NEGATIVE.match(note)
         if m and m["cand"] == cand:
