@@ -114,7 +114,13 @@ def test_differences_name_every_phase_and_gateway_parts_count_fully(origin: str,
     targets, samples, cfg = split([origin, gateway], num_requests=8, stream=False)
     res = analyse(targets, samples, cfg)
     diffs = {d.phase: d for d in res.differences}
-    assert {"total_ms", "ttfb_ms", "gw_auth_ms", "network_client_ms"} <= set(diffs)
+    assert {"total_ms", "gw_auth_ms", "network_client_ms"} <= set(diffs)
+    # a TTFB is left out when the client could not vouch for its receive time (a busy machine can
+    # flag all 8 of a path); a phase either path measured is named, with no figure if one lacks it
+    vouched = [any("ttfb_ms" not in s.unvouched for s in per_target if s.ok) for per_target in samples]
+    assert ("ttfb_ms" in diffs) == any(vouched)
+    if "ttfb_ms" in diffs:
+        assert (diffs["ttfb_ms"].diff_ms is not None) == all(vouched)
     gw = diffs["gw_auth_ms"]
     assert gw.diff_ms is not None and gw.diff_ms > 0 and gw.baseline == "t0" and gw.candidate == "t1"
     for d in res.differences:

@@ -89,13 +89,14 @@ class Saturation:
 def _throughput_miss(p: CurvePoint, prev: CurvePoint | None, rule: KneeRule) -> str | None:
     """Why this point's answers show the path at its service rate, or None."""
     offered = p.offered_rps or p.load
-    if rule.kind == RATE and p.achieved_rps < (1 - rule.shortfall) * offered:
-        return f"answered {p.achieved_rps:.3g} req/s < {1 - rule.shortfall:.0%} of {offered:.3g} offered"
+    achieved = p.achieved_rps or 0.0      # None: nothing was answered
+    if rule.kind == RATE and achieved < (1 - rule.shortfall) * offered:
+        return f"answered {achieved:.3g} req/s < {1 - rule.shortfall:.0%} of {offered:.3g} offered"
     if rule.kind == CONCURRENCY and prev is not None and prev.achieved_rps and p.load > prev.load:
         ideal_gain = prev.achieved_rps * (p.load / prev.load - 1)
-        gain = p.achieved_rps - prev.achieved_rps
+        gain = achieved - prev.achieved_rps
         if gain < rule.min_gain * ideal_gain:
-            return (f"{prev.load:g} -> {p.load:g} streams: {prev.achieved_rps:.3g} -> {p.achieved_rps:.3g} req/s, "
+            return (f"{prev.load:g} -> {p.load:g} streams: {prev.achieved_rps:.3g} -> {achieved:.3g} req/s, "
                     f"{max(gain, 0.0) / ideal_gain:.0%} of the proportional gain")
     return None
 
