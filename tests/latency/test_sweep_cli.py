@@ -112,14 +112,14 @@ def test_a_concurrency_sweep_measures_every_path_at_every_load(engine: str, prox
 def test_a_rate_sweep_sends_each_point_open_loop(engine: str, tmp_path: Path) -> None:
     out = tmp_path / "rate.json"
     r = zg("latency-split", engine, *PATHS, "--rate", "2,4", "-n", "4", "--max-tokens", "4", "--warmup", "1",
-           "--arrivals", "constant", "--slo", "ttft:60000 e2e:60000", "-o", out)
+           "--arrivals", "constant", "--point-s", "2.5", "--slo", "ttft:60000 e2e:60000", "-o", out)
     # 5: the client fell behind its schedule on a busy machine before the path saturated (said, not hidden)
     assert r.returncode in (ExitCode.OK, ExitCode.UNRELIABLE), r.stderr
     data = json.loads(out.read_text())["data"]
     assert data["load_kind"] == "rate" and data["config"]["open_loop"]["arrivals"] == "constant"
     assert [p["load"] for p in data["points"]] == [2.0, 4.0]
     for p in data["points"]:
-        assert p["num_ok"] == 5 * p["load"], p               # 5 s of sends at each rate (more than -n 4)
+        assert p["num_ok"] == 2.5 * p["load"], p             # --point-s 2.5 of sends at each rate (more than -n 4)
         assert p["offered_rps"] == pytest.approx(p["load"])        # constant arrivals: the schedule is the rate
         assert p["sent_rps"] > 0 and p["achieved_rps"] > 0 and p["dispatch_lag_p99_ms"] is not None
         assert p["ttft_ms"]["p99"] >= p["ttft_ms"]["p50"] > 0 and p["itl_ms"]["count"] > 0
@@ -146,6 +146,7 @@ def test_one_concurrency_is_still_one_split(engine: str) -> None:
     (["-c", "0,2"], "-c 0,2: every load must be positive"),
     (["--rate", "sweep", "-c", "1,4"], "sweep one load axis at a time"),
     (["-c", "1,4", "--cpu-pid", "engine=1"], "--cpu-pid cannot run with a load sweep"),
+    (["--rate", "2,4", "--point-s", "0"], "--point-s must be a positive number of seconds"),
 ])
 def test_bad_loads_exit_2_with_one_line_and_nothing_sent(args: list[str], says: str) -> None:
     listener = socket.socket()
@@ -213,7 +214,7 @@ def test_rate_sweep_starts_at_one_streams_rate_and_doubles(capacity: dict[int, s
     url = capacity[3]
     out = tmp_path / "auto.json"
     r = zg("latency-split", url, *FIXTURE, "--no-stream", "--rate", "sweep", "--arrivals", "constant", "-n", "12",
-           "--max-tokens", "2", "--warmup", "1", "-o", out)
+           "--max-tokens", "2", "--warmup", "1", "--point-s", "2", "-o", out)
     # 5: on a busy machine the client may fall short of a rate before the path saturates (said, not hidden)
     assert r.returncode in (ExitCode.OK, ExitCode.UNRELIABLE), r.stderr
     data = json.loads(out.read_text())["data"]

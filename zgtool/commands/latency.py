@@ -124,14 +124,15 @@ def _all_failed(t: TargetResult) -> str:
     return line + (f": the server said {said!r}" if said else "")
 
 
-def _open_loop_options(rate: str | None, arrivals: str, max_in_flight: int, concurrency: int) -> dict:
+def _open_loop_options(rate: str | None, arrivals: str, max_in_flight: int, concurrency: int,
+                       point_s: float = 5.0) -> dict:
     """SplitConfig fields of --rate/--arrivals/--max-in-flight (one rate: zgtool.latency.arrivals.parse_rate),
     checked before anything is sent."""
     from zgtool.latency.arrivals import parse_rate
     from zgtool.latency.model import SplitConfig
 
     opts = {"rate_rps": parse_rate(rate) if rate is not None else None, "arrivals": arrivals,
-            "max_in_flight": max_in_flight}
+            "max_in_flight": max_in_flight, "sweep_point_s": point_s}
     SplitConfig(concurrency=concurrency, **opts)   # type: ignore[arg-type]
     return opts
 
@@ -143,7 +144,8 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
         config: Path | None = None, as_json: bool = False, out: Path | None = None,
         slo: list[str] | None = None, cpu_pids: list[str] | None = None,
         otlp_listen: str | None = None, vllm_metrics: str | None = None,
-        rate: str | None = None, arrivals: str = "poisson", max_in_flight: int = 0, quiet: bool = False,
+        rate: str | None = None, arrivals: str = "poisson", max_in_flight: int = 0, point_s: float = 5.0,
+        quiet: bool = False,
         csv_dir: Path | None = None, otlp_endpoint: str | None = None,
         dataset: str | None = None, speedup: float = 1.0, metrics_url: str | None = None) -> dict:
     """The command's logic, callable without Typer; returns the versioned result."""
@@ -182,7 +184,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
     elif speedup != 1.0:
         raise UsageError("--speedup applies to a trace given with --dataset trace:FILE")
     requests = requests if requests is not None else 50
-    open_loop_opts = _open_loop_options(rate, arrivals, max_in_flight, concurrency)
+    open_loop_opts = _open_loop_options(rate, arrivals, max_in_flight, concurrency, point_s)
     if rate is not None and vllm_metrics:
         raise UsageError("--vllm-metrics reads deltas around one request at a time; it cannot run with --rate")
     if insecure and cacert is not None:
@@ -397,7 +399,7 @@ def register(app: typer.Typer) -> None:
         rate: str | None = typer.Option(None, "--rate", help="Open loop: send R requests/s per target on a "
                                         "schedule, whatever the answers take; latency is also counted from "
                                         "each request's due time, and a client that fell behind is flagged. "
-                                        "A list (1,2,4,8) sweeps the rates (each point sends for 5 s at "
+                                        "A list (1,2,4,8) sweeps the rates (each point sends for --point-s, 5 s, at "
                                         "least, more than -n at high rates); 'sweep' starts at one stream's "
                                         "rate (1 / the c=1 mean E2E) and doubles until every path saturates "
                                         "(at most 8 points, no new point after 600 s)."),
@@ -406,6 +408,8 @@ def register(app: typer.Typer) -> None:
         max_in_flight: int = typer.Option(0, "--max-in-flight", help="With --rate: at most this many requests "
                                           "in flight (worker threads); a request due while all are busy waits "
                                           "and is counted (0: 256)."),
+        point_s: float = typer.Option(5.0, "--point-s", help="Rate sweeps: each point sends for at least this "
+                                      "many seconds per path (steady state; more than -n at high rates)."),
         dataset: str | None = typer.Option(None, "--dataset", help=_dataset_help()),
         speedup: float = typer.Option(1.0, "--speedup", help="With --dataset trace:FILE: replay F times faster."),
         metrics_url: str | None = typer.Option(None, "--metrics-url", help="An engine's /metrics (zgtool or "
@@ -416,6 +420,6 @@ def register(app: typer.Typer) -> None:
             prompt_file=prompt_file, max_tokens=max_tokens, new_connection=new_connection, api=api, model=model,
             timeout=timeout_old if timeout_old is not None else timeout_s, insecure=insecure, cacert=cacert, rounds=rounds, config=config, as_json=as_json,
             out=out, slo=slo, cpu_pids=cpu_pid, otlp_listen=otlp_listen, vllm_metrics=vllm_metrics,
-            rate=rate, arrivals=arrivals, max_in_flight=max_in_flight,
+            rate=rate, arrivals=arrivals, max_in_flight=max_in_flight, point_s=point_s,
             quiet=quiet, csv_dir=csv_dir, otlp_endpoint=otlp_endpoint, dataset=dataset, speedup=speedup,
             metrics_url=metrics_url)

@@ -168,6 +168,7 @@ class SplitConfig:
     arrivals: str = "poisson"          # poisson | constant (zgtool.latency.arrivals)
     schedule_s: tuple[float, ...] | None = None   # explicit send offsets for the whole run (trace replay)
     max_in_flight: int = 0             # open-loop worker pool bound; 0: OPEN_LOOP_MAX_IN_FLIGHT
+    sweep_point_s: float = 5.0         # a rate sweep's point sends for at least this long per path
     # per-request prompts and max_tokens (zgtool.workload); request i sends workload.spec(i)
     workload: Workload | None = None
 
@@ -203,6 +204,8 @@ class SplitConfig:
             raise UsageError(f"--rate must be a positive number of requests per second, not {self.rate_rps:g}")
         if self.max_in_flight < 0:
             raise UsageError(f"--max-in-flight must be at least 1 (or 0 for automatic), not {self.max_in_flight}")
+        if not 0 < self.sweep_point_s < float("inf"):
+            raise UsageError(f"--point-s must be a positive number of seconds, not {self.sweep_point_s:g}")
         if self.schedule_s is not None:
             if len(self.schedule_s) != self.num_requests:
                 raise UsageError(f"the schedule has {len(self.schedule_s)} send times for {self.num_requests} "

@@ -41,7 +41,6 @@ MAX_POINTS = 8              # --rate sweep: at most this many doublings
 MAX_SWEEP_S = 600.0         # --rate sweep: no new point starts after this long
 MAX_LIST_POINTS = 32        # an explicit list longer than this is a mistake, not a sweep
 CALIBRATION_REQUESTS = 10   # --rate sweep: c=1 requests on the baseline to find one stream's rate
-MIN_RATE_POINT_S = 5.0      # a rate point sends for at least this long per path (steady state)
 UNITS = {RATE: "req/s", CONCURRENCY: "streams"}
 
 Progress = Callable[[str], None]
@@ -244,14 +243,14 @@ def summarize_point(target: str, load: float, samples: Sequence[RequestSample], 
 def point_config(cfg: SplitConfig, kind: str, load: float) -> SplitConfig:
     """The measurement of one load point. Closed loop: at least 2 requests per stream, in blocks of
     at least 4 per stream where -n allows (so all c streams are busy most of each block). Open loop:
-    one block per path (--rounds to split it) of at least MIN_RATE_POINT_S of sends, more than -n at
+    one block per path (--rounds to split it) of at least --point-s (5 s) of sends, more than -n at
     high rates: a short burst fits in a batching engine's running batch and never shows its queue."""
     if kind == CONCURRENCY:
         c = int(load)
         n = max(cfg.num_requests, 2 * c)
         rounds = cfg.rounds or max(1, min(16, n // (4 * c)))
         return dataclasses.replace(cfg, concurrency=c, num_requests=n, rounds=rounds)
-    n = max(cfg.num_requests, math.ceil(load * MIN_RATE_POINT_S))
+    n = max(cfg.num_requests, math.ceil(load * cfg.sweep_point_s))
     return dataclasses.replace(cfg, concurrency=1, rate_rps=load, num_requests=n, rounds=cfg.rounds or 1)
 
 
