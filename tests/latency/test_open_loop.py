@@ -121,3 +121,19 @@ def test_a_request_that_waited_for_a_worker_is_flagged() -> None:
     o = summarize_open_loop(s, cfg, DispatchRecord(max_in_flight=1))
     assert o.load_generator_behind and o.waited_for_worker == 1
     assert "1 request(s) were due while every worker was busy (max in flight 1)" in (o.reason or "")
+
+
+def test_open_loop_throughput_counts_a_block_as_k_gaps_of_its_schedule_not_k_minus_one() -> None:
+    from zgtool.latency.analysis import measured_duration_s
+
+    # two blocks of 5 sends at 20 req/s (0.05 s apart), each answered in 2 ms: 10 requests over 0.5 s
+    samples = []
+    for rnd, t0 in ((0, 0.0), (1, 1.0)):
+        for k in range(5):
+            due = t0 + 0.05 * k
+            samples.append(RequestSample(index=len(samples), worker=0, round=rnd, ok=True, start_s=due + 0.0003,
+                                         total_ms=2.0, scheduled_s=due))
+    assert measured_duration_s(samples) == pytest.approx(0.5, abs=0.002)
+    closed = [RequestSample(index=s.index, worker=0, round=s.round, ok=True, start_s=s.start_s, total_ms=2.0)
+              for s in samples]
+    assert measured_duration_s(closed) == pytest.approx(2 * (0.2 + 0.002), abs=1e-9)   # first start -> last end

@@ -243,13 +243,26 @@ def _difference(phase: str, base: str, cand: str, d: Difference, base_median_ms:
 
 
 def measured_duration_s(samples: Sequence[RequestSample]) -> float:
-    """Wall time of a target's measured blocks: per round, first request start -> last request end."""
+    """Wall time of a target's measured blocks: per round, first request start -> last request end.
+
+    Open loop (samples with a scheduled send): a block of k sends spans k mean gaps of its schedule,
+    not k - 1, so a short block at rate R does not read as more than R req/s."""
     spans: dict[int, tuple[float, float]] = {}
+    due: dict[int, list[float]] = {}
     for s in samples:
         end = s.start_s + (s.total_ms or 0.0) / 1000.0
         lo, hi = spans.get(s.round, (s.start_s, end))
         spans[s.round] = (min(lo, s.start_s), max(hi, end))
-    return sum(hi - lo for lo, hi in spans.values())
+        if s.scheduled_s is not None:
+            due.setdefault(s.round, []).append(s.scheduled_s)
+    total = 0.0
+    for rnd, (lo, hi) in spans.items():
+        times = sorted(due.get(rnd, ()))
+        if len(times) > 1:
+            lo = min(lo, times[0])
+            hi = max(hi, times[-1] + (times[-1] - times[0]) / (len(times) - 1))
+        total += hi - lo
+    return total
 
 
 def _token_sum(values: Sequence[int | None]) -> int | None:
