@@ -46,6 +46,7 @@ const RATE = parseInt(__ENV.RATE || '10', 10);
 const POISSON = (__ENV.ARRIVALS || 'constant') === 'poisson';
 const TICKS = POISSON ? parseInt(__ENV.TICKS_PER_REQUEST || '20', 10) : 1;
 const DURATION = __ENV.DURATION || '30s';
+const REQUEST_TIMEOUT = __ENV.REQUEST_TIMEOUT || '60s';   // k6's per-request timeout (zgtool bench --timeout-s)
 const PRE_VUS = parseInt(__ENV.PRE_VUS || '10', 10);
 const MAX_VUS = parseInt(__ENV.MAX_VUS || '50', 10);
 const SEQUENTIAL = (__ENV.SEQUENTIAL || '1') !== '0';
@@ -130,7 +131,7 @@ export function hit() {
   const target = TARGETS[__ENV.TARGET];
   const body = BODIES.length > 1
     ? BODIES[exec.scenario.iterationInTest % BODIES.length][target.stream ? 1 : 0] : target.body;
-  const res = http.post(target.url, body, { headers: target.headers, timeout: '60s' });
+  const res = http.post(target.url, body, { headers: target.headers, timeout: REQUEST_TIMEOUT });
   const done = IS_OPENAI ? '[DONE]' : 'message_stop';
   check(res, {
     'status is 200': (r) => r.status === 200,

@@ -99,7 +99,7 @@ export function hit() {
   const elapsedS = (Date.now() - exec.scenario.startTime) / 1000 - WARMUP_S;
   const step = elapsedS < 0 ? 'warmup' : String(Math.min(RATES.length - 1, Math.floor(elapsedS / STEP_S)));
   const res = http.post(TARGETS[__ENV.TARGET].replace(/\/$/, '') + ENDPOINT, PAYLOAD,
-    { headers: Object.assign({}, HEADERS, HEADERS_BY_PATH[__ENV.TARGET] || {}), tags: { step }, timeout: '60s' });
+    { headers: Object.assign({}, HEADERS, HEADERS_BY_PATH[__ENV.TARGET] || {}), tags: { step }, timeout: __ENV.REQUEST_TIMEOUT || '60s' });
   check(res, { 'status is 200': (r) => r.status === 200 }, { step });
 }
 

@@ -53,8 +53,8 @@ def test_shared_options_have_the_shared_spelling(path: str) -> None:
 
 def test_requests_concurrency_and_output_are_spelled_alike_where_they_exist() -> None:
     assert {"-n", "-c", "-o", "-q", "--timeout-s", "--csv"} <= set(_options("latency-split"))
-    assert {"-n", "-c", "-o", "-q", "--csv"} <= set(_options("verify"))
-    assert {"-o", "-q", "--csv", "--otlp-endpoint"} <= set(_options("bench"))
+    assert {"-n", "-c", "-o", "-q", "--csv", "--timeout-s"} <= set(_options("verify"))
+    assert {"-o", "-q", "--csv", "--otlp-endpoint", "--timeout-s"} <= set(_options("bench"))
     assert {"-o", "--timeout-s", "-k"} <= set(_options("client ask"))
     assert {"-o", "--timeout-s", "-k"} <= set(_options("probe"))
     assert {"--timeout-s", "-o", "-k"} <= set(_options("defrag"))

@@ -27,6 +27,11 @@ def test_requests_max_tokens_and_concurrency_levels_shape_the_plan() -> None:
     assert plan.split_max_tokens == 32
 
 
+def test_timeout_s_reaches_every_stage_through_the_plan() -> None:
+    assert Plan.for_config(VerifyConfig()).timeout_s is None          # each stage keeps its own default
+    assert Plan.for_config(VerifyConfig(timeout_s=7.5)).timeout_s == 7.5
+
+
 def test_default_plan_keeps_its_sizes_and_quick_is_smaller() -> None:
     full, quick = Plan.for_config(VerifyConfig()), Plan.for_config(VerifyConfig(quick=True))
     assert [s.num_requests for s in full.splits] == [32, 32, 48, 48]
@@ -39,7 +44,8 @@ def test_prompt_is_a_preset_name_or_the_text_itself() -> None:
 
 
 @pytest.mark.parametrize("kw", [{"requests": 2}, {"max_tokens": 0}, {"concurrency": ()}, {"concurrency": (0,)},
-                                {"prompt": "  "}, {"slo": ("ttft=5",)}, {"slo": ("e2e:-1",)}, {"dtype": "int4"}])
+                                {"prompt": "  "}, {"slo": ("ttft=5",)}, {"slo": ("e2e:-1",)}, {"dtype": "int4"},
+                                {"timeout_s": 0}, {"timeout_s": -3}])
 def test_bad_options_are_usage_errors(kw: dict) -> None:
     with pytest.raises(UsageError):
         VerifyConfig(**kw)

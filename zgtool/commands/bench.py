@@ -86,6 +86,7 @@ def register(app: typer.Typer) -> None:
         run_dir: Path | None = typer.Option(None, "--run-dir", help="Keep k6's summary and log here."),
         no_progress: bool = typer.Option(False, "--no-progress", hidden=True, help="Old name of --quiet."),
         quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bar."),
+        timeout_s: float = typer.Option(60.0, "--timeout-s", help="Per-request timeout, seconds (k6's timeout)."),
         csv_dir: Path | None = typer.Option(None, "--csv", metavar="DIR", help="Also write the result's tables "
                                             "as CSV files into DIR."),
         otlp_endpoint: str | None = typer.Option(None, "--otlp-endpoint", metavar="URL", help="Export "
@@ -120,7 +121,8 @@ def register(app: typer.Typer) -> None:
         if k8s is not None:
             cfg_k = BenchConfig(rate_rps=rate, duration_s=parse_duration_s(duration), pre_allocated_vus=pre_vus,
                                 max_vus=max_vus, scenarios=tuple(x.strip() for x in scenarios.split(",") if x.strip()),
-                                sequential=not together, api=api, payload=payload, arrivals=arrivals)
+                                sequential=not together, api=api, payload=payload, arrivals=arrivals,
+                                request_timeout_s=timeout_s)
             write_k8s(cfg_k, direct, gateway, config, k8s, k8s_out)
             return
         k6_path = _find_k6(k6)
@@ -140,12 +142,13 @@ def register(app: typer.Typer) -> None:
                                                                                         what="--ttft-at-knee")
             cfg = RampConfig(rates=parse_rates(rates), step_s=parse_duration_s(step, what="--step"), warmup_s=warmup_s,
                              pre_allocated_vus=pre_vus, max_vus=max(max_vus, pre_vus), api=api, arrivals=arrivals,
-                             ttft_at_knee_s=ttft_s)
+                             ttft_at_knee_s=ttft_s, request_timeout_s=timeout_s)
             run_ramp_command(cfg, opts)
         else:
             cfg_b = BenchConfig(rate_rps=rate, duration_s=parse_duration_s(duration), pre_allocated_vus=pre_vus,
                                 max_vus=max_vus, scenarios=tuple(s.strip() for s in scenarios.split(",") if s.strip()),
-                                sequential=not together, api=api, payload=payload, arrivals=arrivals)
+                                sequential=not together, api=api, payload=payload, arrivals=arrivals,
+                                request_timeout_s=timeout_s)
             run_bench_command(cfg_b, opts, seg)
 
 

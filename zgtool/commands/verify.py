@@ -71,6 +71,8 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "-q", "--quiet", help="No live spinner; the one line per finished "
                                    "stage stays."),
         no_k6: bool = typer.Option(False, "--no-k6", help="Skip the k6 load stage."),
+        timeout_s: float | None = typer.Option(None, "--timeout-s", help="Per-request timeout of every stage, "
+                                               "seconds (default: probes 10, latency-split 30, k6 60)."),
         gateway: str = typer.Option("stack", "--gateway", help="nginx | pygw | stack (nginx -> pygw) | haproxy | caddy | litellm | varnish | squid."),
         policy: Path | None = typer.Option(None, "--policy", help="Gate policy TOML (default: the shipped one)."),
         fail_on_gate: bool = typer.Option(False, "--fail-on-gate", help="Exit 1 when a gate check is breached."),
@@ -88,7 +90,7 @@ def register(app: typer.Typer) -> None:
         cfg = VerifyConfig(model=model, quick=quick, out_dir=out, k6=not no_k6, gateway=gateway, policy=policy,
                            fail_on_gate=fail_on_gate, dtype=dtype, num_threads=num_threads, requests=requests,
                            max_tokens=max_tokens, concurrency=_levels(concurrency), prompt=prompt, slo=tuple(slo),
-                           dataset=dataset)
+                           dataset=dataset, timeout_s=timeout_s)
         if csv_dir is not None and csv_dir.exists() and not csv_dir.is_dir():
             from zgtool.errors import UsageError
 

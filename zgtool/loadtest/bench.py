@@ -53,6 +53,7 @@ def bench_env(config: BenchConfig, direct: Target, gateway: Target | None, paylo
         "SEQUENTIAL": "1" if config.sequential else "0",
         # keys travel in the environment, never on k6's command line
         "ARRIVALS": config.arrivals,
+        "REQUEST_TIMEOUT": k6_duration(config.request_timeout_s),
         "DIRECT_HEADERS": _headers_json(direct),
         "GATEWAY_HEADERS": _headers_json(gateway) if gateway else "{}",
     }
@@ -150,6 +151,7 @@ def run_ramp(config: RampConfig, targets: dict[str, Target], *, k6: Path, run_di
         "PAYLOAD": str(scripts.payload(config.api).resolve()),
         "STREAM": "1" if config.stream else "0",
         "ARRIVALS": config.arrivals,
+        "REQUEST_TIMEOUT": k6_duration(config.request_timeout_s),
         "PRE_VUS": str(config.pre_allocated_vus),
         "MAX_VUS": str(config.max_vus),
         "HEADERS_BY_PATH": json.dumps({name: t.auth_headers() for name, t in targets.items()}),

@@ -13,6 +13,11 @@ APIS = ("anthropic", "openai")
 ARRIVALS = ("constant", "poisson")   # evenly spaced starts, or Poisson (k6 scripts: Bernoulli thinning)
 
 
+def _check_timeout(value: float) -> None:
+    if not 0 < value < float("inf"):
+        raise UsageError(f"--timeout-s must be a positive number of seconds, not {value:g}")
+
+
 def _check_arrivals(value: str) -> None:
     if value not in ARRIVALS:
         raise UsageError(f"--arrivals must be one of {', '.join(ARRIVALS)}, not {value!r}")
@@ -57,9 +62,11 @@ class BenchConfig:
     api: str = "anthropic"
     payload: Path | None = None  # default: k6/payloads/<api>.json
     arrivals: str = "constant"
+    request_timeout_s: float = 60.0  # k6's per-request timeout
 
     def __post_init__(self) -> None:
         _check_arrivals(self.arrivals)
+        _check_timeout(self.request_timeout_s)
         if self.rate_rps < 1:
             raise UsageError("--rate must be at least 1 request/s")
         if self.duration_s <= 0:
@@ -95,9 +102,11 @@ class RampConfig:
     knee_factor: float = 2.0
     arrivals: str = "constant"
     ttft_at_knee_s: float = 0.0  # > 0: measure streaming TTFT with zgtool's client at the knee for this long
+    request_timeout_s: float = 60.0  # k6's per-request timeout
 
     def __post_init__(self) -> None:
         _check_arrivals(self.arrivals)
+        _check_timeout(self.request_timeout_s)
         if self.ttft_at_knee_s < 0:
             raise UsageError("--ttft-at-knee must be >= 0 seconds")
         if not self.rates or any(r < 1 for r in self.rates):

@@ -37,6 +37,7 @@ class VerifyConfig:
     prompt: str = "short"                # a preset (short, medium, long) or the prompt's text
     slo: tuple[str, ...] = ()            # goodput SLOs, vLLM form: ttft:MS tpot:MS e2e:MS
     dataset: str | None = None           # --dataset SPEC (zgtool.workload): prompts of latency-split and k6
+    timeout_s: float | None = None       # per request, every stage (None: probes 10 s, splits 30 s, k6 60 s)
 
     def workload(self) -> Workload | None:
         return dataset_workload(self.dataset, self.requests, self.max_tokens)
@@ -50,6 +51,8 @@ class VerifyConfig:
             raise UsageError(f"--concurrency needs levels >= 1 like 1,8, not {self.concurrency}")
         if not self.prompt.strip():
             raise UsageError("--prompt is empty")
+        if self.timeout_s is not None and not 0 < self.timeout_s < float("inf"):
+            raise UsageError(f"--timeout-s must be a positive number of seconds, not {self.timeout_s:g}")
         from zgtool.latency.model import Slo
 
         Slo.parse(list(self.slo))   # fails early on a malformed --slo
@@ -104,6 +107,7 @@ class Plan:
     cache_requests: int
     sample_interval_s: float
     dataset: str | None = None           # VerifyConfig.dataset, for the latency-split and k6 stages
+    timeout_s: float | None = None       # VerifyConfig.timeout_s: every stage's per-request timeout
 
     @classmethod
     def for_config(cls, cfg: VerifyConfig) -> Plan:
@@ -118,7 +122,8 @@ class Plan:
         return cls(splits=splits, split_max_tokens=cfg.max_tokens or 8, split_warmup=1 if cfg.quick else 2,
                    split_rounds=0, probe_max_tokens=16 if cfg.quick else 32,
                    k6_rate_rps=4, k6_duration_s=3.0 if cfg.quick else 8.0, k6_max_tokens=8,
-                   cache_requests=4 if cfg.quick else 8, sample_interval_s=0.5, dataset=cfg.dataset)
+                   cache_requests=4 if cfg.quick else 8, sample_interval_s=0.5, dataset=cfg.dataset,
+                   timeout_s=cfg.timeout_s)
 
 
 @dataclass

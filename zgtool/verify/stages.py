@@ -20,7 +20,7 @@ CACHE_PROMPT = "Say hello in one short sentence."
 def probe_path(target: Target, plan: Plan) -> dict[str, Any]:
     from zgtool.probes.combined import probe_all
 
-    data = probe_all(target, timeout_s=10.0, max_tokens=plan.probe_max_tokens)
+    data = probe_all(target, timeout_s=plan.timeout_s or 10.0, max_tokens=plan.probe_max_tokens)
     return make_result("probe.all", data, target=target.public(),
                        command=f"zgtool probe --target {target.url} --max-tokens {plan.probe_max_tokens}")
 
@@ -48,7 +48,7 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
                       stream=run.stream, prompt=text, prompt_name=name, max_tokens=plan.split_max_tokens,
                       rounds=plan.split_rounds, slo=Slo.parse(list(vcfg.slo)), quick=vcfg.quick,
                       family_size=len(plan.splits),   # the verdict picks among every configuration
-                      workload=vcfg.workload())
+                      workload=vcfg.workload(), timeout_s=plan.timeout_s or 30.0)
     cpu = CpuWatch(cpu_groups) if cpu_groups and available() else None
     from zgtool.workload.split import watch_split
 
@@ -67,7 +67,8 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
     command = (f"zgtool latency-split {urls} -n {run.num_requests} -c {run.concurrency} "
                f"--{'stream' if run.stream else 'no-stream'} --max-tokens {plan.split_max_tokens} "
                f"--warmup {plan.split_warmup} --rounds {cfg.effective_rounds}{prompt}{slo}"
-               + (f" --dataset '{plan.dataset}'" if plan.dataset else ""))
+               + (f" --dataset '{plan.dataset}'" if plan.dataset else "")
+               + (f" --timeout-s {plan.timeout_s:g}" if plan.timeout_s else ""))
     data = result_data(res)
     if pwatch is not None:
         data["prefix_cache"] = pwatch.result()
@@ -94,10 +95,11 @@ def k6_bench(direct: Target, gateway: Target, plan: Plan, run_dir: Path) -> dict
         assert wl is not None
         payload = write_payload(wl, "anthropic", run_dir)    # BenchConfig's default API, as below
     cfg = BenchConfig(rate_rps=plan.k6_rate_rps, duration_s=plan.k6_duration_s, pre_allocated_vus=8,
-                      max_vus=32, payload=payload)
+                      max_vus=32, payload=payload, request_timeout_s=plan.timeout_s or 60.0)
     data = run_bench(cfg, direct=direct, gateway=gateway, k6=k6, run_dir=run_dir, progress=False)
     command = (f"zgtool bench --direct {direct.url} --gateway {gateway.url} --rate {plan.k6_rate_rps} "
-               f"--duration {plan.k6_duration_s:g}s --payload {payload}")
+               f"--duration {plan.k6_duration_s:g}s --payload {payload}"
+               + (f" --timeout-s {plan.timeout_s:g}" if plan.timeout_s else ""))
     return make_result("bench.k6", data, target=direct.public(), command=command)
 
 
@@ -119,7 +121,7 @@ def cache_check(gateway: Target, plan: Plan) -> dict[str, Any]:
             "messages": [{"role": "user", "content": CACHE_PROMPT}]}
     seen: list[str | None] = []
     lookup_ms: list[float] = []
-    with httpx.Client(timeout=30.0, headers=gateway.auth_headers()) as client:
+    with httpx.Client(timeout=plan.timeout_s or 30.0, headers=gateway.auth_headers()) as client:
         for _ in range(plan.cache_requests):
             resp = client.post(gateway.base_url + "/v1/messages", json=body)
             seen.append(resp.headers.get("x-cache"))
