@@ -265,3 +265,20 @@ def test_each_chart_is_drawn_for_wide_and_narrow_screens_with_fewer_ticks_when_n
     wide, narrow = re.match(r'<div class="cw">(.*)</div><div class="cn">(.*)</div>$', html).groups()
     assert 'viewBox="0 0 620 ' in wide and f'viewBox="0 0 {svg.NARROW_WIDTH} ' in narrow
     assert narrow.count('class="tick"') < wide.count('class="tick"')
+
+
+def test_throughput_section_shows_each_paths_prefix_cache_hit_rate_when_it_was_read(data_dir: Path,
+                                                                                    tmp_path: Path) -> None:
+    doc = json.loads((data_dir / "split" / "latency_split-slo.json").read_text())
+    names = [t["name"] for t in doc["data"]["targets"]]
+    doc["data"]["prefix_cache"] = [
+        {"url": "http://127.0.0.1:1/metrics", "source": "zgtool", "hit_tokens": 1300.0, "query_tokens": 2000.0,
+         "targets": {names[0]: {"hit_tokens": 1184.0, "query_tokens": 1536.0},
+                     names[1]: {"hit_tokens": 116.0, "query_tokens": 464.0}}}]
+    rec = tmp_path / "latency_split-prefix.json"
+    rec.write_text(json.dumps(doc))
+    html = section(render_files([rec], title="prefix"), "throughput")
+    assert "<th>prefix-cache hits</th>" in html
+    assert "77.1% (1,184 of 1,536 tokens)" in html and "25.0% (116 of 464 tokens)" in html
+    plain = section(render_files([data_dir / "split" / "latency_split-slo.json"], title="slo"), "throughput")
+    assert "prefix-cache hits" not in plain       # not read: no column of dashes

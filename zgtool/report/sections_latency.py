@@ -180,8 +180,10 @@ def throughput_section(rs: ResultSet) -> Section:
     if not found:
         sec.missing = missing_reason(rs, "latency_split", "latency")
         return sec
+    hits_read = any((r.get("data") or {}).get("prefix_cache") for r in found)
     head = ("<tr><th>config</th><th>path</th><th>req/s</th><th>output tok/s</th><th>tokens in / out</th>"
-            "<th>goodput req/s</th><th>CPU ms per request</th></tr>")
+            "<th>goodput req/s</th>" + ("<th>prefix-cache hits</th>" if hits_read else "")
+            + "<th>CPU ms per request</th></tr>")
     body, slos = [], set()
     for r in found:
         d = r.get("data") or {}
@@ -198,15 +200,32 @@ def throughput_section(rs: ResultSet) -> Section:
                         f"<td class=num>{_num(tp.get('request_rps'), '{:.2f}')}</td>"
                         f"<td class=num>{_num(tp.get('output_tok_s'))}</td>"
                         f"<td class=num>{_num(tp.get('input_tokens'), '{:d}')} / {_num(tp.get('output_tokens'), '{:d}')}</td>"
-                        f"<td class=num>{good}</td><td>{cpu}</td></tr>")
+                        f"<td class=num>{good}</td>"
+                        + (f"<td class=num>{prefix_hits(d, t['name'])}</td>" if hits_read else "")
+                        + f"<td>{cpu}</td></tr>")
     note = ('<p class="note">req/s and output tok/s: ok requests and their output tokens over the wall time of each '
             "path's measured blocks (closed loop, so they reflect the configured concurrency, not a capacity). "
             "Goodput: requests per second that met every SLO target"
             + (f" ({escape('; '.join(sorted(slos)))})" if slos else " (none set: pass --slo ttft:MS tpot:MS e2e:MS)")
+            + (". Prefix-cache hits: the engine's own counters (zgtool's zg_prefix_cache_*, vLLM's "
+               "prefix_cache_hits/queries) read around each path's blocks: prompt tokens served from the cache"
+               if hits_read else "")
             + ". CPU: the CPU time of each local process group while the path was measured, per request "
             "(on one host a gateway's CPU is taken from the engine).</p>")
     sec.body = note + f'<table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
     return sec
+
+
+def prefix_hits(data: dict[str, Any], name: str) -> str:
+    """`77.1% (1,184 of 1,536 tokens)`: a path's prefix-cache hit rate summed over the engines read."""
+    hits = queries = 0.0
+    for engine in data.get("prefix_cache") or []:
+        per = (engine.get("targets") or {}).get(name) or {}
+        hits += float(per.get("hit_tokens") or 0.0)
+        queries += float(per.get("query_tokens") or 0.0)
+    if queries <= 0:
+        return "–"
+    return f"{hits / queries:.1%} ({hits:,.0f} of {queries:,.0f} tokens)"
 
 
 def _per_target_values(r: dict[str, Any], metric: str) -> list[tuple[str, list[float]]]:
