@@ -3,7 +3,7 @@
     .venv/bin/python bench/verdict_calibration.py [--reps 3] [--models null,dummy:small] [--delays 0.5,2,10]
                                                   [--n1 24] [--n8 32] [--no-wire]
 
-Per engine (`zgtool serve --model null` and dummy:small), real hops of bench/delayhop.py in front of it:
+Per engine (`zgtool serve --model null` and dummy:small), real hops of bench/peerlib/delayhop.py in front of it:
 two with no delay (hop0a, hop0b), and per delay D one holding the request D ms ("head": every figure
 late by D) and one holding the response head and every body frame D ms ("chunk": TTFB late by D).
 Each repetition runs every cell once, in a shuffled order: {whole answer, stream} x {c=1, c=8} x
@@ -53,7 +53,7 @@ from zgtool.latency.runner import measure_targets
 from zgtool.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
-HOP = ROOT / "bench" / "delayhop.py"
+HOP = ROOT / "bench" / "peerlib" / "delayhop.py"
 # what a verdict headlines: the time outside the engine (the total only where that is unknown) and, on
 # streams, TTFT
 HEADLINE = ("outside_engine_ms", "ttft_ms")

@@ -1,6 +1,6 @@
 """A tiny real HTTP/1.1 hop that injects a known delay (bench/verdict_calibration.py's gateway).
 
-    python bench/delayhop.py --upstream 127.0.0.1:PORT --delay-ms 2 --mode head|chunk
+    python bench/peerlib/delayhop.py --upstream 127.0.0.1:PORT --delay-ms 2 --mode head|chunk
 
 Binds 127.0.0.1 port 0 and prints "PORT <n>". Keep-alive, one upstream connection per client
 connection; request bodies framed by Content-Length, responses by Content-Length or chunked
