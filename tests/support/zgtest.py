@@ -6,6 +6,7 @@ tests/conftest.py puts this folder on sys.path, so tests import it as `zgtest`.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -58,3 +59,15 @@ def wait_port(port: int, timeout_s: float = 10.0, host: str = "127.0.0.1") -> No
     """Returns once something accepts connections on host:port."""
     if not poll(lambda: port_open(port, host), timeout_s, 0.02):
         raise RuntimeError(f"nothing listens on {host}:{port} after {timeout_s} s")
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM (a server drains), SIGKILL what is left after grace_s; always reaped."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

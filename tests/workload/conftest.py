@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -16,13 +14,9 @@ from pathlib import Path
 
 import pytest
 from workload_helpers import Listener
-from zgtest import wait_until
+from zgtest import stop_process, wait_until
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from zgtool.http.net import free_port
 
 
 def _healthy(url: str) -> bool:
@@ -37,7 +31,7 @@ def _healthy(url: str) -> bool:
 
 @contextlib.contextmanager
 def _serve(log: Path, *args: str) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     with log.open("wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--host", "127.0.0.1", "--port", str(port),
                                  *args], stdout=fh, stderr=subprocess.STDOUT,
@@ -49,13 +43,7 @@ def _serve(log: Path, *args: str) -> Iterator[str]:
             raise RuntimeError(f"zgtool serve exited {proc.returncode}:\n{log.read_text()}")
         yield url
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        stop_process(proc)
 
 
 @pytest.fixture(scope="module")
