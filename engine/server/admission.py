@@ -55,6 +55,7 @@ class Principal:
     tier: Tier | None
     is_admin: bool
     state: KeyState
+    is_gateway: bool = False     # a gateway's key (keys.toml gateway = true): it names its client's key
 
 
 
@@ -86,7 +87,7 @@ class Admission:
         if found is None:
             return Principal("admin", None, True, self._states.setdefault("\0admin", KeyState()))
         return Principal(found.name, self.keys.tiers[found.tier], is_admin,
-                         self._states.setdefault(found.name, KeyState()))
+                         self._states.setdefault(found.name, KeyState()), found.gateway)
 
     def update_load(self, stats: dict[str, Any], now: float) -> None:
         """Halve tier caps while load stays > 0.9; restore after it stays below for hold_s."""

@@ -240,14 +240,18 @@ def _admit(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, prompt: l
 def _tenant(ctx: Ctx, adm: Any) -> str | None:
     """Whose request this is, for the fair scheduler: the API key's name; behind a gateway that
     authenticates its own clients (pygw), the client key it names in x-zgtool-tenant. The header is
-    believed only where it cannot take a seat from someone else's key: an open engine (no keys, so
-    nothing to impersonate) or a request with the admin key."""
+    believed only from a gateway key (keys.toml ``gateway = true``: the stack's per-run key) or an
+    admin key, so a client that sends it itself gains nothing: on a keyed engine its own key is
+    its tenant, on an open one every request shares one tenant."""
     principal = ctx.principal
     assert principal is not None
-    named = ctx.headers.get(b"x-zgtool-tenant")
-    if named and (adm.open or principal.is_admin):
-        return "gw:" + named.decode("latin-1")[:128]
-    return None if adm.open else principal.name
+    if adm.open:
+        return None
+    if principal.is_gateway or principal.is_admin:
+        named = ctx.headers.get(b"x-zgtool-tenant")
+        if named:
+            return named.decode("latin-1")[:128]
+    return principal.name
 
 
 def _finished(app: ServerApp, ctx: Ctx, stream: Any, flight: Flight) -> None:

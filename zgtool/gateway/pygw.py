@@ -278,7 +278,8 @@ class Gateway:
         body = await read_body(receive, self.cfg.max_body_bytes, _header(scope, b"content-length"))
         timer.last = time.perf_counter()  # reading the body counts in gw_total only
         ident, pol = self._who(scope)
-        scope["zg_tenant"] = ident      # forwarded as x-zgtool-tenant: the engine shares seats by client key
+        if not self.cfg.keys.open:      # forwarded as x-zgtool-tenant: the engine shares seats by client key
+            scope["zg_tenant"] = ident  # (an open gateway knows no client keys, only what was presented)
         timer.mark("gw_auth")
         rl_headers = await self._admit(ident, pol)
         timer.mark("gw_ratelimit")

@@ -5,7 +5,9 @@ supervisor starts the engine with a keys file derived from F: the same tiers, ke
 SHA-256 digests) and admin keys, plus a random per-run key in an unlimited tier that only
 pygw holds (handed over in an environment variable, never written in clear). pygw
 enforces the tiers for everything it forwards (sent with the internal key, so the engine
-does not count those requests a second time), and passes an admin's own key through on
+does not count those requests a second time; the key is marked ``gateway = true``, so the engine
+believes the client key pygw names in x-zgtool-tenant and shares its seats per client key exactly
+as on its own port), and passes an admin's own key through on
 /admin/*; a client that goes to the engine port directly meets the same tiers there.
 
 The file holds the admin keys as given in F, so it is written 0600 and removed as soon
@@ -43,9 +45,11 @@ def engine_keys_toml(keys_file: Path, internal_key: str) -> str:
         out += [f"{f} = {getattr(tier, f)}" for f in TIER_FIELDS]
         out.append("")
     out += [f"[tiers.{_q(INTERNAL_TIER)}]", ""]  # every limit 0: unlimited (pygw enforces the tiers)
-    for key in cfg.keys:
+    for key in cfg.keys:    # client keys: never gateway keys here, whatever F says
         out += ["[[keys]]", f"name = {_q(key.name)}", f"tier = {_q(key.tier)}", f"sha256 = {_q(key.digest.hex())}", ""]
-    out += ["[[keys]]", f"name = {_q(INTERNAL_TIER)}", f"tier = {_q(INTERNAL_TIER)}", f"sha256 = {_q(digest(internal_key).hex())}", ""]
+    # the one gateway key: the engine believes the client key pygw names in x-zgtool-tenant from it alone
+    out += ["[[keys]]", f"name = {_q(INTERNAL_TIER)}", f"tier = {_q(INTERNAL_TIER)}",
+            f"sha256 = {_q(digest(internal_key).hex())}", "gateway = true", ""]
     admin = [k for k in (doc.get("admin") or {}).get("keys", []) if isinstance(k, str) and k]
     if admin:
         out += ["[admin]", "keys = [" + ", ".join(_q(k) for k in admin) + "]", ""]

@@ -3,7 +3,7 @@
 Format (examples/keys.toml)::
 
     [tiers.<name>]      max_concurrent, requests_per_min, tokens_per_min, burst (0 = unlimited / derived)
-    [[keys]]            name, tier, key = "..." | sha256 = "<64 hex>"
+    [[keys]]            name, tier, key = "..." | sha256 = "<64 hex>", gateway = true|false
     [admin]             keys = ["..."]        (admin keys may call /admin/*)
     [metrics]           require_key = true    (GET /metrics needs any configured key, bearer)
     [upstream]          api_key_env = "VAR"   (a gateway's key towards its upstream)
@@ -73,6 +73,9 @@ class ApiKey:
     name: str
     tier: str
     digest: bytes = field(repr=False)
+    # a gateway's own key towards the engine: the engine believes the client key it names in
+    # x-zgtool-tenant (seats are shared per client key behind it); never give one to a client
+    gateway: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,10 @@ def parse_keys(doc: dict[str, Any], where: str) -> KeysConfig:
                     raise ConfigError(f"keys file {where}: key {name!r} uses tier {tier!r}, "
                                      "which is not defined in [tiers]")
                 tiers["default"] = Tier("default")
-            keys.append(ApiKey(name=name, tier=tier, digest=_key_digest(entry, f"key {name!r}")))
+            gateway = entry.get("gateway", False)
+            if not isinstance(gateway, bool):
+                raise ConfigError(f"keys file {where}: key {name!r}: gateway must be true or false")
+            keys.append(ApiKey(name=name, tier=tier, digest=_key_digest(entry, f"key {name!r}"), gateway=gateway))
     else:
         raise ConfigError(f"keys file {where}: keys must be [[keys]] entries")
     admin = doc.get("admin") or {}
