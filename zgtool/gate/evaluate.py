@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from zgtool.errors import UsageError
+from zgtool.gate.derived import with_derived
 from zgtool.gate.expr import MissingField
 from zgtool.gate.fields import lookup, matching_leaves
 from zgtool.gate.policy import GATE, MEASUREMENT, Policy, PolicyError, PolicyRule, RegressionSpec
@@ -37,6 +39,7 @@ class GateRow:
     detail: str = ""
     group: str = "rule"  # rule | regression | paired | health
     category: str = GATE  # GATE: a breach fails the gate; MEASUREMENT: the run cannot be judged
+    why: str = ""  # the outcome in words ("+3.9 ms, n.s.: interval [-0.4, +8.2] contains 0")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,11 @@ class GateReport:
     @property
     def passed(self) -> bool:
         return not any(r.status == FAIL for r in self.rows)
+
+    @property
+    def applied(self) -> list[GateRow]:
+        """The checks that judged something (passed or failed), beside the run's own health."""
+        return [r for r in self.rows if r.status in (PASS, FAIL) and r.group != "health"]
 
     @property
     def verdict(self) -> str:
@@ -88,8 +96,9 @@ def evaluate_rules(policy: Policy, results: list[LoadedResult]) -> list[GateRow]
 
 def _evaluate_one(policy: Policy, prule: PolicyRule, res: LoadedResult) -> GateRow:
     rule = prule.rule
+    result = with_derived(res.result)
     try:
-        holds, values = rule.evaluate(lambda name: lookup(res.result, name))
+        holds, values = rule.evaluate(lambda name: lookup(result, name))
     except MissingField as exc:
         if prule.skip_missing:
             return GateRow(prule.name, rule.text, res.label, SKIP, rule.sides(), rule.ops,
@@ -102,7 +111,31 @@ def _evaluate_one(policy: Policy, prule: PolicyRule, res: LoadedResult) -> GateR
     if any(math.isnan(v) for v in values):
         holds = False  # NaN compares false both ways; never let it pass silently
     return GateRow(prule.name, rule.text, res.label, PASS if holds else FAIL, rule.sides(), rule.ops, values,
-                   category=prule.category)
+                   category=prule.category, why=rule_why(rule.sides(), rule.ops, values, holds))
+
+
+def _num(v: float) -> str:
+    if math.isinf(v) or math.isnan(v):
+        return str(v)
+    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+        return f"{v:.4g}"
+    return f"{v:,.4f}".rstrip("0").rstrip(".")
+
+
+def rule_why(sides: tuple[str, ...], ops: tuple[str, ...], values: tuple[float, ...], holds: bool) -> str:
+    """'failure_rate is 0, so failure_rate < 0.01 holds' / '... is 0.05, so ... does not hold'."""
+    named = [f"{side} is {_num(v)}" for side, v in zip(sides, values, strict=False)
+             if not _is_literal(side)]
+    chain = " ".join([_num(values[0]), *(f"{op} {_num(v)}" for op, v in zip(ops, values[1:], strict=False))])
+    return f"{', '.join(named) or 'measured'}: {chain} {'holds' if holds else 'does not hold'}"
+
+
+def _is_literal(side: str) -> bool:
+    try:
+        float(side)
+    except ValueError:
+        return False
+    return True
 
 
 def evaluate_regression(
@@ -144,9 +177,13 @@ def evaluate_regression(
             detail = f"{(value / base - 1):+.1%} vs baseline {base:.4g} (max +{pct})" if base else ""
             if value > limit and not breached:
                 detail += f", within noise floor {spec.noise_floor:g}"
+            change = f"{(value / base - 1):+.1%}" if base else f"{value - base:+.4g}"
+            why = (f"{_num(value)} vs baseline {_num(base)} ({change}): "
+                   + ("over" if breached else "within") + f" the +{pct} allowance"
+                   + (f" or the {spec.noise_floor:g} noise floor" if value > limit and not breached else ""))
             rows.append(GateRow(name, check, res.label, FAIL if breached else PASS,
                                 (name, f"baseline * (1 + {pct})"), ("<=",), (value, limit), detail,
-                                group="regression"))
+                                group="regression", why=why))
     return rows
 
 
@@ -167,6 +204,14 @@ def _successes(res: LoadedResult) -> list[tuple[str, int, int]]:
     if res.kind == "latency_split":
         return [(str(t.get("name")), int(t.get("num_ok") or 0), int(t.get("num_ok") or 0) + int(t.get("num_error") or 0))
                 for t in data.get("targets") or [] if isinstance(t, dict)]
+    if res.kind == "latency_sweep":
+        per: dict[str, list[int]] = {}
+        for p in data.get("points") or []:
+            if isinstance(p, dict):
+                ok_total = per.setdefault(str(p.get("target")), [0, 0])
+                ok_total[0] += int(p.get("num_ok") or 0)
+                ok_total[1] += int(p.get("num_ok") or 0) + int(p.get("num_error") or 0)
+        return [(name, ok, total) for name, (ok, total) in per.items()]
     if res.kind.startswith("bench") and isinstance(data.get("requests"), int | float):
         total = int(data["requests"])
         return [("all scenarios", total - int(data.get("failures") or 0), total)]
@@ -179,11 +224,34 @@ def health_rows(results: list[LoadedResult]) -> list[GateRow]:
     for res in results:
         for what, ok, total in _successes(res):
             if ok == 0:
-                rows.append(GateRow("the run has successful requests", "successful requests > 0", res.label, FAIL,
+                said = f"every request failed on {what} (0 of {total} succeeded)" if total else \
+                    f"no request was sent to {what}"
+                rows.append(GateRow(said, "successful requests > 0", res.label, FAIL,
                                     ("successful requests",), (">",), (float(ok), 0.0),
                                     f"{what}: 0 of {total} requests succeeded", group="health",
-                                    category=MEASUREMENT))
+                                    category=MEASUREMENT, why="nothing was measured, so nothing can be judged"))
     return rows
+
+
+class NothingApplied(UsageError):
+    """No rule of the policy judged any of the results (exit 2 unless --allow-empty)."""
+
+
+def check_applied(report: GateReport, results: list[LoadedResult], *, allow_empty: bool) -> None:
+    """A gate that evaluated nothing must not read as a pass."""
+    if report.applied or allow_empty or report.verdict == UNRELIABLE:
+        return
+    kinds = ", ".join(sorted({f"{r.kind or 'unknown'}" for r in results})) or "none"
+    raise NothingApplied(
+        f"gate: no rule applied to this result (kind {kinds}; {report.policy}): every check was skipped, so "
+        "nothing was judged; write a rule for this kind of result (see zgtool/default_gates.toml) or pass "
+        "--allow-empty to accept it")
+
+
+def unreliable_message(report: GateReport) -> str:
+    """Why the run cannot be judged, in words: 'every request failed on A (0 of 40 succeeded)'."""
+    return "; ".join(r.rule if r.group == "health" else f"{r.rule} failed ({r.why or r.detail or r.result})"
+                     for r in report.unreliable_rows)
 
 
 def evaluate(

@@ -9,7 +9,8 @@ A segment matches a dict key exactly, or with '-' written as '_' (nginx_buffered
 "nginx-buffered"), or the "name"/"label"/"target" of an element of a list. Containers
 named summary/phases/stats/values may be skipped, so a latency_split result's
 data.targets[name=direct].phases[name=ttft_ms].summary.p50 reads as direct.ttft_ms.p50,
-and as plain ttft_ms.p50 when exactly one target has it.
+and as plain ttft_ms.p50 when exactly one target has it. In a list, `baseline` and `candidate`
+name the first and second member when none is called that (baseline.ttft_ms.p50 on any run).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from zgtool.gate.expr import MissingField
 GROUPS = ("scenarios", "targets", "paths", "summary")
 TRANSPARENT = ("summary", "phases", "stats", "values")
 _LIST_KEYS = ("name", "label", "target", "path")
+# a list of named members (latency_split targets) read by position when no member has the name:
+# the first target is the baseline, the second the candidate, whatever their URLs
+POSITIONS = {"baseline": 0, "candidate": 1}
 
 
 def roots(result: dict[str, Any]) -> list[Any]:
@@ -58,6 +62,9 @@ def _step(node: Any, segment: str) -> tuple[bool, Any]:
                     label = item.get(k)
                     if isinstance(label, str) and (label == segment or label.replace("-", "_") == segment):
                         return True, item
+        index = POSITIONS.get(segment)
+        if index is not None and index < len(node) and isinstance(node[index], dict):
+            return True, node[index]
     return False, None
 
 

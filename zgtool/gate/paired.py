@@ -78,12 +78,22 @@ def _row(spec: PairedSpec, res: LoadedResult, name: str, base: dict[str, Any], c
     if iv.lo is None or iv.hi is None:
         return GateRow(label, check, res.label, SKIP, group=GROUP, detail=f"too few samples ({iv.n})")
     breached = iv.lo > 0 and iv.estimate > threshold
-    if breached:
-        why = f"slower by {iv.estimate:+.3g} ms, interval [{iv.lo:+.3g}, {iv.hi:+.3g}] excludes 0"
-    elif iv.lo > 0:
-        why = f"significant but immaterial: {iv.estimate:+.3g} ms <= {threshold:.3g} ms"
-    else:
-        why = f"{iv.estimate:+.3g} ms, interval [{iv.lo:+.3g}, {iv.hi:+.3g}] contains 0 or lies below it"
+    why = paired_why(iv.estimate, iv.lo, iv.hi, threshold, breached)
     return GateRow(label, check, res.label, FAIL if breached else PASS, (f"{name} difference", "threshold"),
                    (">",), (iv.estimate, threshold),
-                   f"{why} ({each:.2%} confidence per comparison, {iv.rounds or 0} paired rounds)", group=GROUP)
+                   f"{each:.2%} confidence per comparison, {iv.rounds or 0} paired rounds; allowance "
+                   f"max({spec.material_ms:g} ms, {spec.material_ratio:.0%} of the baseline's median "
+                   f"{percentile(a, 50):.3g} ms)", group=GROUP, why=why)
+
+
+def paired_why(estimate: float, lo: float, hi: float, threshold: float, breached: bool) -> str:
+    """The outcome in words: '+3.9 ms, n.s.: interval [-0.4, +8.2] contains 0'."""
+    iv = f"interval [{lo:+.3g}, {hi:+.3g}]"
+    if breached:
+        return (f"{estimate:+.3g} ms slower, significant: {iv} excludes 0, and above the {threshold:.3g} ms "
+                "allowance")
+    if lo > 0:
+        return f"{estimate:+.3g} ms, significant but within the {threshold:.3g} ms allowance ({iv})"
+    if hi < 0:
+        return f"{estimate:+.3g} ms, faster: {iv} lies below 0"
+    return f"{estimate:+.3g} ms, n.s.: {iv} contains 0"

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from zgtool.gate.evaluate import FAIL, PASS, UNRELIABLE, GateReport, GateRow
+from zgtool.gate.evaluate import FAIL, PASS, UNRELIABLE, GateReport, GateRow, unreliable_message
 
 _STYLE = {PASS: "green", FAIL: "bold red", "skip": "yellow"}
 
@@ -48,14 +48,19 @@ def render_report(report: GateReport, console: Console) -> None:
     table.title_justify = "left"
     table.add_column("status", no_wrap=True, width=4)
     table.add_column("check", overflow="fold")
+    other_kinds: dict[str, int] = {}
     for row in report.rows:
+        if row.status == "skip" and row.result == "-" and row.detail.startswith("no result of kind"):
+            kind = row.detail.removeprefix("no result of kind ").strip("'")
+            other_kinds[kind] = other_kinds.get(kind, 0) + 1   # one line for them all, below
+            continue
         label = f"{row.rule} vs baseline" if row.group == "regression" else row.rule
         text = Text(label, style="bold")
         if row.category == "measurement":
             text.append(" (measurement health)", style="dim")
-        got = measured(row)
+        got = row.why or measured(row)
         if got:
-            text.append(f"  {got}")
+            text.append(f"\n{got}")
         text.append(f"\n{_short_path(row.result)}", style="dim")
         if row.check and row.check != row.rule:
             text.append(f" · {row.check}", style="dim")
@@ -63,10 +68,15 @@ def render_report(report: GateReport, console: Console) -> None:
             text.append(f"\n{row.detail}", style="yellow" if row.status == "skip" else "")
         table.add_row(Text(row.status.upper(), style=_STYLE[row.status]), text)
     console.print(table)
+    if other_kinds:
+        console.print("not for these results: " + ", ".join(f"{n} rule(s) for {k}" for k, n in other_kinds.items()),
+                      style="dim", highlight=False)
     c = report.counts
     verdict = {PASS: "[green]PASS[/green]", FAIL: "[bold red]FAIL[/bold red]",
                UNRELIABLE: "[bold yellow]UNRELIABLE MEASUREMENT[/bold yellow]"}[report.verdict]
-    console.print(f"{verdict}: {c.get(PASS, 0)} passed, {c.get(FAIL, 0)} failed, {c.get('skip', 0)} skipped")
+    if not report.applied and report.verdict == PASS:
+        verdict = "[bold yellow]NOTHING JUDGED[/bold yellow]"
+    console.print(f"{verdict}: {c.get(PASS, 0)} passed, {c.get(FAIL, 0)} failed, {c.get('skip', 0)} skipped",
+                  highlight=False)
     if report.verdict == UNRELIABLE:
-        console.print("the load generator's own checks failed, so this run cannot judge the system: "
-                      + "; ".join(r.rule for r in report.unreliable_rows))
+        console.print("this run cannot judge the system: " + unreliable_message(report), highlight=False)
