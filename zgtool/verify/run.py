@@ -275,6 +275,7 @@ def _watch_command(name: str, data: VerifyData) -> str:
 
 def _gate(runner: Runner, data: VerifyData, cfg: VerifyConfig, out_dir: Path, st: Stage) -> None:
     from zgtool.gate import LoadedResult, evaluate, load_policy
+    from zgtool.gate.evaluate import unreliable_message
     from zgtool.results import load_result
 
     files = [f for f in runner.files if f.startswith(("latency_split", "bench.k6"))]
@@ -283,15 +284,21 @@ def _gate(runner: Runner, data: VerifyData, cfg: VerifyConfig, out_dir: Path, st
     report = evaluate(policy, loaded)
     runner.write("gate", make_result("gate", report, command=f"zgtool gate {' '.join(files)}"), st)
     data.gate = {"passed": report.passed, "verdict": report.verdict, "counts": report.counts,
-                 "policy": report.policy,
-                 "failed": [f"{r.rule} ({r.result})" for r in report.rows if r.status == "fail"]}
+                 "policy": report.policy, "applied": len(report.applied),
+                 "failed": [f"{r.rule} ({r.result}: {r.why})" if r.why else f"{r.rule} ({r.result})"
+                            for r in report.rows if r.status == "fail"]}
     if report.breaches:
         st.status = "breached"
         st.reason = f"{len(report.breaches)} check(s) breached"
     elif report.verdict == "unreliable":
         # the load generator's own checks failed: the run cannot judge the system (exit 5 in `zgtool gate`)
         st.status = "unreliable"
-        st.reason = "the measurement is unreliable: " + "; ".join(r.rule for r in report.unreliable_rows)
+        st.reason = "the measurement is unreliable: " + unreliable_message(report)
+    elif not report.applied:
+        st.status = "breached"   # a gate that judged nothing is no pass (`zgtool gate` exits 2 on it)
+        st.reason = "no rule of the policy applied to this run's results: nothing was judged"
+        data.gate["passed"] = False
+        data.gate["failed"] = ["no rule applied"]
 
 
 def _verdict(data: VerifyData, out_dir: Path) -> None:
