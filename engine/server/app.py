@@ -25,6 +25,7 @@ from zgtool.engine.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from zgtool.engine.server.metrics import ServerMetrics
 from zgtool.engine.server.protocol import RESPOND
 from zgtool.engine.server.safety import SafetyPolicy
+from zgtool.engine.server.sse import KeepaliveTicker
 from zgtool.engine.server.tracing import SpanExporter, parse_traceparent, response_headers
 from zgtool.http.body import ClientGone, load_json_object, read_body
 from zgtool.http.errors import error_body
@@ -84,6 +85,8 @@ class ServerApp:
         # has nothing to be batched with and may take its first engine step at once
         self.request_tasks: set[Any] | None = None
         self.tracer: SpanExporter | None = None    # run.py: --otlp-endpoint
+        # a stream silent for --stream-keepalive-s gets a keepalive (sse.py)
+        self.keepalive = KeepaliveTicker(cfg.stream_keepalive_s, handlers.KEEPALIVE)
         self.created = int(time.time())
         from zgtool.engine.cpu_kernels import engine_status
 

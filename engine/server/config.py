@@ -33,6 +33,7 @@ class ServeConfig:
     max_header_bytes: int = 32 * 1024  # request line + headers; over it: 431 (nginx: 4 x 8 KiB buffers)
     max_headers: int = 100
     stream_interval: int = 1
+    stream_keepalive_s: float = 3.0    # a stream silent this long (queued, preempted) gets a keepalive
     grace_s: float = 10.0
     # TLS: "none" | "self-signed" | "files" (tls_cert + tls_key)
     tls: str = "none"
@@ -62,7 +63,8 @@ class ServeConfig:
             raise UsageError("--max-header-bytes must be >= 1024 and --max-headers >= 8")
         if self.metrics_require_key and self.keys is None:
             raise UsageError("--metrics-key needs --keys (the keys that may scrape /metrics)")
-        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "write_timeout_s", "grace_s"):
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "write_timeout_s", "grace_s",
+                     "stream_keepalive_s"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be > 0")
         if self.batch_window_ms < 0:

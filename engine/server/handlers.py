@@ -17,6 +17,7 @@ from zgtool.engine.api import openai as oai
 from zgtool.engine.api.common import ChatRequest
 from zgtool.engine.config import SamplingParams
 from zgtool.engine.errors import ContextLengthExceeded, ModelNotFound
+from zgtool.engine.outputs import RequestOutput
 from zgtool.engine.server import intake
 from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
@@ -25,10 +26,14 @@ from zgtool.engine.server.sse import TokenGrouper
 from zgtool.engine.server.tracing import make_span
 from zgtool.http.body import ClientGone, dumps, read_body
 from zgtool.http.errors import error_payload
-from zgtool.http.sse import SSE_HEADERS
+from zgtool.http.sse import SSE_HEADERS, comment
 
 if TYPE_CHECKING:
     from zgtool.engine.server.app import Ctx, ServerApp
+
+# What the keepalive ticker pushes into a silent stream (never a real output: compared by identity)
+KEEPALIVE = RequestOutput(request_id="", token_ids=[], text="")
+KEEPALIVE_COMMENT = comment("keepalive")      # the OpenAI route's keepalive (SDKs drop SSE comments)
 
 # Server-Timing of every answer: these parts in this order (app.SERVER_TIMING_FMT formats them)
 SERVER_TIMING_KEYS = ("queue", "prefill", "decode", "detok", "safety", "total")
@@ -369,19 +374,27 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
     group = TokenGrouper(app.cfg.stream_interval)
     hold = Holdback(filt) if filt is not None else None
     last = None
+    quiet = app.keepalive.open(stream, flight)     # a stream silent this long gets a KEEPALIVE
     async for out in stream:
+        if out is KEEPALIVE:    # queued, waiting, preempted or prefilling: tell the client it is held
+            if not flight.gone:
+                await send({"type": "http.response.body", "body": anth.PING if is_anth else KEEPALIVE_COMMENT,
+                            "more_body": True})
+            continue
         last = out
         if is_anth and not head:
             # After scheduling: the prefix-cache hit is known, so message_start's usage is true.
             head = anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids),
                                     stream.usage.cached_tokens)
             if not flight.gone:
+                quiet.sent = True
                 await send({"type": "http.response.body", "body": head, "more_body": True})
         if out.finished:
             break
         text = out.text if hold is None else hold.feed(out.text)
         text = group.add(text, len(out.token_ids))
         if text is not None and not flight.gone:
+            quiet.sent = True
             await send({"type": "http.response.body", "body": encode(text), "more_body": True})
     if flight.gone:
         return

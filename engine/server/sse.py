@@ -1,8 +1,12 @@
-"""Token grouping for streams (--stream-interval). SSE framing lives in zgtool.http.sse; the
-per-token event bytes are templates in the API modules (zgtool.engine.api.anthropic / openai).
+"""Token grouping for streams (--stream-interval) and keepalives (--stream-keepalive-s). SSE framing
+lives in zgtool.http.sse; the per-token event bytes are templates in the API modules
+(zgtool.engine.api.anthropic / openai).
 """
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 
 class TokenGrouper:
@@ -36,3 +40,58 @@ class TokenGrouper:
         self.tokens = 0
         self.sent_first = True
         return text
+
+
+# -- keepalives: no stream the server holds goes silent -----------------------------------------
+# While a stream waits for a seat, is preempted or prefills a long prompt it sends nothing; most
+# proxies and clients drop an idle stream after 5-60 s. A stream silent for the keepalive interval
+# gets one keepalive (Anthropic's `event: ping`, an SSE comment on the OpenAI route), written by its
+# own handler (a sentinel pushed into its output stream), so every send stays in the handler's order.
+
+KEEPALIVE_TICK_S = 0.5     # how often silence is checked: the longest silence is interval + this
+
+
+class SilenceWatch:
+    """What the keepalive ticker knows of one stream: whether it sent anything since the last tick."""
+
+    __slots__ = ("stream", "flight", "sent", "quiet_since")
+
+    def __init__(self, stream: Any, flight: Any, now: float) -> None:
+        self.stream = stream
+        self.flight = flight       # handlers.Flight: the watch ends when the request is done
+        self.sent = False
+        self.quiet_since = now
+
+
+class KeepaliveTicker:
+    """One loop timer for all streams of a server, running only while some stream is open: each
+    tick, a stream that sent nothing for ``interval_s`` gets ``sentinel`` pushed into its output."""
+
+    def __init__(self, interval_s: float, sentinel: object) -> None:
+        self.interval_s = interval_s
+        self.tick_s = min(KEEPALIVE_TICK_S, interval_s / 2)
+        self.sentinel = sentinel
+        self.watches: set[SilenceWatch] = set()
+        self._timer: Any = None
+        self._loop: Any = None
+
+    def open(self, stream: Any, flight: Any) -> SilenceWatch:
+        loop = self._loop = asyncio.get_running_loop()
+        w = SilenceWatch(stream, flight, loop.time())
+        self.watches.add(w)
+        if self._timer is None:
+            self._timer = loop.call_later(self.tick_s, self._tick)
+        return w
+
+    def _tick(self) -> None:
+        now = self._loop.time()
+        for w in list(self.watches):
+            if w.flight.done:
+                self.watches.discard(w)
+            elif w.sent:
+                w.sent = False
+                w.quiet_since = now
+            elif now - w.quiet_since >= self.interval_s - 1e-3:
+                w.quiet_since = now
+                w.stream.push(self.sentinel)
+        self._timer = self._loop.call_later(self.tick_s, self._tick) if self.watches else None

@@ -30,6 +30,7 @@ def serve(
     batch_window_ms: float = typer.Option(0.0, "--batch-window-ms", help="Wait this long to fill a step under bursty arrivals."),
     deterministic: bool = typer.Option(False, "--deterministic", help="Batch-invariant greedy output."),
     stream_interval: int = typer.Option(1, "--stream-interval", help="Tokens per SSE event (the first token is always sent alone)."),
+    stream_keepalive_s: float = typer.Option(3.0, "--stream-keepalive-s", help="A stream silent this long (queued, waiting, preempted) gets a keepalive: Anthropic `event: ping`, an SSE comment on the OpenAI route."),
     max_body_bytes: int = typer.Option(8 * 1024 * 1024, "--max-body-bytes", help="Larger bodies get 413 request_too_large."),
     header_timeout_s: float = typer.Option(10.0, "--header-timeout-s", help="Deadline for a request's headers (slowloris guard)."),
     body_timeout_s: float = typer.Option(30.0, "--body-timeout-s", help="Deadline for a request's body after its headers."),
@@ -65,7 +66,7 @@ def serve(
         model=model, host=host, port=port, device=device, dtype=dtype, max_model_len=max_model_len,
         max_num_seqs=max_num_seqs, max_waiting=max_waiting, kv_memory_mb=kv_memory_mb,
         batch_window_ms=batch_window_ms, deterministic=deterministic, num_threads=num_threads,
-        stream_interval=stream_interval,
+        stream_interval=stream_interval, stream_keepalive_s=stream_keepalive_s,
         max_body_bytes=max_body_bytes, header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s,
         keep_alive_s=keep_alive_s, grace_s=grace_s, tls=tls, tls_cert=tls_cert, tls_key=tls_key,
         write_timeout_s=write_timeout_s, max_header_bytes=max_header_bytes, max_headers=max_headers,
@@ -110,7 +111,8 @@ def _engine_args(cfg: object) -> tuple[str, ...]:
                        ("max_num_seqs", "--max-num-seqs"), ("max_waiting", "--max-waiting"),
                        ("kv_memory_mb", "--kv-memory-mb"), ("batch_window_ms", "--batch-window-ms"),
                        ("num_threads", "--num-threads"),
-                       ("stream_interval", "--stream-interval"), ("max_body_bytes", "--max-body-bytes"),
+                       ("stream_interval", "--stream-interval"), ("stream_keepalive_s", "--stream-keepalive-s"),
+                       ("max_body_bytes", "--max-body-bytes"),
                        ("grace_s", "--grace-s"), ("safety_policy", "--safety-policy"),
                        ("access_log", "--access-log"), ("otlp_endpoint", "--otlp-endpoint")):
         value = getattr(cfg, name)

@@ -340,4 +340,6 @@ class OpenAIStream:
             err = ev.get("error") or {}
             return (b"data: " + upstream_error_to_openai(json.dumps({"error": err}).encode(), 500) + b"\n\n"
                     + b"data: [DONE]\n\n")
-        return b""  # ping, content_block_start/stop, timing
+        if typ == "ping":  # the upstream's keepalive: an SSE comment, OpenAI's clients drop it
+            return b": keepalive\n\n"
+        return b""  # content_block_start/stop, timing
