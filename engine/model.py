@@ -16,8 +16,20 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from zgtool.engine.attention import (
+    PREFILL_KERNEL_WORK,
+    AttentionBackend,
+    AttnMeta,
+    PagedKernelAttention,
+    PrefillMeta,
+    RowAttention,
+    SdpaAttention,
+    build_attn_meta,
+)
 from zgtool.engine.backends import (
     DET_TILE,
+    Bf16KernelLinear,
+    Bf16KernelLmHead,
     F32KernelLinear,
     F32KernelLmHead,
     Int8Linear,
@@ -30,10 +42,13 @@ from zgtool.engine.backends import (
     TorchLmHead,
     TransposedTorchLinear,
 )
+from zgtool.engine.cpu_forward import CpuStep
+from zgtool.engine.cpu_kernels import W_BF16, W_F32, W_INT8
 from zgtool.engine.presets import ModelSpec
 from zgtool.engine.quant import WEIGHT_INT8, Int8Weight, quantize_linear
 
-__all__ = ["DET_TILE", "AttnMeta", "LlamaModel", "build_attn_meta"]
+# AttnMeta, build_attn_meta and PREFILL_KERNEL_WORK live in engine/attention.py (re-exported for callers)
+__all__ = ["DET_TILE", "PREFILL_KERNEL_WORK", "AttnMeta", "LlamaModel", "PrefillMeta", "build_attn_meta"]
 # int8: from this many rows a projection is dequantized into a reused fp32 buffer and run by MKL.
 # With the int8 kernel's 4x3 register blocks and L2-sized chunks it still led MKL (dequantized) at
 # 512 rows (SmolLM2 projections x 30 layers, 2 threads: 1069 vs 1132 ms; 256 rows 529 vs 602), so
@@ -45,12 +60,6 @@ INT8_DEQUANT_ROWS = 1024
 # f32_gemm vs MKL: 7 rows 22 vs 58; 32 rows 66-124 vs 104-124; 128 rows 198-258 vs 277-314; 512
 # rows 992 vs 1132 (interleaved, noisy box) -- and MKL's OpenMP team stalls whenever the other
 # core is busy (1.9 s instead of 0.1 s for 32 rows beside two busy processes; the pool 0.2 s)
-# with the C attention kernel a prompt chunk's rows attend one query row at a time over the paged
-# KV in place (each row over exactly its own context, like a decode) when the chunk's rows x
-# context is at most this; above it the gathered context goes to SDPA's flash kernel, whose
-# blocked GEMMs win on long prompts (SmolLM2 heads, 2 threads, ms per layer: 39 rows 0.26 vs 0.47
-# SDPA; 128 rows 0.94 vs 1.07; 512 rows 24 vs 17)
-PREFILL_KERNEL_WORK = 128 * 128
 
 
 @dataclass
@@ -72,95 +81,6 @@ class LayerWeights:
     gate_up: torch.Tensor  # gate and up concatenated along out: one projection, then silu(gate) * up
     down: torch.Tensor
 
-
-@dataclass
-class PrefillMeta:
-    """One sequence's prompt chunk: tokens [start_tok, end_tok) of the step, at positions
-    [start_pos, start_pos + n), attending to ctx = start_pos + n cached positions."""
-
-    start_tok: int
-    end_tok: int
-    blocks: torch.Tensor          # [nb] block ids covering ctx
-    start_pos: int
-    mask: torch.Tensor | None     # [n, ctx] bool, None when causal from position 0
-
-
-@dataclass
-class AttnMeta:
-    """Where each token's KV goes and what each sequence attends to, for one step.
-    Built once per step (build_attn_meta) and shared by every layer."""
-
-    positions: torch.Tensor             # [T]
-    slot_mapping: torch.Tensor          # [T] flat slot in the pool
-    # decodes (one query token per sequence), batched
-    decode_idx: torch.Tensor | None     # [B] token index in T
-    decode_blocks: torch.Tensor | None  # [B * nb] block ids, rows padded with block 0
-    decode_mask: torch.Tensor | None    # [B, 1, 1, nb * bs] valid context positions (built on first use)
-    decode_lens: list[int]              # context length per decode, incl. the new token
-    decode_tables: list[list[int]]      # unpadded block tables (deterministic mode)
-    prefills: list[PrefillMeta]
-    decode_ctx: torch.Tensor | None = None  # [B] int64 decode_lens (the C attention kernel)
-    # every token row as one query over its own sequence's paged KV (the C attention kernel):
-    # its sequence's block table, padded with block 0, and its context length (position + 1)
-    row_tables: torch.Tensor | None = None  # [T, width] int64
-    row_ctx: torch.Tensor | None = None     # [T] int64
-    # every prompt chunk is small enough for the per-row kernel (PREFILL_KERNEL_WORK)
-    rows_on_kernel: bool = False
-
-
-def build_attn_meta(positions: list[int], slots: list[int], dec_idx: list[int], dec_tables: list[list[int]],
-                    dec_lens: list[int], prefills: list[tuple[int, int, list[int], int]], block_size: int,
-                    device: torch.device) -> AttnMeta:
-    # every int64 the step needs in ONE host->tensor copy, then views (a decode step built 5 tensors
-    # and a mask: ~65 us of Python per step, ~20 with this)
-    t, b = len(positions), len(dec_idx)
-    width = max((len(tb) for tb in dec_tables), default=0)
-    flat = [blk for tb in dec_tables for blk in (*tb, *([0] * (width - len(tb))))]
-    packed = torch.tensor([*positions, *slots, *dec_lens, *dec_idx, *flat], dtype=torch.long, device=device)
-    t_pos, t_slots = packed[:t], packed[t:2 * t]
-    dec_blocks = t_dec_idx = lens = None
-    if b:
-        lens, t_dec_idx, dec_blocks = packed[2 * t:2 * t + b], packed[2 * t + b:2 * t + 2 * b], packed[2 * t + 2 * b:]
-    pre = []
-    small = True
-    for s, e, table, start in prefills:
-        ctx = start + (e - s)
-        small = small and (e - s) * ctx <= PREFILL_KERNEL_WORK
-        mask = None
-        if start > 0:
-            qpos = torch.arange(start, ctx, device=device)[:, None]
-            mask = torch.arange(ctx, device=device)[None, :] <= qpos
-        nb = -(-ctx // block_size)
-        pre.append(PrefillMeta(s, e, torch.tensor(table[:nb], dtype=torch.long, device=device), start, mask))
-    row_tables = row_ctx = None
-    if not prefills:  # a steady decode: the rows are the decodes, in order
-        row_tables, row_ctx = (None if dec_blocks is None else dec_blocks.view(b, width)), lens
-    elif device.type == "cpu":
-        row_tables, row_ctx = _row_tables(positions, dec_idx, dec_tables, prefills, block_size, device), t_pos + 1
-    return AttnMeta(
-        positions=t_pos,
-        slot_mapping=t_slots,
-        decode_idx=t_dec_idx, decode_blocks=dec_blocks, decode_mask=None, decode_lens=dec_lens,
-        decode_tables=dec_tables, prefills=pre, decode_ctx=lens if dec_idx else None,
-        row_tables=row_tables, row_ctx=row_ctx, rows_on_kernel=small,
-    )
-
-
-def _row_tables(positions: list[int], dec_idx: list[int], dec_tables: list[list[int]],
-                prefills: list[tuple[int, int, list[int], int]], block_size: int,
-                device: torch.device) -> torch.Tensor:
-    """[T, width] int64: each token row's sequence block table (the blocks its context covers,
-    padded with block 0), for the per-row attention kernel."""
-    tables = [t[: -(-(positions[i] + 1) // block_size)] for i, t in zip(dec_idx, dec_tables, strict=True)]
-    tables += [t[: -(-(start + e - s) // block_size)] for s, e, t, start in prefills]
-    width = max(len(t) for t in tables)
-    seq_tab = torch.tensor([[*t, *([0] * (width - len(t)))] for t in tables], dtype=torch.long, device=device)
-    row_seq = [0] * len(positions)
-    for j, i in enumerate(dec_idx):
-        row_seq[i] = j
-    for j, (s, e, _t, _start) in enumerate(prefills, start=len(dec_idx)):
-        row_seq[s:e] = [j] * (e - s)
-    return seq_tab.index_select(0, torch.tensor(row_seq, dtype=torch.long, device=device))
 
 
 def rope_inv_freq(spec: ModelSpec) -> torch.Tensor:
@@ -231,13 +151,24 @@ class LlamaModel:
         # which C kernels this model uses on this machine, each with the reason when not (engine/backends.py)
         self.plan = KernelPlan.choose(spec.hidden_size, spec.intermediate_size, self.head_dim, device, dtype,
                                       self.quantized)
+        # bf16 on CPU: bf16 projections and lm_head on the C bf16 GEMMs, everything else (activations,
+        # norms, RoPE, attention, KV, the embedding lookup) in fp32 -- half fp32's bytes per decoded
+        # token. Without those kernels the whole model runs in bf16 on torch (slower than fp32 there).
+        self.bf16_weights = False
+        if dtype == torch.bfloat16 and device.type == "cpu":
+            why = self.plan.library_off or self.plan.gemm_off or self.plan.norm_off
+            if why is None:
+                self.bf16_weights, dtype = True, torch.float32
+            else:
+                self.plan = KernelPlan.off(f"dtype bfloat16 without the bf16 GEMM kernels ({why})")
+        self.dtype = dtype
         # f32_gemm's per-channel scale: ones, as long as the widest output of any GEMM it scales (the
         # vocabulary, qkv, gate_up = 2 x intermediate, o/down = hidden). The C step reads N scales per
         # GEMM with no length to check against: a short table was read past its end, which gave NaN
         # logits on every checkpoint whose vocabulary is smaller than 2 x intermediate (issue 26).
         widest = max(spec.vocab_size, (self.num_heads + 2 * self.num_kv_heads) * self.head_dim,
                      2 * spec.intermediate_size, spec.hidden_size)
-        on_f32_kernels = not self.quantized and (self.plan.norm_off is None or self.plan.gemm_off is None)
+        on_f32_kernels = not self.quantized and (self.plan.norm_off is None or self.plan.gemm_off is None)  # bf16 too
         self._lm_ones = torch.ones(widest) if on_f32_kernels else None
         # the projections' layout, fixed at load by the linear method that will apply them
         self._layout = self._layout_method()
@@ -257,6 +188,9 @@ class LlamaModel:
         self._lm_head_q = quantize_linear(self.lm_head) if self.quantized else None
         if self.quantized and not tied:
             self.lm_head = self.embed  # the fp32 copy is never read: do not hold it
+        self._lm_head_bf16 = self.lm_head.to(torch.bfloat16).contiguous() if self.bf16_weights else None
+        if self._lm_head_bf16 is not None and not tied:
+            self.lm_head = self._lm_head_bf16  # the fp32 copy is never read: do not hold it
         self.layers: list[LayerWeights] = []
         kv_dim = self.num_kv_heads * self.head_dim
         for i in range(spec.num_layers):
@@ -277,11 +211,8 @@ class LlamaModel:
                 gate_up=wt(m + "gate_proj.weight", m + "up_proj.weight"),
                 down=wt(m + "down_proj.weight"),
             ))
-        self._scratch: dict[str, torch.Tensor] = {}  # grow-only step buffers (decode KV gathers)
-        self._tokens = torch.empty(64, dtype=torch.long)  # greedy_tokens' output, grow-only
-        self._argmax_shape = (0, 0)  # (rows, vocab) of the last greedy_tokens call
-        self._ptrs: object | None = None
-        self._ptrs_key = -1
+        # the C-kernel step glue: pointer tables, step_layers' arguments, scratch buffers, greedy argmax
+        self.cpu = CpuStep(self, W_INT8 if self.quantized else W_BF16 if self.bf16_weights else W_F32)
         self._kv_generation = 0
         # what is switched on, from the plan (the A/B benches and kernel tests may switch a piece off
         # through the properties below, which choose the backends again)
@@ -334,6 +265,8 @@ class LlamaModel:
         MKL's mm when fp32 runs on torch on CPU; [out, in] for F.linear everywhere else."""
         if self.quantized:
             return Int8Linear(None if self.deterministic else INT8_DEQUANT_ROWS, self._dequantized)
+        if self.bf16_weights and self._lm_ones is not None:
+            return Bf16KernelLinear(self._lm_ones)
         if self._lm_ones is not None and self.plan.gemm_off is None:
             return F32KernelLinear(self._lm_ones)
         if self.device.type == "cpu" and self.dtype == torch.float32:
@@ -345,12 +278,14 @@ class LlamaModel:
         what is switched on: the forward then calls them without asking what the machine supports."""
         use, det = self._use, self.deterministic
         lin: LinearMethod = self._layout
-        if isinstance(lin, F32KernelLinear) and not use["gemm"]:
+        if isinstance(lin, F32KernelLinear | Bf16KernelLinear) and not use["gemm"]:
             lin = TorchLinear()  # the same [out, in] weights on MKL's F.linear
         self.linear_method: LinearMethod = TiledLinear(lin) if det else lin
         self.lm_head_method: LmHead
         if self._lm_head_q is not None:
             self.lm_head_method = Int8LmHead(self._lm_head_q)
+        elif use["lm_head"] and self._lm_head_bf16 is not None and self._lm_ones is not None:
+            self.lm_head_method = Bf16KernelLmHead(self._lm_head_bf16, self._lm_ones)
         elif use["lm_head"] and self._lm_ones is not None:
             self.lm_head_method = F32KernelLmHead(self.lm_head, self._lm_ones)
         else:
@@ -360,7 +295,7 @@ class LlamaModel:
         self._rope_kv = self._rope_kv_c if use["glue"] else self._rope_kv_torch
         self._silu_mul = self._silu_mul_c if use["glue"] else self._silu_mul_torch
         self._one_call_ok = (not det and use["fused"] and use["attention"] and use["norm"] and use["glue"]
-                             and (self.quantized or isinstance(lin, F32KernelLinear)))
+                             and (self.quantized or isinstance(lin, F32KernelLinear | Bf16KernelLinear)))
         self._layers_fn = (self._layers_c_step if self._one_call_ok else self._forward_fused_norms
                            if use["norm"] else self._forward_torch)
 
@@ -464,78 +399,17 @@ class LlamaModel:
         return self._one_call_ok
 
     def _layer_ptrs(self) -> object:
-        """The ctypes array of every layer's weight and KV pointers for step_layers, rebuilt when
-        the KV pool is (re)allocated."""
-        from zgtool.engine.cpu_kernels import LayerPtrs
-
-        key = self._kv_generation
-        if self._ptrs_key == key and self._ptrs is not None:
-            return self._ptrs
-        ones = self._lm_ones
-
-        def wp(w: object) -> tuple[int, int]:  # (weights, per-channel scales)
-            if isinstance(w, Int8Weight):
-                return w.q.data_ptr(), w.scale.data_ptr()
-            assert isinstance(w, torch.Tensor) and ones is not None
-            # the C step reads one scale per output channel with no length to check (issue 26's NaN):
-            # the caller checks the table covers this GEMM's outputs
-            if ones.numel() < w.shape[0] or not w.is_contiguous() or w.dtype != torch.float32:
-                raise RuntimeError(f"step_layers: a [{w.shape[0]}, ...] {w.dtype} weight with a scale table of "
-                                   f"{ones.numel()} (needs contiguous fp32 and a scale per output channel)")
-            return w.data_ptr(), ones.data_ptr()
-
-        arr = (LayerPtrs * len(self.layers))()
-        for i, lw in enumerate(self.layers):
-            qkv, qkv_s = wp(lw.qkv)
-            o, o_s = wp(lw.o)
-            gu, gu_s = wp(lw.gate_up)
-            dn, dn_s = wp(lw.down)
-            arr[i] = LayerPtrs(lw.input_norm.data_ptr(), lw.post_norm.data_ptr(), qkv, qkv_s,
-                               None if lw.qkv_bias is None else lw.qkv_bias.data_ptr(), o, o_s, gu, gu_s, dn, dn_s,
-                               self.k_cache[i].data_ptr(), self.v_cache[i].data_ptr())
-        self._ptrs, self._ptrs_key = arr, key
-        return arr
+        """step_layers' table of every layer's weight and KV pointers (engine/cpu_forward.py)."""
+        return self.cpu.layer_ptrs()
 
     def _buf(self, name: str, n: int) -> torch.Tensor:
         """A grow-only fp32 scratch buffer of at least n elements (valid until the next step)."""
-        buf = self._scratch.get(name)
-        if buf is None or buf.numel() < n:
-            buf = self._scratch[name] = torch.empty(max(n, 2 * (0 if buf is None else buf.numel())),
-                                                    dtype=torch.float32, device=self.device)
-        return buf
+        return self.cpu.buf(name, n)
 
     def _layers_one_call(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        """A step's layers in one C call (engine/cpu_kernels.py step_layers), decodes and short
-        prompt chunks alike (each row attends over its own context): the kernels and order of
+        """A step's layers in one C call (engine/cpu_forward.py): the kernels and order of
         _forward_fused_norms, bit-identical to it."""
-        from zgtool.engine.cpu_kernels import library
-
-        out, args = self._step_args(x, meta)
-        library().step_layers(*args)
-        return out
-
-    def _step_args(self, x: torch.Tensor, meta: AttnMeta) -> tuple[torch.Tensor, tuple[object, ...]]:
-        """step_layers' output tensor and arguments: pointers into x, meta, the weights and the
-        grow-only scratch buffers (valid until the next step)."""
-        assert meta.row_ctx is not None and meta.row_tables is not None
-        spec = self.spec
-        m, hid = x.shape
-        nh, nkv, d, inter = self.num_heads, self.num_kv_heads, self.head_dim, spec.intermediate_size
-        tables = meta.row_tables
-        width = int(tables.shape[1])
-        nt = torch.get_num_threads()
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        h, qkv = self._buf("h", m * hid), self._buf("qkv", m * (nh + 2 * nkv) * d)
-        q, att = self._buf("q", m * nh * d), self._buf("att", m * nh * d)
-        gu, act, delta = self._buf("gu", m * 2 * inter), self._buf("act", m * inter), self._buf("delta", m * hid)
-        scratch = self._buf("attn", max(1, nt * nh // nkv * width * self.block_size))
-        return out, (
-            self._layer_ptrs(), len(self.layers), int(self.quantized), x.data_ptr(), m, hid, nh, nkv, d, inter,
-            spec.rms_norm_eps, self.norm.data_ptr(), out.data_ptr(), self.cos.data_ptr(), self.sin_signed.data_ptr(),
-            meta.positions.data_ptr(), meta.slot_mapping.data_ptr(), tables.data_ptr(), width,
-            meta.row_ctx.data_ptr(), self.block_size, self.scale, h.data_ptr(), qkv.data_ptr(), q.data_ptr(),
-            att.data_ptr(), gu.data_ptr(), act.data_ptr(), delta.data_ptr(), scratch.data_ptr(), nt)
+        return self.cpu.layers_one_call(x, meta)
 
     def _forward_fused_norms(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         """forward with each residual add fused into the next RMSNorm (one C pass per row)."""
@@ -560,21 +434,7 @@ class LlamaModel:
         (no logits tensor, no torch argmax, no device sync op: ~0.2 ms of a dummy:small decode
         step); None where the lm_head does not run on the C kernels."""
         g = self.lm_head_method.greedy
-        if g is None:
-            return None
-        from zgtool.engine.cpu_kernels import library
-
-        m, hid = hidden.shape
-        vocab = int(g.weight.shape[0])
-        hidden = hidden.contiguous()
-        toks = self._tokens
-        if toks.numel() < m:
-            toks = self._tokens = torch.empty(2 * m, dtype=torch.long)
-        library().lm_head_argmax(hidden.data_ptr(), m, hid, g.weight.data_ptr(), g.scale.data_ptr(), g.int8,
-                                 self._buf("logits", m * vocab).data_ptr(), vocab, toks.data_ptr(),
-                                 torch.get_num_threads())
-        self._argmax_shape = (m, vocab)
-        return toks[:m].tolist()
+        return None if g is None else self.cpu.greedy_tokens(hidden, g)
 
     def nonfinite_rows(self, logits: torch.Tensor) -> list[int]:
         """Rows of logits [M, V] with a NaN or an infinity: one C pass where this model runs on the
@@ -592,10 +452,7 @@ class LlamaModel:
         would have answered token 0 for a NaN row): one C pass over the logits buffer (torch's
         isfinite over SmolLM2's 49152 logits opened an OpenMP region that cost up to ~100 ms a step
         on a loaded 2-core box, beside the kernel pool's spinning workers)."""
-        from zgtool.engine.cpu_kernels import nonfinite_rows
-
-        rows, vocab = self._argmax_shape
-        return nonfinite_rows(self._scratch["logits"][:rows * vocab].view(rows, vocab))
+        return self.cpu.nonfinite_greedy_rows()
 
     def _silu_mul_c(self, gu: torch.Tensor) -> torch.Tensor:
         """gu [T, 2I] (gate | up) -> silu(gate) * up [T, I], one C pass"""
@@ -639,145 +496,3 @@ class LlamaModel:
         q = self._rope_kv(qkv, cos, sin, meta, kc, vc)
         out = self.attention.attend(q, kc, vc, meta)  # [T, H, D]
         return self.linear(out.reshape(h.shape[0], -1), lw.o)
-
-    def _gather(self, cache: torch.Tensor, blocks: torch.Tensor, buf: str | None = None) -> torch.Tensor:
-        """Whole blocks out of the pool: [slots, KVH, D] viewed as [blocks, bs*KVH*D] rows, so
-        index_select copies contiguous block-sized rows (far cheaper than per-slot indexing).
-        With `buf`, into a grow-only scratch buffer of that name: a fresh multi-MB tensor per
-        layer costs page faults every time (measured: index_select into a reused buffer
-        ~2x faster than allocating). The result is only valid until the next gather into buf."""
-        width = self.block_size * self.num_kv_heads * self.head_dim
-        rows = cache.view(-1, width)
-        if buf is None:
-            return rows.index_select(0, blocks)
-        n = blocks.shape[0] * width
-        scratch = self._scratch.get(buf)
-        if scratch is None or scratch.numel() < n:
-            scratch = self._scratch[buf] = torch.empty(max(n, 2 * (0 if scratch is None else scratch.numel())),
-                                                       dtype=cache.dtype, device=cache.device)
-        out = scratch[:n].view(blocks.shape[0], width)
-        return torch.index_select(rows, 0, blocks, out=out)
-
-    def _context(self, cache: torch.Tensor, blocks: torch.Tensor, ctx: int) -> torch.Tensor:
-        """One sequence's first ctx positions as [1, KVH, ctx, D]."""
-        return self._gather(cache, blocks).view(-1, self.num_kv_heads, self.head_dim)[:ctx].transpose(0, 1).unsqueeze(0)
-
-    def _attend_rows(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta,
-                     out: torch.Tensor) -> None:
-        """Batch-invariant attention: each query row alone over exactly its own context."""
-        bs = self.block_size
-        dev = q.device
-        seqs: list[tuple[list[int], torch.Tensor, int]] = []  # (token indices, blocks, ctx of the last row)
-        if meta.decode_idx is not None:
-            for j, ti in enumerate(meta.decode_idx.tolist()):
-                ctx = meta.decode_lens[j]
-                table = meta.decode_tables[j][: -(-ctx // bs)]
-                seqs.append(([ti], torch.tensor(table, dtype=torch.long, device=dev), ctx))
-        for p in meta.prefills:
-            seqs.append((list(range(p.start_tok, p.end_tok)), p.blocks, p.start_pos + (p.end_tok - p.start_tok)))
-        for rows, blocks, last_ctx in seqs:
-            kall = self._context(kc, blocks, last_ctx)  # gathered once per sequence
-            vall = self._context(vc, blocks, last_ctx)
-            first_ctx = last_ctx - len(rows) + 1
-            for i, ti in enumerate(rows):
-                ctx = first_ctx + i
-                qr = q[ti].view(1, self.num_heads, 1, self.head_dim)
-                out[ti] = F.scaled_dot_product_attention(qr, kall[:, :, :ctx], vall[:, :, :ctx], enable_gqa=True,
-                                                         scale=self.scale)[0, :, 0]
-
-
-class AttentionBackend:
-    """One step's attention over the paged KV: q [T, H, D] (KV already written) -> [T, H, D]."""
-
-    name = "?"
-
-    def __init__(self, model: LlamaModel) -> None:
-        self.m = model
-
-    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class RowAttention(AttentionBackend):
-    """Deterministic mode: each query row alone over exactly its own context (torch SDPA)."""
-
-    name = "torch-sdpa per row"
-
-    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        out = torch.empty_like(q)
-        self.m._attend_rows(q, kc, vc, meta, out)
-        return out
-
-
-class SdpaAttention(AttentionBackend):
-    """torch SDPA: decodes over their blocks gathered into reused buffers (one sequence: exactly its
-    context, no mask), each prompt chunk over its gathered context (causal or masked)."""
-
-    name = "torch-sdpa"
-
-    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        if meta.decode_idx is not None and not meta.prefills and meta.decode_idx.shape[0] == q.shape[0]:
-            # steady decode: every token is one sequence's next token, in order -> no scatter
-            return self.decode(q, kc, vc, meta)
-        return self.mixed(q, kc, vc, meta)
-
-    def mixed(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        m = self.m
-        out = torch.empty_like(q)
-        if meta.decode_idx is not None:
-            out[meta.decode_idx] = self.decode(q[meta.decode_idx], kc, vc, meta)
-        for p in meta.prefills:
-            ctx = p.start_pos + (p.end_tok - p.start_tok)
-            kk = m._context(kc, p.blocks, ctx)  # [1, KVH, ctx, D]
-            vv = m._context(vc, p.blocks, ctx)
-            qp = q[p.start_tok:p.end_tok].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
-            if p.mask is None:
-                op = F.scaled_dot_product_attention(qp, kk, vv, is_causal=True, enable_gqa=True, scale=m.scale)
-            else:
-                op = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=p.mask, enable_gqa=True, scale=m.scale)
-            out[p.start_tok:p.end_tok] = op[0].transpose(0, 1)
-        return out
-
-    def decode(self, qd: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        """qd [B, H, D], one query per sequence -> [B, H, D]."""
-        m = self.m
-        assert meta.decode_blocks is not None
-        b = qd.shape[0]
-        nkv, d = m.num_kv_heads, m.head_dim
-        kk = m._gather(kc, meta.decode_blocks, "k").view(b, -1, nkv, d).transpose(1, 2)  # [B, KVH, L, D]
-        vv = m._gather(vc, meta.decode_blocks, "v").view(b, -1, nkv, d).transpose(1, 2)
-        if meta.decode_mask is None and meta.decode_ctx is not None:  # once per step, shared by the layers
-            span = torch.arange(meta.decode_blocks.shape[0] // b * m.block_size, device=qd.device)
-            meta.decode_mask = (span[None, :] < meta.decode_ctx[:, None])[:, None, None, :]
-        mask = meta.decode_mask
-        if b == 1:
-            ctx = meta.decode_lens[0]
-            kk, vv, mask = kk[:, :, :ctx], vv[:, :, :ctx], None
-        od = F.scaled_dot_product_attention(qd.unsqueeze(2), kk, vv, attn_mask=mask, enable_gqa=True,
-                                            scale=m.scale)
-        return od.squeeze(2)
-
-
-class PagedKernelAttention(SdpaAttention):
-    """The C paged attention kernel reads the KV in place (no gather): decodes, and prompt chunks
-    small enough (PREFILL_KERNEL_WORK) with each row over its own context; longer prompt chunks go
-    to SDPA's flash kernel, whose blocked GEMMs win there."""
-
-    name = "c-paged"
-
-    def attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        if meta.decode_idx is not None and not meta.prefills and meta.decode_idx.shape[0] == q.shape[0]:
-            return self.decode(q, kc, vc, meta)
-        if meta.rows_on_kernel and meta.row_tables is not None and meta.row_ctx is not None:
-            from zgtool.engine.cpu_kernels import paged_decode_attention
-
-            return paged_decode_attention(q, kc, vc, meta.row_tables, meta.row_ctx, self.m.block_size, self.m.scale)
-        return self.mixed(q, kc, vc, meta)
-
-    def decode(self, qd: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        if meta.decode_ctx is None or meta.decode_blocks is None:
-            return super().decode(qd, kc, vc, meta)
-        from zgtool.engine.cpu_kernels import paged_decode_attention
-
-        return paged_decode_attention(qd, kc, vc, meta.decode_blocks.view(qd.shape[0], -1), meta.decode_ctx,
-                                      self.m.block_size, self.m.scale)

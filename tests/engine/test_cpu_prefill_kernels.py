@@ -123,7 +123,9 @@ def test_long_prompt_chunks_take_sdpa_and_agree_with_the_per_row_kernel(monkeypa
                             enable_prefix_caching=False))
     ids = [256, *range(300, 360)]
     kernel = _hidden_last(e, ids, [20, 41])
-    monkeypatch.setattr(model_mod, "PREFILL_KERNEL_WORK", 10)   # every chunk too large: SDPA over the gather
+    import zgtool.engine.attention as attention_mod
+
+    monkeypatch.setattr(attention_mod, "PREFILL_KERNEL_WORK", 10)   # every chunk too large: SDPA over the gather
     calls = {"one_call": 0}
     real = model_mod.LlamaModel._layers_one_call
 
