@@ -4,10 +4,10 @@ Starts `zgtool serve --model null` (pinned to one CPU when there are two or more
 constant arrival rate up (doubling, then bisecting between the last rate kept and the first missed)
 for each load generator, pinned with `taskset` to another single CPU:
 
-- zgtool: the latency-split client (zgtool.latency.runner.measure_targets with --rate R --arrivals
+- zgtool: the latency-split client (zgtool.latency.schedule.runner.measure_targets with --rate R --arrivals
   constant, one block), non-stream, the short prompt (16 tokens). A rate is sustained when the
   dispatch lag p99 (actual send - due time) is under 1 ms, the achieved send rate is within 5% of
-  the schedule (zgtool.latency.openloop_stats), no request waited for a worker, and none failed.
+  the schedule (zgtool.latency.analysis.openloop), no request waited for a worker, and none failed.
 - zgtool~: the same client judged by k6's kind of rule (no lag rule), for a like-for-like ratio.
 - k6: a constant-arrival-rate scenario, same body and target. k6 reports no dispatch lag, so its
   criterion is its own scheduling: dropped_iterations == 0, iterations >= 95% of rate x duration,
@@ -101,10 +101,10 @@ def zgtool_child(url: str, rate: float, n: int) -> None:
     """Runs inside the pinned child: one open-loop block, prints the summary as JSON."""
     from dataclasses import asdict
 
-    from zgtool.latency.model import SplitConfig
-    from zgtool.latency.openloop import OpenLoopLog
-    from zgtool.latency.openloop_stats import summarize_open_loop
-    from zgtool.latency.runner import measure_targets
+    from zgtool.latency.analysis.openloop import summarize_open_loop
+    from zgtool.latency.config import SplitConfig
+    from zgtool.latency.schedule.openloop import OpenLoopLog
+    from zgtool.latency.schedule.runner import measure_targets
     from zgtool.targets import Target
 
     cfg = SplitConfig(num_requests=n, warmup=5, stream=False, rate_rps=rate, arrivals="constant", rounds=1,
@@ -242,8 +242,8 @@ def main() -> None:
     ap.add_argument("--max-rps", type=float, default=6400.0)
     args = ap.parse_args()
 
-    from zgtool.latency.client import request_body
-    from zgtool.latency.model import SplitConfig
+    from zgtool.latency.config import SplitConfig
+    from zgtool.latency.wire.client import request_body
     from zgtool.loadtest.k6bin import find_k6, k6_version
     from zgtool.targets import Target
 

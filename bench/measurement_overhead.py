@@ -24,10 +24,10 @@ from typing import Any
 
 from zgtool.bootstrap import median_difference
 from zgtool.gateway.supervisor import LocalStack, StackConfig
-from zgtool.latency.analysis import analyse, phase
-from zgtool.latency.client import Endpoint, Session
-from zgtool.latency.model import SplitConfig
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.analysis.phases import analyse, phase
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.schedule.runner import measure_targets
+from zgtool.latency.wire.client import Endpoint, Session
 from zgtool.stats import summarize
 from zgtool.targets import Target
 

@@ -13,7 +13,7 @@ Each repetition runs every cell once, in a shuffled order: {whole answer, stream
   hop0      hop0a against hop0b: truth 0 through a hop;
   head-D    hop0a against the head hop: truth = the hold the hop logged (D plus its overshoot);
   chunk-D   hop0a against the chunk hop: truth for TTFB only.
-Each cell is one in-process latency-split (zgtool.latency.runner + analysis, the command's code) with
+Each cell is one in-process latency-split (zgtool.latency.schedule.runner + analysis, the command's code) with
 family_size 4 (verify's four configurations). Then, with tcpdump (root), direct streams from the
 null engine are captured to measure the stream TTFB bias: client TTFB minus the wire's.
 
@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.http.net import free_port
-from zgtool.latency.analysis import analyse
-from zgtool.latency.model import SplitConfig
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.analysis.phases import analyse
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from zgtool.latency.analysis import analyse
-from zgtool.latency.model import RequestSample, SplitConfig, SplitResult
+from zgtool.latency.analysis.phases import analyse
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample, SplitResult
 from zgtool.targets import Target
 
 DATA = Path(__file__).parent.parent / "report" / "data"
@@ -53,7 +54,7 @@ def split_result(names: tuple[str, ...], stream: bool = True, n: int = 30) -> Sp
 
 
 def render_split(res: SplitResult) -> str:
-    from zgtool.latency.render import render
+    from zgtool.latency.render.split import render
 
     console = Console(width=80, record=True, force_terminal=False, color_system=None)
     with console.capture() as cap:

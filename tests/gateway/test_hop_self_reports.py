@@ -23,7 +23,7 @@ import pytest
 
 from zgtool.gateway.kinds import start_gateway
 from zgtool.gateway.supervisor import LocalStack, StackConfig
-from zgtool.latency.servertiming import server_timing_ms
+from zgtool.latency.attribution.servertiming import server_timing_ms
 
 ENGINE_PARTS = {"queue", "prefill", "decode", "total"}
 # kind -> (its entry that spans the upstream call, its other entries, the resolution of its figures in ms)

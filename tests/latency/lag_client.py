@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from zgtool.latency.transport import MARKS, _ResolvedBackend
+from zgtool.latency.wire.transport import MARKS, _ResolvedBackend
 
 
 def read_once(port: int) -> None:
@@ -26,8 +26,8 @@ def read_once(port: int) -> None:
 
 
 def measure(port: int) -> None:
-    from zgtool.latency.client import Endpoint, Session
-    from zgtool.latency.model import SplitConfig
+    from zgtool.latency.config import SplitConfig
+    from zgtool.latency.wire.client import Endpoint, Session
     from zgtool.targets import Target
 
     cfg = SplitConfig(num_requests=1, warmup=0, stream=True, timeout_s=60)

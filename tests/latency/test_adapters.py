@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from zgtool.latency.adapters import ENGINE_ADAPTERS, Evidence, count_warnings, hop_reports, read_engine
-from zgtool.latency.adapters.units import UNITS
-from zgtool.latency.model import FROM_ARRIVAL, FROM_SCHEDULING, RequestSample
+from zgtool.latency.attribution.adapters import (
+    ENGINE_ADAPTERS,
+    Evidence,
+    count_warnings,
+    hop_reports,
+    read_engine,
+)
+from zgtool.latency.attribution.adapters.units import UNITS
+from zgtool.latency.records import FROM_ARRIVAL, FROM_SCHEDULING, RequestSample
 
 
 def _ev(headers: dict[str, str] | None = None, stream: bool = False, **fields: object) -> Evidence:

@@ -12,9 +12,10 @@ from time import perf_counter_ns
 import pytest
 from replay_servers import FIXTURES, running
 
-from zgtool.latency.adapters import Evidence, read_engine
-from zgtool.latency.client import Endpoint, Session
-from zgtool.latency.model import FROM_ARRIVAL, RequestSample, SplitConfig
+from zgtool.latency.attribution.adapters import Evidence, read_engine
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import FROM_ARRIVAL, RequestSample
+from zgtool.latency.wire.client import Endpoint, Session
 from zgtool.targets import Target
 
 

@@ -12,9 +12,9 @@ from time import perf_counter_ns
 
 import pytest
 
-from zgtool.latency.client import Endpoint, Session
-from zgtool.latency.detect import detect
-from zgtool.latency.model import SplitConfig
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.wire.client import Endpoint, Session
+from zgtool.latency.wire.detect import detect
 from zgtool.targets import resolve
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

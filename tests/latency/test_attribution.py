@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from zgtool.latency.analysis import attribute, decompose, waterfall_order
-from zgtool.latency.model import RequestSample
-from zgtool.latency.servertiming import parse_timing_event, server_timing_ms
+from zgtool.latency.analysis.phases import attribute, decompose, waterfall_order
+from zgtool.latency.attribution.servertiming import parse_timing_event, server_timing_ms
+from zgtool.latency.records import RequestSample
 
 
 def test_header_parts_from_several_headers_with_quoted_descs() -> None:
@@ -65,7 +65,7 @@ def test_waterfall_rows_are_in_request_order() -> None:
 # --- LiteLLM forwards the engine's Server-Timing renamed (issue 14) -------------------------------
 
 def test_litellm_renamed_engine_timing_and_its_overhead_header_are_read() -> None:
-    from zgtool.latency.servertiming import timing_from_headers
+    from zgtool.latency.attribution.servertiming import timing_from_headers
 
     headers = [(b"llm_provider-server-timing", b"queue;dur=0.2, decode;dur=9.5, total;dur=10.1"),
                (b"x-litellm-overhead-duration-ms", b"16.3"), (b"content-type", b"application/json")]
@@ -74,7 +74,7 @@ def test_litellm_renamed_engine_timing_and_its_overhead_header_are_read() -> Non
 
 
 def test_the_plain_header_wins_when_it_carries_the_engine_total() -> None:
-    from zgtool.latency.servertiming import timing_from_headers
+    from zgtool.latency.attribution.servertiming import timing_from_headers
 
     headers = [("Server-Timing", "total;dur=5, gw_auth;dur=0.3"), ("llm_provider-server-timing", "total;dur=9")]
     assert timing_from_headers(headers) == {"total": 5.0, "gw_auth": 0.3}
@@ -92,8 +92,8 @@ def _targets_and_samples(cand_timing: dict[str, float]) -> tuple[list, list[list
 
 
 def test_a_path_hiding_the_engine_timing_gets_no_outside_engine_tax_and_a_note() -> None:
-    from zgtool.latency.analysis import analyse
-    from zgtool.latency.model import SplitConfig
+    from zgtool.latency.analysis.phases import analyse
+    from zgtool.latency.config import SplitConfig
 
     targets, samples = _targets_and_samples({})            # the engine's header did not reach the client
     cfg = SplitConfig(num_requests=16, stream=False, resamples=200)
@@ -106,8 +106,8 @@ def test_a_path_hiding_the_engine_timing_gets_no_outside_engine_tax_and_a_note()
 
 
 def test_with_the_renamed_header_read_the_outside_engine_tax_is_the_hop() -> None:
-    from zgtool.latency.analysis import analyse
-    from zgtool.latency.model import SplitConfig
+    from zgtool.latency.analysis.phases import analyse
+    from zgtool.latency.config import SplitConfig
 
     targets, samples = _targets_and_samples({"decode": 9.0, "total": 10.0, "gw_litellm_overhead": 16.3})
     res = analyse(targets, samples, SplitConfig(num_requests=16, stream=False, resamples=200))
@@ -117,8 +117,8 @@ def test_with_the_renamed_header_read_the_outside_engine_tax_is_the_hop() -> Non
 
 
 def test_a_significantly_negative_outside_engine_tax_is_kept_and_called_a_difference_within_noise() -> None:
-    from zgtool.latency.analysis import analyse
-    from zgtool.latency.model import SplitConfig
+    from zgtool.latency.analysis.phases import analyse
+    from zgtool.latency.config import SplitConfig
 
     # the candidate's engine total covers more than the engine did (e.g. a gateway's own total
     # under the engine's name): outside-engine time shrinks below the direct path's

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from sse_script_server import HEAD, TAIL_OA, chunk, oa
 
-from zgtool.latency.transport import LAG_FLAG_NS
+from zgtool.latency.wire.transport import LAG_FLAG_NS
 
 CLIENT = Path(__file__).with_name("lag_client.py")
 GAP_NS = 30_000_000           # the server's pause between its two sends: the scenario, not a wait

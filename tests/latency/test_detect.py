@@ -11,7 +11,7 @@ from replay_servers import running
 from zgtest import run_zgtool as zg
 
 from zgtool.errors import ExitCode
-from zgtool.latency.detect import detect
+from zgtool.latency.wire.detect import detect
 from zgtool.targets import resolve
 
 FAST = ["-n", "3", "--max-tokens", "4", "--warmup", "0", "--rounds", "1"]
@@ -69,7 +69,7 @@ def test_a_server_speaking_both_apis_keeps_zgtools_anthropic_default(origin: str
 def test_when_both_apis_answer_the_one_where_the_engine_reports_its_timing_wins() -> None:
     import httpx
 
-    from zgtool.latency.detect import _choose
+    from zgtool.latency.wire.detect import _choose
 
     msg = httpx.Response(200, json={"type": "message", "content": []})
     vllm_chat = httpx.Response(200, json={"choices": [], "metrics": {

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from zgtool.errors import UsageError
-from zgtool.latency.analysis import analyse, measured_duration_s, throughput
-from zgtool.latency.model import RequestSample, Slo, SplitConfig
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.analysis.phases import analyse, measured_duration_s, throughput
+from zgtool.latency.config import Slo, SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 

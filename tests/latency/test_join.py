@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from zgtool.latency.adapters.base import CLOCK_TOLERANCE_MS
-from zgtool.latency.analysis import analyse, result_data
-from zgtool.latency.join import Boot, hop_audit, hop_self_times, join_request, path_join
-from zgtool.latency.model import FROM_ARRIVAL, FROM_SCHEDULING, EngineTiming, RequestSample, SplitConfig
+from zgtool.latency.analysis.phases import analyse, result_data
+from zgtool.latency.attribution.adapters.base import CLOCK_TOLERANCE_MS
+from zgtool.latency.attribution.join import Boot, hop_audit, hop_self_times, join_request, path_join
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import FROM_ARRIVAL, FROM_SCHEDULING, EngineTiming, RequestSample
 from zgtool.report.verdict import taxes
 from zgtool.targets import Target
 
@@ -120,7 +121,7 @@ def test_different_engine_sources_on_two_paths_are_named_in_the_notes() -> None:
 def test_rendering_the_join_shows_sources_hops_and_the_remainder() -> None:
     from rich.console import Console
 
-    from zgtool.latency.render import render
+    from zgtool.latency.render.split import render
 
     targets, samples = _paths(hop_ms=8.0, reported_ms=5.0)
     res = analyse(targets, samples, SplitConfig(num_requests=16, stream=False, resamples=200))

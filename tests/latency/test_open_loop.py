@@ -8,10 +8,11 @@ import pytest
 from zgtest import run_zgtool
 
 from zgtool.errors import UsageError
-from zgtool.latency.arrivals import arrival_offsets_s, block_schedule, check_schedule, parse_rate
-from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.openloop import DispatchRecord, block_seed
-from zgtool.latency.openloop_stats import LAG_P99_LIMIT_MS, summarize_open_loop
+from zgtool.latency.analysis.openloop import LAG_P99_LIMIT_MS, summarize_open_loop
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.schedule.arrivals import arrival_offsets_s, block_schedule, check_schedule, parse_rate
+from zgtool.latency.schedule.openloop import DispatchRecord, block_seed
 
 
 def test_constant_arrivals_are_evenly_spaced_from_zero() -> None:
@@ -124,7 +125,7 @@ def test_a_request_that_waited_for_a_worker_is_flagged() -> None:
 
 
 def test_open_loop_throughput_counts_a_block_as_k_gaps_of_its_schedule_not_k_minus_one() -> None:
-    from zgtool.latency.analysis import measured_duration_s
+    from zgtool.latency.analysis.phases import measured_duration_s
 
     # two blocks of 5 sends at 20 req/s (0.05 s apart), each answered in 2 ms: 10 requests over 0.5 s
     samples = []

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from zgtest import ZGTOOL, run_zgtool, wait_until
 
-from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.openloop import OpenLoopLog
-from zgtool.latency.openloop_stats import summarize_open_loop
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.analysis.openloop import summarize_open_loop
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.schedule.openloop import OpenLoopLog
+from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 FIXTURE = Path(__file__).with_name("fixture_server.py")

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.server.tracing import SpanExporter, TraceContext, make_span
-from zgtool.latency.model import FROM_ARRIVAL, EngineTiming, RequestSample
-from zgtool.latency.otlp import (
+from zgtool.latency.attribution.otlp import (
     SOURCE,
     OtlpDecodeError,
     OtlpReceiver,
@@ -24,6 +23,7 @@ from zgtool.latency.otlp import (
     parse_listen,
     span_timing,
 )
+from zgtool.latency.records import FROM_ARRIVAL, EngineTiming, RequestSample
 
 FIX = Path(__file__).parent / "fixtures" / "otlp"
 EXPECTED = json.loads((FIX / "expected.json").read_text())

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from zgtool.errors import UsageError
-from zgtool.latency.adapters.base import Reject
-from zgtool.latency.model import FROM_ARRIVAL
-from zgtool.latency.promdelta import FAMILIES, SOURCE, DeltaWatch, delta, parse
+from zgtool.latency.attribution.adapters.base import Reject
+from zgtool.latency.attribution.promdelta import FAMILIES, SOURCE, DeltaWatch, delta, parse
+from zgtool.latency.records import FROM_ARRIVAL
 
 LABELS = ("model_name", "engine")
 

@@ -9,9 +9,10 @@ import re
 import pytest
 from rich.console import Console
 
-from zgtool.latency.analysis import analyse
-from zgtool.latency.model import RequestSample, SplitConfig, SplitResult
-from zgtool.latency.render import fmt_ci, fmt_ms, fmt_pm, render
+from zgtool.latency.analysis.phases import analyse
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample, SplitResult
+from zgtool.latency.render.split import fmt_ci, fmt_ms, fmt_pm, render
 from zgtool.targets import Target
 
 
@@ -92,8 +93,8 @@ def test_without_the_engine_s_time_the_rest_is_unattributed_not_network() -> Non
 
 
 def test_a_chance_negative_outside_the_engine_is_printed_and_judged_as_noise_not_missing_timing() -> None:
-    from zgtool.latency.analysis import result_data
-    from zgtool.latency.fieldlines import field_lines
+    from zgtool.latency.analysis.phases import result_data
+    from zgtool.latency.render.fieldlines import field_lines
     from zgtool.report.verdict import verdict
 
     cfg = SplitConfig(num_requests=30, stream=False, resamples=200, rounds=3)

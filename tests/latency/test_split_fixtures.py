@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from zgtool.errors import TargetUnreachable
-from zgtool.latency.analysis import analyse, attribute, decompose, phase
-from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.analysis.phases import analyse, attribute, decompose, phase
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 FAST = {"max_tokens": 4, "warmup": 1, "resamples": 200, "rounds": 2}

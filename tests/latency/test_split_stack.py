@@ -6,9 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from zgtool.latency.analysis import analyse, decompose
-from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.analysis.phases import analyse, decompose
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from zgtool.latency.adapters import Evidence
-from zgtool.latency.stream_reader import read_stream as _read_stream
+from zgtool.latency.attribution.adapters import Evidence
+from zgtool.latency.wire.stream_reader import read_stream as _read_stream
 from zgtool.probes.stream import SSEParser as ProbeParser
 
 

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from zgtool.latency.model import SplitConfig
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 ANSWER = json.dumps({"id": "m", "type": "message", "role": "assistant", "model": "m",

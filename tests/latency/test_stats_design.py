@@ -10,9 +10,10 @@ import random
 import pytest
 
 from zgtool.bootstrap import LINEAR, LOG, median_ci, median_difference
-from zgtool.latency import design
-from zgtool.latency.analysis import differences, summarize_target
-from zgtool.latency.model import RequestSample, SplitConfig
+from zgtool.latency.analysis import design
+from zgtool.latency.analysis.phases import differences, summarize_target
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
 from zgtool.targets import Target
 
 SIMULATED_RUNS = 200
@@ -209,7 +210,7 @@ def test_the_family_adjustment_brings_aa_false_positives_of_a_worst_of_8_headlin
 def test_result_json_carries_the_fields_the_verdict_reads() -> None:
     import json
 
-    from zgtool.latency.analysis import analyse, result_data
+    from zgtool.latency.analysis.phases import analyse, result_data
 
     a, ga, b, gb = _aa_run(random.Random(9), fresh=True, delay_ms=1.0)
     cfg = SplitConfig(num_requests=len(a), resamples=200, stream=False, family_size=4)

@@ -1,14 +1,14 @@
 """-c and --rate as typed: one load stays one measurement, a list or `--rate sweep` is a sweep
-(zgtool.latency.sweep.parse_load, point_config)."""
+(zgtool.latency.schedule.sweep.parse_load, point_config)."""
 
 from __future__ import annotations
 
 import pytest
 
 from zgtool.errors import UsageError
-from zgtool.latency.model import SplitConfig
-from zgtool.latency.saturation import CONCURRENCY, RATE
-from zgtool.latency.sweep import SweepSpec, parse_load, point_config
+from zgtool.latency.analysis.saturation import CONCURRENCY, RATE
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.schedule.sweep import SweepSpec, parse_load, point_config
 
 
 def test_one_concurrency_or_one_rate_is_not_a_sweep() -> None:

@@ -1,12 +1,12 @@
-"""Per-point figures of an open-loop sweep point from its samples (zgtool.latency.sweep.answered_rps):
+"""Per-point figures of an open-loop sweep point from its samples (zgtool.latency.schedule.sweep.answered_rps):
 the rate the answers kept, robust to one slow answer, falling to the service rate once a queue grows."""
 
 from __future__ import annotations
 
 import pytest
 
-from zgtool.latency.model import RequestSample
-from zgtool.latency.sweep import answered_rps
+from zgtool.latency.records import RequestSample
+from zgtool.latency.schedule.sweep import answered_rps
 
 
 def _served(rate_rps: float, n: int, service_s: float, *, servers: int = 1, rnd: int = 0,

@@ -1,6 +1,6 @@
 """A latency_sweep result in the HTML report and the terminal: charts of latency and rate against
 the offered load, the knee per path and the capacity tax (zgtool.report.sections_sweep,
-zgtool.latency.render_sweep), from a sweep built on synthetic per-point figures."""
+zgtool.latency.render.sweep), from a sweep built on synthetic per-point figures."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from zgtool.latency.render_sweep import render
-from zgtool.latency.saturation import RATE
-from zgtool.latency.sweep import PointSummary, SweepResult, judge, knee_rule, result_data
+from zgtool.latency.analysis.saturation import RATE
+from zgtool.latency.render.sweep import render
+from zgtool.latency.schedule.sweep import PointSummary, SweepResult, judge, knee_rule, result_data
 from zgtool.report.html import render_files
 from zgtool.report.load import collect
 from zgtool.report.sections_sweep import sweep_section

@@ -1,10 +1,10 @@
-"""The knee rule and the capacity tax on synthetic curves (zgtool.latency.saturation)."""
+"""The knee rule and the capacity tax on synthetic curves (zgtool.latency.analysis.saturation)."""
 
 from __future__ import annotations
 
 import pytest
 
-from zgtool.latency.saturation import (
+from zgtool.latency.analysis.saturation import (
     CONCURRENCY,
     RATE,
     CurvePoint,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from zgtool.latency.analysis import analyse
-from zgtool.latency.model import SplitConfig
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.analysis.phases import analyse
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 PROXY = Path(__file__).parent / "delay_proxy.py"

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from zgtool.latency.analysis import analyse
-from zgtool.latency.client import Endpoint, Session
-from zgtool.latency.model import RequestSample, SplitConfig
+from zgtool.latency.analysis.phases import analyse
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.wire.client import Endpoint, Session
 from zgtool.targets import Target
 
 SERVER = Path(__file__).with_name("sse_script_server.py")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from zgtool.latency.model import SplitConfig
-from zgtool.latency.runner import measure_targets
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 pytestmark = pytest.mark.root

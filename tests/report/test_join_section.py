@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from zgtool.latency.analysis import analyse, result_data
-from zgtool.latency.model import FROM_SCHEDULING, EngineTiming, RequestSample, SplitConfig
+from zgtool.latency.analysis.phases import analyse, result_data
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import FROM_SCHEDULING, EngineTiming, RequestSample
 from zgtool.report.sections_latency import join_table
 from zgtool.targets import Target
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zgtool.gateway.supervisor import LocalStack, StackConfig
-from zgtool.latency.cputime import CpuWatch, group_cpu_ns, group_members
+from zgtool.latency.schedule.cputime import CpuWatch, group_cpu_ns, group_members
 from zgtool.report.verdict import taxes
 from zgtool.targets import Target
 from zgtool.verify.plan import Plan, SplitRun, VerifyConfig
@@ -60,7 +60,7 @@ def test_a_pid_that_does_not_lead_its_group_counts_only_itself_and_its_children(
     import time
 
     from zgtool.commands.latency import _cpu_groups
-    from zgtool.latency.cputime import members
+    from zgtool.latency.schedule.cputime import members
 
     # a parent (not a group leader: it shares this test's group) with one child that burns CPU
     code = ("import subprocess,sys; c=subprocess.Popen([sys.executable,'-c','while True: pass']); "

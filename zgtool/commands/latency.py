@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from zgtool.latency.model import TargetResult
+    from zgtool.latency.records import TargetResult
 
 HELP = """Per-phase latency decomposition with server-side attribution, side by side.
 
@@ -71,7 +71,7 @@ def _dataset_help() -> str:
 
 def _max_tokens(value: str) -> int:
     from zgtool.errors import UsageError
-    from zgtool.latency.model import MAX_TOKENS
+    from zgtool.latency.config import MAX_TOKENS
 
     if value in MAX_TOKENS:
         return MAX_TOKENS[value]
@@ -83,7 +83,7 @@ def _max_tokens(value: str) -> int:
 
 def _prompt(preset: str, prompt_file: Path | None) -> tuple[str, str]:
     from zgtool.errors import UsageError
-    from zgtool.latency.model import PROMPTS
+    from zgtool.latency.config import PROMPTS
 
     if prompt_file is not None:
         try:
@@ -126,10 +126,10 @@ def _all_failed(t: TargetResult) -> str:
 
 def _open_loop_options(rate: str | None, arrivals: str, max_in_flight: int, concurrency: int,
                        point_s: float = 5.0) -> dict:
-    """SplitConfig fields of --rate/--arrivals/--max-in-flight (one rate: zgtool.latency.arrivals.parse_rate),
+    """SplitConfig fields of --rate/--arrivals/--max-in-flight (one rate: zgtool.latency.schedule.arrivals.parse_rate),
     checked before anything is sent."""
-    from zgtool.latency.arrivals import parse_rate
-    from zgtool.latency.model import SplitConfig
+    from zgtool.latency.config import SplitConfig
+    from zgtool.latency.schedule.arrivals import parse_rate
 
     opts = {"rate_rps": parse_rate(rate) if rate is not None else None, "arrivals": arrivals,
             "max_in_flight": max_in_flight, "sweep_point_s": point_s}
@@ -150,21 +150,21 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
         dataset: str | None = None, speedup: float = 1.0, metrics_url: str | None = None) -> dict:
     """The command's logic, callable without Typer; returns the versioned result."""
     from zgtool.errors import UsageError, VerdictFailed
-    from zgtool.latency.analysis import analyse, result_data
-    from zgtool.latency.cputime import CpuWatch
-    from zgtool.latency.model import Slo, SplitConfig
-    from zgtool.latency.runner import measure_targets
+    from zgtool.latency.analysis.phases import analyse, result_data
+    from zgtool.latency.config import Slo, SplitConfig
+    from zgtool.latency.schedule.cputime import CpuWatch
+    from zgtool.latency.schedule.runner import measure_targets
     from zgtool.output import console, emit_result, err_console
     from zgtool.results import make_result
     from zgtool.targets import resolve
 
     if not targets:
         raise UsageError("give at least one TARGET (a URL or a name from zgtool.toml)")
-    from zgtool.latency.sweep import parse_load
+    from zgtool.latency.schedule.sweep import parse_load
 
     concurrency, rate, sweep = parse_load(concurrency, rate)    # a list, or --rate sweep: a load sweep
     if sweep is not None:
-        from zgtool.latency.sweep_cli import refuse_with_sweep
+        from zgtool.commands.latency_sweep import refuse_with_sweep
 
         refuse_with_sweep(**{"--cpu-pid": cpu_pids, "--otlp-listen": otlp_listen, "--vllm-metrics": vllm_metrics,
                              "--otlp-endpoint": otlp_endpoint})
@@ -205,7 +205,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
     for spec in targets:
         t = resolve(spec, config, api=api, model=model)
         if "://" in spec and (api is None or model is None):
-            from zgtool.latency.detect import detect
+            from zgtool.latency.wire.detect import detect
 
             t, found = detect(t, api_known=api is not None, model_known=model is not None,
                               timeout_s=min(timeout, 10.0), verify=verify)
@@ -224,10 +224,10 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
                       verify=verify, rounds=rounds,
                       slo=Slo.parse(slo), **open_loop_opts, **(wl.config_fields() if wl else {}))
     if sweep is not None:
-        from zgtool.latency.sweep_cli import run_sweep_command
+        from zgtool.commands.latency_sweep import run_sweep_command
 
         return run_sweep_command(resolved, cfg, sweep, as_json=as_json, out=out, quiet=quiet, csv_dir=csv_dir)
-    from zgtool.latency.openloop import OpenLoopLog
+    from zgtool.latency.schedule.openloop import OpenLoopLog
 
     open_loop = OpenLoopLog() if cfg.open_loop else None
     cpu = CpuWatch(_cpu_groups(cpu_pids)) if cpu_pids else None
@@ -250,7 +250,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
 
     receiver = None
     if otlp_listen:
-        from zgtool.latency.otlp import OtlpReceiver, parse_listen
+        from zgtool.latency.attribution.otlp import OtlpReceiver, parse_listen
 
         try:
             host, port = parse_listen(otlp_listen)
@@ -262,7 +262,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
     try:
         hooks: list | None = None    # RequestHooks: vLLM's histogram deltas, the prefix-cache watch
         if vllm_metrics:
-            from zgtool.latency.promdelta import DeltaWatch
+            from zgtool.latency.attribution.promdelta import DeltaWatch
 
             watch = DeltaWatch(vllm_metrics, cfg.concurrency)
             hooks = [watch for _ in resolved]
@@ -273,7 +273,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
             pwatch = prefix_watch([t.url for t in resolved] if wl else [],
                                   [u for u in (metrics_url, vllm_metrics) if u], cfg.verify)
             if pwatch is not None:
-                from zgtool.latency.runner import _split
+                from zgtool.latency.schedule.runner import _split
 
                 hooks = pwatch.hooks(hooks, [t.name for t in resolved],
                                      _split(cfg.num_requests, cfg.effective_rounds), cfg.open_loop)
@@ -286,7 +286,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
         if pwatch is not None:
             pwatch.finish()
         if receiver is not None:
-            from zgtool.latency.otlp import attach_spans
+            from zgtool.latency.attribution.otlp import attach_spans
 
             for per_target in samples:
                 attach_spans(per_target, receiver.store)
@@ -297,13 +297,13 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
     if exporter is not None:
         exporter.export_split(resolved, samples, stream=cfg.stream, err=err_console)
     res = analyse(resolved, samples, cfg, cpu=cpu.per_request_ms() if cpu else None)
-    from zgtool.latency.adapters import count_warnings
+    from zgtool.latency.attribution.adapters import count_warnings
 
     for tr, per_target in zip(res.targets, samples, strict=True):
         tr.attribution_warnings = count_warnings(per_target)
         tr.detected = detected.get(tr.name)
     if open_loop is not None:
-        from zgtool.latency.openloop_stats import summarize_open_loop
+        from zgtool.latency.analysis.openloop import summarize_open_loop
 
         for tr, per_target in zip(res.targets, samples, strict=True):
             tr.open_loop = summarize_open_loop(per_target, cfg, open_loop.records.get(tr.name))
@@ -312,10 +312,10 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
         data["prefix_cache"] = pwatch.result()
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
     if not as_json:
-        from zgtool.latency.render import render
+        from zgtool.latency.render.split import render
 
         render(res, console)
-        from zgtool.latency.fieldlines import field_lines
+        from zgtool.latency.render.fieldlines import field_lines
 
         for line in field_lines(res):
             console.print(line, style="dim", highlight=False)
@@ -332,7 +332,7 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
                 console.print(f"  {tr.name}: engine timing ignored on {n} request(s): {reason}", style="yellow",
                               highlight=False)
         if open_loop is not None:
-            from zgtool.latency.render_openloop import print_open_loop
+            from zgtool.latency.render.openloop import print_open_loop
 
             print_open_loop(res, console)
     emit_result(result, as_json=as_json, out=out)

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.errors import UsageError
-from zgtool.latency.model import SplitConfig
-from zgtool.latency.saturation import qty
-from zgtool.latency.sweep import SweepResult, SweepSpec
+from zgtool.latency.analysis.saturation import qty
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.schedule.sweep import SweepResult, SweepSpec
 from zgtool.targets import Target
 
 KIND = "latency_sweep"
@@ -44,7 +44,7 @@ def _unjudged(res: SweepResult) -> list[str]:
 def run_sweep_command(targets: Sequence[Target], cfg: SplitConfig, spec: SweepSpec, *, as_json: bool,
                       out: Path | None, quiet: bool, csv_dir: Path | None) -> dict[str, Any]:
     from zgtool.errors import MeasurementUnreliable, VerdictFailed
-    from zgtool.latency.sweep import result_data, run_sweep
+    from zgtool.latency.schedule.sweep import result_data, run_sweep
     from zgtool.output import console, emit_result, err_console
     from zgtool.results import make_result
 
@@ -55,7 +55,7 @@ def run_sweep_command(targets: Sequence[Target], cfg: SplitConfig, spec: SweepSp
     res = run_sweep(targets, cfg, spec, progress)
     result = make_result(KIND, result_data(res), target=[t.public() for t in targets])
     if not as_json:
-        from zgtool.latency.render_sweep import render
+        from zgtool.latency.render.sweep import render
 
         render(res, console, stream=cfg.stream, slo=cfg.slo is not None)
     emit_result(result, as_json=as_json, out=out)

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter_ns
 
-from zgtool.latency.model import RequestSample, SplitConfig
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
 from zgtool.stats import percentile
 from zgtool.targets import Target
 
@@ -52,8 +53,8 @@ def arrival_times_s(rate_rps: float, duration_s: float, seed: int = 0) -> list[f
 
 def poisson_ttft(target: Target, rate_rps: float, duration_s: float, *, max_tokens: int = 16,
                  workers: int = 16, seed: int = 0) -> TtftAtRate:
-    from zgtool.latency.client import Endpoint, Session
-    from zgtool.latency.runner import preflight
+    from zgtool.latency.schedule.runner import preflight
+    from zgtool.latency.wire.client import Endpoint, Session
 
     cfg = SplitConfig(num_requests=1, concurrency=workers, warmup=0, stream=True, max_tokens=max_tokens)
     ep = Endpoint.build(target, cfg, preflight(target, cfg, None))

@@ -83,8 +83,8 @@ LABELS = {
 
 def human(name: str) -> str:
     """A field name as a reader should see it: `decode_ms` -> `engine decode`, `kv_util` -> `KV cache use`."""
-    from zgtool.latency.render import LABELS as PHASES
-    from zgtool.latency.render import label
+    from zgtool.latency.render.split import LABELS as PHASES
+    from zgtool.latency.render.split import label
 
     if name in LABELS:
         return LABELS[name]

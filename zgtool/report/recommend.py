@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from zgtool.latency.render import fmt_ci
+from zgtool.latency.render.split import fmt_ci
 from zgtool.loadtest.summary import started_enough
 from zgtool.report.load import ResultSet
 from zgtool.report.model import ok_samples, path_name, phase_p, probes_by_path, splits

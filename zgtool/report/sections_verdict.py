@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
-from zgtool.latency.render import fmt_ci
+from zgtool.latency.render.split import fmt_ci
 from zgtool.report import svg
 from zgtool.report.health import health_lines
 from zgtool.report.load import ResultSet

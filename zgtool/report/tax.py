@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from zgtool.latency.fieldlines import CHANCE_NEGATIVE
+from zgtool.latency.render.fieldlines import CHANCE_NEGATIVE
 
 NOT_SIGNIFICANT = "not significant"
 HIGHER = "higher"

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from zgtool.latency.render import fmt_ci
+from zgtool.latency.render.split import fmt_ci
 from zgtool.report.tax import (
     ENGINE_PHASES,
     ENGINE_PROCESS,

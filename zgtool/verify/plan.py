@@ -53,7 +53,7 @@ class VerifyConfig:
             raise UsageError("--prompt is empty")
         if self.timeout_s is not None and not 0 < self.timeout_s < float("inf"):
             raise UsageError(f"--timeout-s must be a positive number of seconds, not {self.timeout_s:g}")
-        from zgtool.latency.model import Slo
+        from zgtool.latency.config import Slo
 
         Slo.parse(list(self.slo))   # fails early on a malformed --slo
         self.workload()             # a bad --dataset fails here, before anything starts
@@ -99,7 +99,7 @@ class Plan:
     splits: tuple[SplitRun, ...]
     split_max_tokens: int
     split_warmup: int
-    split_rounds: int                    # 0: automatic (zgtool.latency.model.auto_rounds)
+    split_rounds: int                    # 0: automatic (zgtool.latency.config.auto_rounds)
     probe_max_tokens: int
     k6_rate_rps: int
     k6_duration_s: float

@@ -27,7 +27,7 @@ def probe_path(target: Target, plan: Plan) -> dict[str, Any]:
 
 def prompt_of(text: str) -> tuple[str, str]:
     """--prompt: a preset name (short, medium, long) or the prompt's own text -> (text, name)."""
-    from zgtool.latency.model import PROMPTS
+    from zgtool.latency.config import PROMPTS
 
     return (PROMPTS[text], text) if text in PROMPTS else (text, "custom")
 
@@ -37,10 +37,10 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
     """Both paths measured in alternating rounds; with `cpu_groups` ({part: process-group leader pid}
     of the local stack) also each part's CPU ms per request."""
     from zgtool.errors import VerdictFailed
-    from zgtool.latency.analysis import analyse, result_data
-    from zgtool.latency.cputime import CpuWatch, available
-    from zgtool.latency.model import Slo, SplitConfig
-    from zgtool.latency.runner import measure_targets
+    from zgtool.latency.analysis.phases import analyse, result_data
+    from zgtool.latency.config import Slo, SplitConfig
+    from zgtool.latency.schedule.cputime import CpuWatch, available
+    from zgtool.latency.schedule.runner import measure_targets
 
     vcfg = vcfg or VerifyConfig()
     text, name = prompt_of(vcfg.prompt)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from zgtool.latency.render import fmt_ci
+from zgtool.latency.render.split import fmt_ci
 from zgtool.verify.plan import VerifyData
 
 NS = "not significant"
@@ -94,7 +94,7 @@ def _tax_rows_table(v: dict[str, Any], streams: bool, sep: str) -> Table:
 
 
 def _tax_table(v: dict[str, Any], console: Console) -> None:
-    from zgtool.latency.render import fits
+    from zgtool.latency.render.split import fits
 
     streams = any(r.get("ttft") for r in v["rows"])
     table = _tax_rows_table(v, streams, " ")

@@ -68,7 +68,7 @@ def prepare(spec: str, *, requests: int | None, concurrency: int, rate: str | No
 def prefix_watch(target_urls: list[str], explicit: list[str], verify: bool | str = True) -> PrefixWatch | None:
     """Watch the explicit URLs (--metrics-url, --vllm-metrics) and each target's own /metrics that answers
     with prefix-cache counters (zgtool serve, vLLM); None when none does. `verify` as for the requests."""
-    from zgtool.latency.client import ssl_context
+    from zgtool.latency.wire.client import ssl_context
 
     ctx = ssl_context(verify) if any(u.startswith("https:") for u in [*target_urls, *explicit]) else None
     urls = list(dict.fromkeys(explicit))
@@ -98,7 +98,7 @@ def watch_split(targets: list[Any], cfg: Any, explicit: list[str] | None = None,
                 inner: list[Any] | None = None) -> tuple[PrefixWatch | None, list[Any] | None]:
     """(the watch, the runner hooks) for a latency split of `targets` (zgtool.targets.Target) under `cfg`
     (SplitConfig): each target's /metrics is tried when cfg has a workload; `inner` hooks stay first."""
-    from zgtool.latency.runner import _split
+    from zgtool.latency.schedule.runner import _split
 
     urls = [t.url for t in targets] if cfg.workload is not None else []
     watch = prefix_watch(urls, explicit or [], cfg.verify) if urls or explicit else None

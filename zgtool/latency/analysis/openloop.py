@@ -17,35 +17,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.openloop import DispatchRecord
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import OpenLoopSummary, RequestSample
+from zgtool.latency.schedule.openloop import DispatchRecord
 from zgtool.stats import percentile
 
 RATE_KEPT_SHARE = 0.95          # achieved send rate below this share of the scheduled rate: behind
 LAG_P99_LIMIT_MS = 5.0          # dispatch lag p99 above this: the latency from actual sends flatters
-
-
-@dataclass(frozen=True)
-class OpenLoopSummary:
-    arrivals: str                       # poisson | constant | schedule
-    target_rate_rps: float | None       # asked (--rate); None for an explicit schedule
-    scheduled_rate_rps: float | None    # the schedule actually drawn: sends / scheduled send spans
-    achieved_rate_rps: float | None     # sends / (first due -> last actual send), summed over blocks
-    requests_sent: int
-    dispatch_lag_p50_ms: float | None
-    dispatch_lag_p99_ms: float | None
-    dispatch_lag_max_ms: float | None
-    lag_limit_ms: float
-    waited_for_worker: int              # requests due while every worker was busy
-    workers_max: int | None             # the worker pool's largest size
-    in_flight_max: int | None           # most requests in flight at once
-    max_in_flight: int | None
-    client_cpu_s: float | None          # this process's CPU time over the target's blocks
-    client_cpu_share: float | None      # client_cpu_s / wall time: 1.0 = one core busy throughout
-    load_generator_behind: bool
-    reason: str | None                  # why it was flagged, in one line
 
 
 def _rates(samples: Sequence[RequestSample]) -> tuple[float | None, float | None, int]:

@@ -15,14 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from zgtool.bootstrap import LOWER, NOT_SIGNIFICANT, Difference, median_ci, median_difference
-from zgtool.latency import design
-from zgtool.latency.model import (
+from zgtool.latency.analysis import design
+from zgtool.latency.config import Slo, SplitConfig
+from zgtool.latency.records import (
     DEFINITIONS,
     PhaseDifference,
     PhaseStats,
     RequestSample,
-    Slo,
-    SplitConfig,
     SplitResult,
     TargetResult,
     Throughput,
@@ -198,7 +197,7 @@ def differences(results: Sequence[TargetResult], cfg: SplitConfig) -> list[Phase
     A gateway phase the baseline does not have (gw_* on a direct path) costs it 0 ms, so the
     gateway's own parts count fully toward its tax. Rounds are paired between the two paths.
     Each difference also carries its minimum effect (below it: negligible), the smallest effect the
-    run could detect, and its interval adjusted for the family of comparisons (zgtool.latency.design).
+    run could detect, and its interval adjusted for the family of comparisons (zgtool.latency.analysis.design).
     """
     if len(results) < 2:
         return []
@@ -357,7 +356,7 @@ def phase(result: TargetResult, name: str) -> PhaseStats | None:
 
 def result_data(res: SplitResult) -> dict[str, Any]:
     """The `data` of the versioned result: config, definitions, per-target stats and raw samples."""
-    from zgtool.latency.join import Boot, join_data
+    from zgtool.latency.attribution.join import Boot, join_data
     from zgtool.results import to_jsonable
 
     data = to_jsonable(res)

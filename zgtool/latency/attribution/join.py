@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from zgtool.bootstrap import median_ci, median_difference
-from zgtool.latency.adapters.base import CLOCK_TOLERANCE_MS
-from zgtool.latency.analysis import engine_source, engine_total_ms, outside_engine_ms
-from zgtool.latency.model import FROM_ARRIVAL, FROM_SCHEDULING, RequestSample, TargetResult
+from zgtool.latency.analysis.phases import engine_source, engine_total_ms, outside_engine_ms
+from zgtool.latency.attribution.adapters.base import CLOCK_TOLERANCE_MS
+from zgtool.latency.records import FROM_ARRIVAL, FROM_SCHEDULING, RequestSample, TargetResult
 
 
 def _get(r: dict[str, float], k: str) -> float | None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from zgtool.latency.adapters.base import CLOCK_TOLERANCE_MS, Reject, check_against_client
-from zgtool.latency.model import FROM_ARRIVAL, EngineTiming, RequestSample
+from zgtool.latency.attribution.adapters.base import CLOCK_TOLERANCE_MS, Reject, check_against_client
+from zgtool.latency.records import FROM_ARRIVAL, EngineTiming, RequestSample
 
 SOURCE = "vLLM OTLP span"
 TRACES_PATH = "/v1/traces"

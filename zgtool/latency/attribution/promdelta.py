@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zgtool.errors import UsageError
-from zgtool.latency.adapters.base import Reject, check_against_client
-from zgtool.latency.model import FROM_ARRIVAL, EngineTiming, RequestSample
+from zgtool.latency.attribution.adapters.base import Reject, check_against_client
+from zgtool.latency.records import FROM_ARRIVAL, EngineTiming, RequestSample
 
 SOURCE = "vLLM /metrics deltas (c=1 only)"
 S_TO_MS = 1000.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from zgtool.latency.model import SplitResult
+from zgtool.latency.records import SplitResult
 
 # the note older latency_split results carry for a significantly negative outside-engine difference
 # (they dropped the figure itself; newer ones keep it and say 'within noise'

@@ -1,4 +1,4 @@
-"""Terminal rendering of the join (zgtool.latency.join.join_data): per path, the engine's source and
+"""Terminal rendering of the join (zgtool.latency.attribution.join.join_data): per path, the engine's source and
 phases, each hop's self-report, the time outside the engine and the unexplained remainder; then each hop's
 self-report beside its externally measured tax. Rendering only."""
 
@@ -105,7 +105,7 @@ def audit_list(join: dict[str, Any], short: dict[str, str]) -> Table:
 
 
 def render_join(join: dict[str, Any], short: dict[str, str], width: int | None = None) -> Group:
-    from zgtool.latency.render import fits
+    from zgtool.latency.render.split import fits
 
     table = join_table(join, short)
     blocks: list[Table | Text] = [table if width is None or fits(table, width) else join_list(join, short)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from zgtool.latency.model import SplitResult, TargetResult
+from zgtool.latency.records import SplitResult, TargetResult
 from zgtool.stats import percentile
 
 

@@ -10,8 +10,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from zgtool.latency.analysis import phase as find_phase
-from zgtool.latency.model import PhaseDifference, PhaseStats, SplitResult, TargetResult
+from zgtool.latency.analysis.phases import phase as find_phase
+from zgtool.latency.records import PhaseDifference, PhaseStats, SplitResult, TargetResult
 
 MIN_BAR_WIDTH = 6
 ENGINE_ROWS = ("queue_ms", "prefill_ms", "decode_ms", "detok_ms", "safety_ms", "engine_other_ms")
@@ -297,8 +297,8 @@ def render(res: SplitResult, console: Console) -> None:
         blocks.append(side_by_side(res, short, width=console.width))
         if (lg := legend([tr.name for tr in res.targets], short)) is not None:
             blocks.append(lg)
-    from zgtool.latency.join import Boot, join_data
-    from zgtool.latency.render_join import render_join
+    from zgtool.latency.attribution.join import Boot, join_data
+    from zgtool.latency.render.join import render_join
 
     joined = join_data(res.targets, Boot.of(res.config))
     if any(p["engine_sources"] or p["hops_self_ms"] for p in joined["paths"].values()):

@@ -7,9 +7,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from zgtool.latency.render import legend, short_names
-from zgtool.latency.saturation import RATE, qty
-from zgtool.latency.sweep import PointSummary, SweepResult
+from zgtool.latency.analysis.saturation import RATE, qty
+from zgtool.latency.render.split import legend, short_names
+from zgtool.latency.schedule.sweep import PointSummary, SweepResult
 
 
 def _n(v: float | None) -> str:

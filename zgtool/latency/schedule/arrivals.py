@@ -1,6 +1,6 @@
 """When each request of an open-loop block is due: send offsets in seconds from the block's start.
 
-The dispatcher (zgtool.latency.openloop) takes any such sequence, so a trace's own timestamps
+The dispatcher (zgtool.latency.schedule.openloop) takes any such sequence, so a trace's own timestamps
 (trace replay) ride the same path as a generated Poisson or constant schedule.
 """
 

@@ -14,7 +14,7 @@ contend, so past its capacity the client falls behind steeply. That is what the 
 
 Every sample records when it was due (`scheduled_s`), how late it left (`dispatch_lag_ms`) and its
 latency counted from when it was due (`total_from_scheduled_ms`, `ttft_from_scheduled_ms`) beside
-the usual figures counted from the actual send. zgtool.latency.openloop_stats judges whether the
+the usual figures counted from the actual send. zgtool.latency.analysis.openloop judges whether the
 client kept its schedule.
 """
 
@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
-from zgtool.latency.arrivals import arrival_offsets_s, block_schedule
-from zgtool.latency.model import RequestSample, SplitConfig
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.schedule.arrivals import arrival_offsets_s, block_schedule
 
 if TYPE_CHECKING:
-    from zgtool.latency.client import Endpoint, Session
-    from zgtool.latency.runner import RequestHook
+    from zgtool.latency.records import RequestHook
+    from zgtool.latency.wire.client import Endpoint, Session
 
 OPEN_LOOP_MAX_IN_FLIGHT = 256     # default bound of the worker pool (threads, connections)
 OPEN_LOOP_PRESPAWN = 16           # idle workers started before a block's clock (k6's preAllocatedVUs)
@@ -220,7 +221,7 @@ class OpenLoop:
     def __init__(self, endpoints: Sequence[Endpoint], names: Sequence[str], cfg: SplitConfig,
                  ctx: ssl.SSLContext | None, t_run0_ns: int, hooks: Sequence[RequestHook | None] | None,
                  log: OpenLoopLog | None) -> None:
-        from zgtool.latency.client import Session
+        from zgtool.latency.wire.client import Session
 
         self.cfg = cfg
         self.names = names

@@ -17,25 +17,16 @@ import ssl
 import threading
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
-from typing import Any, Protocol
 
 from zgtool.errors import TargetUnreachable
-from zgtool.latency.client import Endpoint, Session, is_ip_literal, ssl_context
-from zgtool.latency.cputime import CpuWatch
-from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.openloop import OpenLoop, OpenLoopLog
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestHook, RequestSample
+from zgtool.latency.schedule.cputime import CpuWatch
+from zgtool.latency.schedule.openloop import OpenLoop, OpenLoopLog
+from zgtool.latency.wire.client import Endpoint, Session, is_ip_literal, ssl_context
 from zgtool.targets import Target
 
 Progress = Callable[[str, int, int], None]
-
-
-class RequestHook(Protocol):
-    """Called around every measured request of one target, outside its timed window
-    (zgtool.latency.promdelta.DeltaWatch reads the engine's histograms before and after)."""
-
-    def before(self) -> Any: ...
-
-    def after(self, token: Any, sample: RequestSample) -> None: ...
 
 
 def preflight(target: Target, cfg: SplitConfig, ctx: ssl.SSLContext | None) -> int:
@@ -155,7 +146,7 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
                     on_sample: Callable[[RequestSample], None] | None = None) -> list[list[RequestSample]]:
     """Samples per target (same order as `targets`), each sorted by request index.
 
-    With cfg.rate_rps or cfg.schedule_s each block is sent open-loop (zgtool.latency.openloop) on its
+    With cfg.rate_rps or cfg.schedule_s each block is sent open-loop (zgtool.latency.schedule.openloop) on its
     own schedule; `open_loop` then receives what the dispatcher saw per target (its CPU time, pool size).
 
     With `cpu`, the CPU time of its process groups is read before and after every block

@@ -1,5 +1,5 @@
 """Load sweeps on latency-split: one measurement per load point (every path, alternating, at that
-load), summarised per (path, load), then judged for a knee (zgtool.latency.saturation).
+load), summarised per (path, load), then judged for a knee (zgtool.latency.analysis.saturation).
 
 -c 1,4,16 runs closed-loop points (c streams each); --rate 1,2,4 runs open-loop points at each
 offered rate; --rate sweep starts at one stream's own rate (1 / the c=1 mean E2E on the baseline)
@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zgtool.errors import UsageError
-from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.saturation import (
+from zgtool.latency.analysis.saturation import (
     CONCURRENCY,
     RATE,
     CapacityTax,
@@ -31,11 +30,13 @@ from zgtool.latency.saturation import (
     qty,
     with_peaks,
 )
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
 from zgtool.stats import summarize
 from zgtool.targets import Target
 
 if TYPE_CHECKING:
-    from zgtool.latency.openloop import DispatchRecord
+    from zgtool.latency.schedule.openloop import DispatchRecord
 
 MAX_POINTS = 8              # --rate sweep: at most this many doublings
 MAX_SWEEP_S = 600.0         # --rate sweep: no new point starts after this long
@@ -110,7 +111,7 @@ def parse_load(concurrency: str | int, rate: str | None) -> tuple[int, str | Non
             raise UsageError(f"-c {c_text} with --rate {r_text}: a rate is open loop, -c sets closed-loop "
                              "streams; sweep one of them")
         return int(c_list[0]), None, SweepSpec(CONCURRENCY, tuple(c_list))
-    return int(c_list[0]), r_text, None        # one rate: checked by zgtool.latency.arrivals.parse_rate
+    return int(c_list[0]), r_text, None        # one rate: checked by zgtool.latency.schedule.arrivals.parse_rate
 
 
 @dataclass
@@ -204,7 +205,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 def summarize_point(target: str, load: float, samples: Sequence[RequestSample], cfg: SplitConfig,
                     kind: str, record: DispatchRecord | None = None) -> PointSummary:
-    from zgtool.latency.analysis import throughput
+    from zgtool.latency.analysis.phases import throughput
 
     ok = [s for s in samples if s.ok]
     errors: dict[str, int] = {}
@@ -219,7 +220,7 @@ def summarize_point(target: str, load: float, samples: Sequence[RequestSample], 
         itl_ms=_stats([g for s in ok for g in s.itl_ms]) if cfg.stream else {},
         e2e_ms=_stats([s.total_ms for s in ok if s.total_ms is not None]))
     if kind == RATE:
-        from zgtool.latency.openloop_stats import RATE_KEPT_SHARE, summarize_open_loop
+        from zgtool.latency.analysis.openloop import RATE_KEPT_SHARE, summarize_open_loop
 
         ol = summarize_open_loop(samples, cfg, record)
         point.achieved_rps = answered_rps(samples)
@@ -272,8 +273,8 @@ def judge(res: SweepResult, stream: bool) -> None:
 
 
 def _measure_point(targets: Sequence[Target], cfg: SplitConfig, kind: str, load: float) -> list[PointSummary]:
-    from zgtool.latency.openloop import OpenLoopLog
-    from zgtool.latency.runner import measure_targets
+    from zgtool.latency.schedule.openloop import OpenLoopLog
+    from zgtool.latency.schedule.runner import measure_targets
 
     pcfg = point_config(cfg, kind, load)
     log = OpenLoopLog() if pcfg.open_loop else None
@@ -285,7 +286,7 @@ def _measure_point(targets: Sequence[Target], cfg: SplitConfig, kind: str, load:
 def one_stream_rps(baseline: Target, cfg: SplitConfig) -> dict[str, float]:
     """--rate sweep's start: 1 / the mean E2E of c=1 requests on the baseline."""
     from zgtool.errors import VerdictFailed
-    from zgtool.latency.runner import measure_targets
+    from zgtool.latency.schedule.runner import measure_targets
 
     ccfg = dataclasses.replace(cfg, concurrency=1, num_requests=min(cfg.num_requests, CALIBRATION_REQUESTS),
                                rounds=1)

@@ -20,11 +20,12 @@ from typing import Any
 
 import httpcore
 
-from zgtool.latency.adapters import Evidence, attach
-from zgtool.latency.model import RequestSample, SplitConfig
-from zgtool.latency.servertiming import timing_from_headers
-from zgtool.latency.stream_reader import Points, read_stream
-from zgtool.latency.transport import LAG_FLAG_NS, MARKS, make_pool
+from zgtool.latency.attribution.adapters import Evidence, attach
+from zgtool.latency.attribution.servertiming import timing_from_headers
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.wire.stream_reader import Points, read_stream
+from zgtool.latency.wire.transport import LAG_FLAG_NS, MARKS, make_pool
 from zgtool.targets import Target
 
 _CONNECT = ("connection.connect_tcp.started", "connection.connect_tcp.complete")

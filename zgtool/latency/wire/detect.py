@@ -62,8 +62,8 @@ def _status(r: httpx.Response | None) -> str:
 
 def _reports_timing(r: httpx.Response) -> bool:
     """Whether an answer carries the engine's own timing that some adapter reads."""
-    from zgtool.latency.adapters import Evidence, read_engine
-    from zgtool.latency.servertiming import timing_from_headers
+    from zgtool.latency.attribution.adapters import Evidence, read_engine
+    from zgtool.latency.attribution.servertiming import timing_from_headers
 
     ev = Evidence.from_headers(r.headers.raw)
     ev.server_timing = timing_from_headers(r.headers.raw)

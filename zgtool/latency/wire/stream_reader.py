@@ -20,9 +20,9 @@ from time import perf_counter_ns
 from typing import Any
 
 from zgtool.http.sse import Event, SSEParser
-from zgtool.latency.adapters import Evidence
-from zgtool.latency.servertiming import TIMING_KEYS, parse_timing_event
-from zgtool.latency.transport import MARKS
+from zgtool.latency.attribution.adapters import Evidence
+from zgtool.latency.attribution.servertiming import TIMING_KEYS, parse_timing_event
+from zgtool.latency.wire.transport import MARKS
 
 CONTENT, ANY = "content", "any"
 _OPENAI_OTHER_TOKENS = ("reasoning_content", "reasoning", "tool_calls", "function_call", "refusal")

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
 
-from zgtool.latency.adapters import llamacpp, ollama, openai, servertiming, sglang, tgi, vllm
-from zgtool.latency.adapters.base import Evidence, Reject, check_against_client
-from zgtool.latency.adapters.hops import hop_reports
-from zgtool.latency.model import EngineTiming, RequestSample
+from zgtool.latency.attribution.adapters import llamacpp, ollama, openai, servertiming, sglang, tgi, vllm
+from zgtool.latency.attribution.adapters.base import Evidence, Reject, check_against_client
+from zgtool.latency.attribution.adapters.hops import hop_reports
+from zgtool.latency.records import EngineTiming, RequestSample
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zgtool.latency.model import EngineTiming
+from zgtool.latency.records import EngineTiming
 
 # the body/chunk keys adapters read; the last value seen in the body or any chunk is kept
 WATCHED_KEYS = ("metrics", "meta_info", "timings", "total_duration", "load_duration", "prompt_eval_duration",

@@ -5,8 +5,8 @@ Keys are the lower-case header name, or the Server-Timing metric's own name; val
 
 from __future__ import annotations
 
-from zgtool.latency.adapters.base import Evidence
-from zgtool.latency.servertiming import server_timing_ms
+from zgtool.latency.attribution.adapters.base import Evidence
+from zgtool.latency.attribution.servertiming import server_timing_ms
 
 # header -> factor to ms (all of these state ms)
 HOP_HEADERS: dict[str, float] = {

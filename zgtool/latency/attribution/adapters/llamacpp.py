@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zgtool.latency.adapters.base import Evidence, Reject, optional
-from zgtool.latency.adapters.units import LLAMACPP
-from zgtool.latency.model import EngineTiming
+from zgtool.latency.attribution.adapters.base import Evidence, Reject, optional
+from zgtool.latency.attribution.adapters.units import LLAMACPP
+from zgtool.latency.records import EngineTiming
 
 SOURCE = LLAMACPP
 SCALE_TO_MS = 1.0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zgtool.latency.adapters.base import Evidence, Reject, optional
-from zgtool.latency.adapters.units import NS_TO_MS, OLLAMA
-from zgtool.latency.model import FROM_ARRIVAL, EngineTiming
+from zgtool.latency.attribution.adapters.base import Evidence, Reject, optional
+from zgtool.latency.attribution.adapters.units import NS_TO_MS, OLLAMA
+from zgtool.latency.records import FROM_ARRIVAL, EngineTiming
 
 SOURCE = OLLAMA
 SCALE_TO_MS = NS_TO_MS

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zgtool.latency.adapters.base import Evidence, number
-from zgtool.latency.adapters.units import OPENAI
-from zgtool.latency.model import FROM_ARRIVAL, EngineTiming
+from zgtool.latency.attribution.adapters.base import Evidence, number
+from zgtool.latency.attribution.adapters.units import OPENAI
+from zgtool.latency.records import FROM_ARRIVAL, EngineTiming
 
 SOURCE = OPENAI
 SCALE_TO_MS = 1.0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zgtool.latency.adapters.base import Evidence
-from zgtool.latency.adapters.units import SERVER_TIMING
-from zgtool.latency.model import FROM_ARRIVAL, EngineTiming
+from zgtool.latency.attribution.adapters.base import Evidence
+from zgtool.latency.attribution.adapters.units import SERVER_TIMING
+from zgtool.latency.records import FROM_ARRIVAL, EngineTiming
 
 SOURCE = SERVER_TIMING
 SCALE_TO_MS = 1.0

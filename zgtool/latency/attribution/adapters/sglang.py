@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zgtool.latency.adapters.base import Evidence, Reject, number, optional
-from zgtool.latency.adapters.units import S_TO_MS, SGLANG
-from zgtool.latency.model import FROM_ARRIVAL, EngineTiming
+from zgtool.latency.attribution.adapters.base import Evidence, Reject, number, optional
+from zgtool.latency.attribution.adapters.units import S_TO_MS, SGLANG
+from zgtool.latency.records import FROM_ARRIVAL, EngineTiming
 
 SOURCE = SGLANG
 SCALE_TO_MS = S_TO_MS

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zgtool.latency.adapters.base import Evidence, Reject, number
-from zgtool.latency.adapters.units import S_TO_MS, TGI
-from zgtool.latency.model import FROM_ARRIVAL, EngineTiming
+from zgtool.latency.attribution.adapters.base import Evidence, Reject, number
+from zgtool.latency.attribution.adapters.units import S_TO_MS, TGI
+from zgtool.latency.records import FROM_ARRIVAL, EngineTiming
 
 SOURCE = TGI
 SCALE_TO_MS = 1.0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zgtool.latency.adapters.base import Evidence, Reject, optional
-from zgtool.latency.adapters.units import VLLM
-from zgtool.latency.model import FROM_SCHEDULING, EngineTiming
+from zgtool.latency.attribution.adapters.base import Evidence, Reject, optional
+from zgtool.latency.attribution.adapters.units import VLLM
+from zgtool.latency.records import FROM_SCHEDULING, EngineTiming
 
 SOURCE = VLLM
 SCALE_TO_MS = 1.0

@@ -1,0 +1,2 @@
+"""Analysis: statistics over measured samples (phases, intervals, the gateway tax, study design, open-loop
+schedule keeping, saturation). Measurement only, no rendering."""
