@@ -12,7 +12,8 @@ for HTTP/1.0 clients. (TLS handshakes are bounded by run.ZgServer.)
 - Write timeout: when the transport stays paused (the client stopped reading) for
   ``write_timeout_s``, the request is aborted through the disconnect hook (its KV blocks
   are freed) and the connection is dropped.
-- Malformed HTTP answers 400 in the API's error shape instead of uvicorn's plain text.
+- Malformed HTTP answers 400 in the API's error shape instead of uvicorn's plain text, after
+  the answers of the requests pipelined before it (pipelining.py), then closes.
 - A complete answer leaves in one transport write; the app can hand it over without the
   two ASGI sends (``RESPOND`` in the scope: head formatted from pre-checked header names,
   values checked in one pass over the head).
@@ -29,10 +30,11 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from zgtool import __version__
 from zgtool.engine.server.idle import IdlePool
+from zgtool.engine.server.pipelining import InOrderErrors
 from zgtool.http.errors import ApiError, error_body
 
 # ASGI scope key (an extension of ours): a callable run once if the client goes away
@@ -198,7 +200,7 @@ class _Http10Cycle(_OneWriteCycle):
         await super().send(message)
 
 
-class DeadlineHttpToolsProtocol(HttpToolsProtocol):
+class DeadlineHttpToolsProtocol(InOrderErrors):
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     write_timeout_s: float = 30.0
@@ -292,15 +294,14 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _reject(self, status: int, message: str) -> None:
+        # after the answers of the requests parsed before it, then the close (pipelining.py)
         self._cancel_deadline()
-        cycle = self.cycle
-        if not self.transport.is_closing() and (cycle is None or cycle.response_complete
-                                                or not cycle.response_started):
-            self.transport.write(error_response(status, message, self._api()))
-        self.transport.close()
+        self.fail_in_order(error_response(status, message, self._api()))
 
     # -- parsing -------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        if self._held_error is not None:     # a protocol error waits for earlier answers: read no more
+            return
         self._unset_keepalive_if_required()
         self._boundary_in_read = False
         try:

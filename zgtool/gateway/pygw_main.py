@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from zgtool.gateway.pygw import Gateway
+    from zgtool.gateway.pygw_protocol import PygwProtocol
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s pygw %(levelname)s %(message)s")
     print(f"pygw: listening on http://{host}:{port} -> {cfg.upstream}"
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
           f" moderation rules: {len(cfg.policy.rules)})", file=sys.stderr, flush=True)
     gateway = Gateway(cfg)
     config = uvicorn.Config(
-        gateway, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+        gateway, host=host, port=port, loop="uvloop", http=PygwProtocol, lifespan="on",
         access_log=False, log_level=log_level, timeout_keep_alive=65,
         timeout_graceful_shutdown=max(1, math.ceil(cfg.grace_s)),
     )
