@@ -1,41 +1,38 @@
-"""Read pcap and pcapng files record by record, checking every length against the file.
+"""Read pcap and pcapng files with scapy's streaming readers, checking every record against the file.
 
-Each record keeps its number (1-based, as tshark counts frames), its byte offset in the
-file, its timestamp, its link type and its captured bytes. A record header or block
-that runs past the end of the file is a truncated capture: `read_records` raises
-UsageError naming the record and the byte offset, unless `allow_truncated` is set,
-in which case the complete records are returned and `Truncation` says where it stopped.
+scapy's PcapReader and PcapNgReader read one record at a time (the file is never loaded whole, and a
+gzip-compressed capture is read as it is) and dissect each frame from its link layer (linklayer.py
+registers the link types and encapsulations scapy does not bind by itself). Where a record or block
+runs past the end of the file, scapy stops quietly; the readers here note each record's number
+(1-based, as tshark counts frames) and byte offset, and turn that stop into a `Truncation`: iterating
+`CaptureReader` raises UsageError naming the record and the byte offset, unless `allow_truncated` is
+set, in which case the complete records are read and `truncation` says where it stopped.
 
-Formats: pcap (microsecond a1b2c3d4 and nanosecond a1b23c4d magic, either byte order,
-the 24-byte-record "modified" pcap a1b2cd34) and pcapng (SHB/IDB/EPB/SPB/OPB, per-interface
-link type and if_tsresol/if_tsoffset; other blocks are skipped).
+Formats: pcap (microsecond and nanosecond magic, either byte order) and pcapng (SHB/IDB/EPB/SPB/PB,
+per-interface link type and if_tsresol; if_tsoffset is added here, scapy ignores it). The 1999
+"modified" pcap (magic a1b2cd34, 24-byte record headers) is refused with the editcap line that converts it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import struct
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from scapy.config import conf
+from scapy.error import Scapy_Exception
+from scapy.utils import PcapNgReader, PcapReader, RawPcapNgReader, RawPcapReader
 
 from zgtool.errors import UsageError
 
-PCAP_MAGICS = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1e-6, 16), b"\xa1\xb2\xc3\xd4": (">", 1e-6, 16),
-    b"\x4d\x3c\xb2\xa1": ("<", 1e-9, 16), b"\xa1\xb2\x3c\x4d": (">", 1e-9, 16),
-    b"\x34\xcd\xb2\xa1": ("<", 1e-6, 24), b"\xa1\xb2\xcd\x34": (">", 1e-6, 24),
-}
-PCAPNG_SHB = 0x0A0D0D0A
-MAX_RECORD_BYTES = 256 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Record:
-    number: int          # 1-based frame number
-    offset: int          # byte offset of the record (header) in the file
-    time_s: float        # epoch seconds
-    linktype: int        # LINKTYPE_* value
-    data: bytes          # captured bytes
-    orig_len: int        # length on the wire
+RECORD_MAX_BYTES = 4 * 0xFFFF      # scapy reads at most this much of one pcap record (and skips the rest)
+MODIFIED_PCAP = (b"\x34\xcd\xb2\xa1", b"\xa1\xb2\xcd\x34")
+PCAP_RECORD_HEADER = 16
+PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
 
 
 @dataclass(frozen=True)
@@ -50,129 +47,174 @@ class Truncation:
                 f"but the file ends after {self.available}; {complete} complete record(s) before it")
 
 
-@dataclass
-class CaptureFile:
-    path: str
-    format: str                                  # "pcap" | "pcapng"
-    records: list[Record] = field(default_factory=list)
+class _Checked:
+    """What both readers add to scapy's: record numbers, byte offsets, truncation, float timestamps."""
+
+    f: Any
+    records = 0
     truncation: Truncation | None = None
+    name = ""
+
+    def _dissect(self, linktype: int, data: bytes, time_s: float) -> Any:
+        cls = conf.l2types.num2layer.get(linktype, conf.raw_layer)
+        try:
+            pkt = cls(data)
+        except Exception:  # scapy raises struct.error, IndexError, ... on a mangled header: keep the bytes
+            pkt = conf.raw_layer(data)
+            pkt.undecodable = True
+        pkt.time = time_s
+        pkt.linktype = linktype
+        pkt.number = self.records
+        return pkt
+
+    def _corrupt(self, what: str) -> UsageError:
+        return UsageError(f"{self.name} is corrupt: {what}")
 
 
-def read_records(path: str | Path, *, allow_truncated: bool = False) -> CaptureFile:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"capture file not found: {p}")
-    buf = p.read_bytes()
-    if len(buf) < 4:
-        raise UsageError(f"{p} is not a pcap or pcapng capture (only {len(buf)} bytes)")
-    if buf[:4] in PCAP_MAGICS:
-        cap = _read_pcap(buf, str(p))
-    elif struct.unpack("<I", buf[:4])[0] == PCAPNG_SHB:
-        cap = _read_pcapng(buf, str(p))
-    else:
-        raise UsageError(f"{p} is not a pcap or pcapng capture (first bytes {buf[:4].hex()})")
-    if cap.truncation is not None and not allow_truncated:
-        raise UsageError(f"{p} is {cap.truncation.describe(len(cap.records))} "
-                         "(pass --allow-truncated to analyse the complete records)")
-    return cap
+class _CheckedPcap(_Checked, PcapReader):
+    def read_packet(self, size: int = RECORD_MAX_BYTES, **kwargs: Any) -> Any:
+        off, number = self.f.tell(), self.records + 1
+        try:
+            data, meta = RawPcapReader._read_packet(self, RECORD_MAX_BYTES)
+        except EOFError:
+            got = self.f.tell() - off
+            if got:  # a record header cut short
+                self.truncation = Truncation(number, off, PCAP_RECORD_HEADER, got)
+            raise
+        got = self.f.tell() - off
+        if got < PCAP_RECORD_HEADER + meta.caplen:
+            self.truncation = Truncation(number, off, PCAP_RECORD_HEADER + meta.caplen, got)
+            raise EOFError
+        self.records = number
+        return self._dissect(self.linktype, data, meta.sec + meta.usec * (1e-9 if self.nano else 1e-6))
 
 
-def _read_pcap(buf: bytes, name: str) -> CaptureFile:
-    order, unit, rec_hdr = PCAP_MAGICS[buf[:4]]
-    cap = CaptureFile(name, "pcap")
-    if len(buf) < 24:
-        cap.truncation = Truncation(1, 0, 24, len(buf))
-        return cap
-    linktype = struct.unpack(order + "I", buf[20:24])[0] & 0x0FFFFFFF
-    off, n = 24, 0
-    while off < len(buf):
-        n += 1
-        if off + rec_hdr > len(buf):
-            cap.truncation = Truncation(n, off, rec_hdr, len(buf) - off)
-            return cap
-        sec, frac, incl, orig = struct.unpack(order + "IIII", buf[off:off + 16])
-        if incl > MAX_RECORD_BYTES:
-            raise UsageError(f"{name} is corrupt: record {n} at byte offset {off} claims {incl} bytes")
-        start = off + rec_hdr
-        if start + incl > len(buf):
-            cap.truncation = Truncation(n, off, rec_hdr + incl, len(buf) - off)
-            return cap
-        cap.records.append(Record(n, off, sec + frac * unit, linktype, buf[start:start + incl], orig))
-        off = start + incl
-    return cap
+class _CheckedPcapNg(_Checked, PcapNgReader):
+    alternative = _CheckedPcap      # scapy's metaclass tries this one when the file is not pcapng
+    _iface = 0
+    _block_offset = 0
+
+    def read_packet(self, size: int = RECORD_MAX_BYTES, **kwargs: Any) -> Any:
+        data, meta = RawPcapNgReader._read_packet(self, RECORD_MAX_BYTES)
+        iface = self.interfaces[self._iface][2]
+        t = 0.0 if meta.tshigh is None else ((meta.tshigh << 32) | meta.tslow) / meta.tsresol
+        return self._dissect(meta.linktype, data, t + iface.get("tsoffset", 0))
+
+    def _read_block(self, size: int = RECORD_MAX_BYTES) -> Any:
+        off = self._block_offset = self.f.tell()
+        try:
+            res = super()._read_block(size)
+        except EOFError:
+            got = self.f.tell() - off
+            if not got:
+                raise
+            if self.f.read(1):
+                raise self._corrupt(f"block at byte offset {off} does not end where its length says") from None
+            self.f.seek(off + 4)
+            head = self.f.read(4)
+            needed = struct.unpack(self.endian + "I", head)[0] if len(head) == 4 else 12
+            self.truncation = Truncation(self.records + 1, off, needed, got)
+            raise
+        if res is not None:
+            self.records += 1
+        return res
+
+    def _read_block_idb(self, block: bytes, size: int) -> None:
+        super()._read_block_idb(block, size)
+        tsoffset = self._read_options(block[8:]).get(14)
+        if isinstance(tsoffset, bytes) and len(tsoffset) >= 8:  # if_tsoffset: seconds added to every timestamp
+            self.interfaces[-1][2]["tsoffset"] = struct.unpack(self.endian + "q", tsoffset[:8])[0]
+
+    def _read_block_epb(self, block: bytes, size: int) -> Any:
+        self._iface = struct.unpack(self.endian + "I", block[:4])[0] if len(block) >= 4 else 0
+        return super()._read_block_epb(block, size)
+
+    def _read_block_pkt(self, block: bytes, size: int) -> Any:
+        self._iface = struct.unpack(self.endian + "H", block[:2])[0] if len(block) >= 2 else 0
+        return super()._read_block_pkt(block, size)
+
+    def _read_block_spb(self, block: bytes, size: int) -> Any:
+        self._iface = 0
+        return super()._read_block_spb(block, size)
+
+    def _check_interface_id(self, intid: int) -> bool:
+        if intid >= len(self.interfaces):
+            where = "before any interface block" if not self.interfaces else f"names interface {intid}"
+            raise self._corrupt(f"record {self.records + 1} at byte offset {self._block_offset} {where}")
+        return True
 
 
-@dataclass
-class _Iface:
-    linktype: int
-    snaplen: int
-    unit: float = 1e-6
-    offset_s: int = 0
+class _Quiet(logging.Filter):
+    """Keeps scapy's runtime warnings ("packet has been truncated", ...) from stderr while a file is read:
+    the CLI says what went wrong once, in its own words (the one-line error or a note)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
 
 
-def _read_pcapng(buf: bytes, name: str) -> CaptureFile:
-    cap = CaptureFile(name, "pcapng")
-    off, n = 0, 0
-    order = "<"
-    ifaces: list[_Iface] = []
-    while off < len(buf):
-        if off + 12 > len(buf):
-            cap.truncation = Truncation(n + 1, off, 12, len(buf) - off)
-            return cap
-        btype = struct.unpack(order + "I", buf[off:off + 4])[0]
-        if btype == PCAPNG_SHB:
-            bom = buf[off + 8:off + 12]
-            order = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else ""
-            if not order:
-                raise UsageError(f"{name} is corrupt: section header at byte offset {off} has no byte-order magic")
-            ifaces = []
-        blen = struct.unpack(order + "I", buf[off + 4:off + 8])[0]
-        if blen < 12 or blen % 4:
-            raise UsageError(f"{name} is corrupt: block at byte offset {off} has length {blen}")
-        if off + blen > len(buf):
-            cap.truncation = Truncation(n + 1, off, blen, len(buf) - off)
-            return cap
-        body = buf[off + 8:off + blen - 4]
-        if btype == 1 and len(body) >= 8:
-            linktype, _, snaplen = struct.unpack(order + "HHI", body[:8])
-            ifaces.append(_iface_options(_Iface(linktype, snaplen), body[8:], order))
-        elif btype in (2, 6) and len(body) >= 20:
-            if btype == 6:
-                iface_id, hi, lo, incl, orig = struct.unpack(order + "IIIII", body[:20])
-            else:
-                iface_id, _drops, hi, lo, incl, orig = struct.unpack(order + "HHIIII", body[:20])
-            n += 1
-            if iface_id >= len(ifaces):
-                raise UsageError(f"{name} is corrupt: record {n} at byte offset {off} names interface {iface_id}")
-            if 20 + incl > len(body):
-                raise UsageError(f"{name} is corrupt: record {n} at byte offset {off} claims {incl} captured bytes "
-                                 f"in a {blen}-byte block")
-            ifc = ifaces[iface_id]
-            ts = ((hi << 32) | lo) * ifc.unit + ifc.offset_s
-            cap.records.append(Record(n, off, ts, ifc.linktype, body[20:20 + incl], orig))
-        elif btype == 3 and len(body) >= 4:
-            n += 1
-            if not ifaces:
-                raise UsageError(f"{name} is corrupt: record {n} at byte offset {off} before any interface block")
-            orig = struct.unpack(order + "I", body[:4])[0]
-            ifc = ifaces[0]
-            incl = min(orig, ifc.snaplen or orig, len(body) - 4)
-            cap.records.append(Record(n, off, 0.0, ifc.linktype, body[4:4 + incl], orig))
-        off += blen
-    return cap
+@contextlib.contextmanager
+def _scapy_quiet() -> Iterator[None]:
+    log, quiet = logging.getLogger("scapy.runtime"), _Quiet()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
 
 
-def _iface_options(ifc: _Iface, opts: bytes, order: str) -> _Iface:
-    i = 0
-    while i + 4 <= len(opts):
-        code, length = struct.unpack(order + "HH", opts[i:i + 4])
-        val = opts[i + 4:i + 4 + length]
-        if code == 0:
-            break
-        if code == 9 and length >= 1:  # if_tsresol: 2^-n when the top bit is set, else 10^-n
-            r = val[0]
-            ifc.unit = 2.0 ** -(r & 0x7F) if r & 0x80 else 10.0 ** -r
-        elif code == 14 and length >= 8:  # if_tsoffset, seconds
-            ifc.offset_s = struct.unpack(order + "q", val[:8])[0]
-        i += 4 + length + (-length % 4)
-    return ifc
+class CaptureReader:
+    """The packets of a capture file, one at a time (scapy packets from the link layer up, `.time` in
+    epoch seconds as a float, `.linktype`, `.number`); `records`, `truncation` and `format` once read."""
+
+    def __init__(self, path: str | Path, *, allow_truncated: bool = False) -> None:
+        p = Path(path)
+        if not p.is_file():
+            raise UsageError(f"capture file not found: {p}")
+        with p.open("rb") as f:
+            head = f.read(4)
+        if head in MODIFIED_PCAP:
+            raise UsageError(f"{p} is a 'modified' pcap (magic {head.hex()}), which is not read: "
+                             f"convert it with `editcap -F pcap {p} OUT.pcap`")
+        self.path, self.allow_truncated = p, allow_truncated
+        with _scapy_quiet():
+            try:
+                self._reader: _CheckedPcap | _CheckedPcapNg = _CheckedPcapNg(str(p))  # falls back to pcap
+            except Scapy_Exception:
+                if head in PCAP_MAGICS:
+                    raise UsageError(f"{p} is truncated: its 24-byte pcap file header is cut short "
+                                     f"({p.stat().st_size} bytes)") from None
+                raise UsageError(f"{p} is not a pcap or pcapng capture (first bytes {head.hex()})") from None
+        self._reader.name = str(p)
+        self.format = "pcapng" if isinstance(self._reader, RawPcapNgReader) else "pcap"
+
+    @property
+    def records(self) -> int:
+        return self._reader.records
+
+    @property
+    def truncation(self) -> Truncation | None:
+        return self._reader.truncation
+
+    def __iter__(self) -> Iterator[Any]:
+        with _scapy_quiet():
+            try:
+                while True:
+                    try:
+                        pkt = self._reader.read_packet()
+                    except EOFError:
+                        break
+                    yield pkt
+            finally:
+                self.close()
+        if self.truncation is not None and not self.allow_truncated:
+            raise UsageError(f"{self.path} is {self.truncation.describe(self.records)} "
+                             "(pass --allow-truncated to analyse the complete records)")
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def __enter__(self) -> CaptureReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

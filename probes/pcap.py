@@ -9,9 +9,11 @@ direction classified like tshark's tcp.analysis (see seqanalysis.py), time from 
 request byte to the first response byte, and the first response's status and Server header
 (plaintext) or ServerHello (TLS).
 
-Files are read by capfile.py (a truncated capture is an error naming the record and byte
-offset, or with allow_truncated a note) and linklayer.py (Ethernet, VLAN/QinQ, MPLS, PPPoE,
-SLL/SLL2, BSD/macOS NULL and LOOP with every IPv6 address family, raw IP, PPP, NFLOG).
+Files are read one record at a time by scapy's PcapReader/PcapNgReader, wrapped in capfile.py (a
+truncated capture is an error naming the record and byte offset, or with allow_truncated a note);
+linklayer.py registers what scapy does not dissect by itself (every BSD/macOS IPv6 loopback family,
+NFLOG, MPLS multicast and over PPP, ...) and finds the IP header under Ethernet, VLAN/QinQ, MPLS,
+PPPoE, SLL/SLL2, NULL/LOOP, raw IP or PPP.
 
 Data of `probe tcp --read` (kind "probe.tcp", mode "read"):
     mode, source, packets_total, tcp_packets, duplicates_dropped, notes [str],
@@ -25,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.errors import UsageError
-from zgtool.probes.capfile import read_records
-from zgtool.probes.linklayer import decode
+from zgtool.probes.capfile import CaptureReader
+from zgtool.probes.linklayer import find_ip
+from zgtool.probes.linklayer import load as load_link_layers
 from zgtool.probes.p0f import raw_sig
 from zgtool.probes.seqanalysis import SeqAnalyser
 from zgtool.probes.tlsparse import ServerHello, find_client_hello, find_server_hello, is_tls_record
@@ -121,51 +124,42 @@ def initial_ttl(ttl: int) -> int:
 
 def load_layers() -> None:
     """Register link/IP/TCP dissectors; scapy.sendrecv alone leaves packets undecoded (Raw)."""
-    import scapy.layers.inet  # noqa: F401
-    import scapy.layers.inet6  # noqa: F401
-    import scapy.layers.l2  # noqa: F401
+    load_link_layers()
 
 
 def read_capture(path: str | Path, *, allow_truncated: bool = False) -> Capture:
-    """Every IP packet of a pcap/pcapng file; UsageError for a missing, foreign or truncated file."""
+    """Every IP packet of a pcap/pcapng file, read one record at a time by scapy; UsageError for a missing,
+    foreign or truncated file."""
     load_layers()
-    from scapy.layers.inet import IP
-    from scapy.layers.inet6 import IPv6
-
-    cap = read_records(path, allow_truncated=allow_truncated)
+    reader = CaptureReader(path, allow_truncated=allow_truncated)
     packets: list[Any] = []
     skipped: dict[str, int] = {}
     vlan = 0
     mpls: dict[tuple[int, ...], int] = {}
-    for rec in cap.records:
-        d = decode(rec.linktype, rec.data)
-        if d.ip is None:
-            reason = d.skipped or "no IP"
+    for pkt in reader:
+        found = find_ip(pkt)
+        if found.ip is None:
+            reason = found.skipped or "no IP"
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
-        vlan += d.vlan_tags > 0
-        if d.mpls_labels:
-            mpls[d.mpls_labels] = mpls.get(d.mpls_labels, 0) + 1
-        try:
-            pkt = IP(d.ip) if d.ip[0] >> 4 == 4 else IPv6(d.ip)
-        except Exception:  # scapy raises struct.error, IndexError, ... on mangled headers
-            skipped["malformed IP header"] = skipped.get("malformed IP header", 0) + 1
-            continue
-        pkt.time = rec.time_s
-        packets.append(pkt)
+        vlan += found.vlan_tags > 0
+        if found.mpls_labels:
+            mpls[found.mpls_labels] = mpls.get(found.mpls_labels, 0) + 1
+        found.ip.time = pkt.time
+        packets.append(found.ip)
     notes = []
-    if cap.truncation is not None:
-        notes.append(f"{path} is {cap.truncation.describe(len(cap.records))}; analysed the complete records")
+    if reader.truncation is not None:
+        notes.append(f"{path} is {reader.truncation.describe(reader.records)}; analysed the complete records")
     if mpls:
         stacks = ", ".join("/".join(map(str, k)) for k in list(mpls)[:4]) + (", ..." if len(mpls) > 4 else "")
         notes.append(f"{sum(mpls.values())} packet(s) were MPLS-encapsulated (label stacks {stacks}); "
                      "decoded to the IP packet inside")
     if vlan:
         notes.append(f"{vlan} packet(s) carried 802.1Q/802.1ad VLAN tags")
-    undecoded = {k: v for k, v in skipped.items() if not k.startswith("ethertype 0x0806")}
+    undecoded = {k: v for k, v in skipped.items() if not k.startswith("ARP")}
     if undecoded:
         notes.append("frames without IP: " + "; ".join(f"{v} x {k}" for k, v in sorted(undecoded.items())))
-    return Capture(packets, records_total=len(cap.records), notes=notes)
+    return Capture(packets, records_total=reader.records, notes=notes)
 
 
 def _layers(pkt: Any) -> tuple[Any, Any] | None:

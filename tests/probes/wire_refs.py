@@ -48,8 +48,10 @@ def tshark_available() -> bool:
     return shutil.which("tshark") is not None
 
 
-def _fields(path: Path, display_filter: str, *fields: str) -> list[list[str]]:
+def _fields(path: Path, display_filter: str, *fields: str, decode_as: tuple[str, ...] = ()) -> list[list[str]]:
     cmd = ["tshark", "-n", "-r", str(path), "-Y", display_filter, "-T", "fields", "-E", "separator=|"]
+    for rule in decode_as:  # e.g. "mpls.label==19,pwethcw": what tshark cannot guess by itself
+        cmd += ["-d", rule]
     for f in ("ip.src", "ipv6.src", "tcp.srcport", "ip.dst", "ipv6.dst", "tcp.dstport", *fields):
         cmd += ["-e", f]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False).stdout
@@ -63,12 +65,12 @@ def _key(row: list[str]) -> tuple[str, str]:
     return stream_key(endpoint(src, row[2].split(",")[-1]), endpoint(dst, row[5].split(",")[-1]))
 
 
-def tshark_view(path: Path) -> TsharkView:
+def tshark_view(path: Path, decode_as: tuple[str, ...] = ()) -> TsharkView:
     """One tshark pass over every TCP packet: SYN/ACK fields, initial RTT, retransmissions, out-of-order."""
     view = TsharkView()
     rows = _fields(path, "tcp", "tcp.flags", "ip.ttl", "ipv6.hlim", "tcp.window_size_value", "tcp.options.mss_val",
                    "tcp.options.wscale.shift", "tcp.analysis.initial_rtt", "tcp.analysis.retransmission",
-                   "tcp.analysis.out_of_order")
+                   "tcp.analysis.out_of_order", decode_as=decode_as)
     for row in rows:
         st = view.streams.setdefault(_key(row), TsharkStream())
         flags = int(row[6].split(",")[-1], 16)
