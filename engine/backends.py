@@ -3,12 +3,12 @@ and attention-backend objects): the forward never branches on what the machine s
 
 - `KernelPlan`: which C kernels (engine/cpu_kernels.py) this model can use on this machine, each
   with the reason when not (no compiler, ZGTOOL_NO_KERNELS, a CUDA device, bf16, a shape the
-  kernels do not handle: every kernel needs hidden/intermediate sizes that are multiples of 8,
+  kernels do not handle, the ISA variant loaded: every kernel needs hidden/intermediate sizes that are multiples of 8,
   the attention kernel a head_dim that is one too). A shape the kernels do not support takes the
   torch path, and the plan names why (`LlamaModel.backend_name`).
 - linear methods (one projection, x [n, in] -> [n, out]): torch F.linear on [out, in], torch
   mm/addmm on [in, out] (fp32 without the kernels: MKL is faster on that layout), the C fp32 GEMM,
-  the C int8 GEMM; deterministic mode wraps any of them in fixed 32-row tiles.
+  the C bf16 GEMM (bf16 weights, fp32 activations), the C int8 GEMM; deterministic mode wraps any of them in fixed 32-row tiles.
 - lm heads: the same choice for the output projection, plus whether the lm_head + argmax run in
   one C call (greedy decoding).
 - attention backends live in engine/model.py beside the paged-KV helpers they use.
@@ -32,25 +32,31 @@ class KernelPlan:
     """Which C kernels a model uses, decided once at load. Each `*_off` is None when that kernel is
     used, else the reason it is not."""
 
-    library_off: str | None   # the library itself: no compiler, ZGTOOL_NO_KERNELS, CUDA, bf16/fp16
+    library_off: str | None   # the library itself: no compiler, ZGTOOL_NO_KERNELS, CUDA, fp16
     gemm_off: str | None      # fp32/int8 projections on the C GEMMs
     attention_off: str | None  # paged attention over the KV in place
     norm_off: str | None      # residual add + RMSNorm in one pass (and the fp32 lm_head GEMM)
     glue_off: str | None      # RoPE + KV write, silu(gate) * up
+    isa: str | None = None    # the kernels' ISA variant (engine/cpu_kernels.py VARIANTS) when loaded
+
+    @staticmethod
+    def off(reason: str) -> KernelPlan:
+        """Every kernel off for one reason."""
+        return KernelPlan(reason, reason, reason, reason, reason)
 
     @staticmethod
     def choose(hidden: int, intermediate: int, head_dim: int, device: torch.device, dtype: torch.dtype,
                quantized: bool) -> KernelPlan:
-        off = None
+        off = isa = None
         if device.type != "cpu":
             off = f"{device.type} device (the C kernels are CPU-only)"
-        elif dtype != torch.float32:
-            off = f"dtype {str(dtype).removeprefix('torch.')} (the C kernels compute in fp32/int8)"
+        elif dtype not in (torch.float32, torch.bfloat16):
+            off = f"dtype {str(dtype).removeprefix('torch.')} (the C kernels take fp32, bf16 or int8 weights)"
         else:
             from zgtool.engine.cpu_kernels import KernelsUnavailable, library
 
             try:
-                library()
+                isa = library().kernel_isa().decode()
             except KernelsUnavailable as exc:
                 off = str(exc).splitlines()[0] if str(exc) else "kernels unavailable"
 
@@ -69,6 +75,7 @@ class KernelPlan:
             attention_off=need(("head_dim", head_dim, 8)),
             norm_off=norm_off,
             glue_off=norm_off or need(("intermediate size", intermediate, 8), ("head_dim", head_dim, 2)),
+            isa=isa,
         )
 
 
@@ -87,11 +94,14 @@ class LinearMethod:
 
 
 class TorchLinear(LinearMethod):
-    """F.linear on [out, in] (bf16/fp16, CUDA, and fp32 [out, in] weights with the GEMM kernel off)."""
+    """F.linear on [out, in] (bf16/fp16, CUDA, and fp32 or bf16 [out, in] weights with the GEMM kernel
+    switched off: bf16 weights under fp32 activations compute in bf16, as a bf16 model would)."""
 
     name = "torch"
 
     def apply(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        if w.dtype != x.dtype:
+            return F.linear(x.to(w.dtype), w, None if b is None else b.to(w.dtype)).to(x.dtype)
         return F.linear(x, w, b)
 
 
@@ -121,6 +131,24 @@ class F32KernelLinear(LinearMethod):
         from zgtool.engine.cpu_kernels import f32_gemm
 
         return f32_gemm(x, w, self.ones, b)
+
+
+class Bf16KernelLinear(LinearMethod):
+    """bf16 weights [out, in] on the C bf16 GEMM, fp32 activations and accumulation (half fp32's
+    bytes per token: decode reads every weight once, so it is memory-bound); `ones` as for fp32."""
+
+    name = "c-bf16-gemm"
+
+    def __init__(self, ones: torch.Tensor) -> None:
+        self.ones = ones
+
+    def prepare(self, m: torch.Tensor) -> torch.Tensor:
+        return m.to(torch.bfloat16).contiguous()
+
+    def apply(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        from zgtool.engine.cpu_kernels import bf16_gemm
+
+        return bf16_gemm(x, w, self.ones, b)
 
 
 class Int8Linear(LinearMethod):
@@ -169,11 +197,12 @@ def tiled(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.
 
 @dataclass(frozen=True)
 class GreedyArgs:
-    """What the C lm_head + argmax call reads: weights [V, hidden], per-row scales, int8 or fp32."""
+    """What the C lm_head + argmax call reads: weights [V, hidden], per-row scales, and the weight
+    element (engine/cpu_kernels.py W_F32 | W_BF16 | W_INT8)."""
 
     weight: torch.Tensor
     scale: torch.Tensor
-    int8: int
+    wtype: int
 
 
 class LmHead:
@@ -192,7 +221,9 @@ class Int8LmHead(LmHead):
 
     def __init__(self, w: Int8Weight) -> None:
         self.w = w
-        self.greedy = GreedyArgs(w.q, w.scale, 1)
+        from zgtool.engine.cpu_kernels import W_INT8
+
+        self.greedy = GreedyArgs(w.q, w.scale, W_INT8)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return int8_linear(hidden, self.w)
@@ -204,13 +235,32 @@ class F32KernelLmHead(LmHead):
     name = "c-f32-gemm"
 
     def __init__(self, w: torch.Tensor, ones: torch.Tensor) -> None:
+        from zgtool.engine.cpu_kernels import W_F32
+
         self.w, self.ones = w, ones
-        self.greedy = GreedyArgs(w, ones, 0)
+        self.greedy = GreedyArgs(w, ones, W_F32)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         from zgtool.engine.cpu_kernels import f32_gemm
 
         return f32_gemm(hidden, self.w, self.ones)
+
+
+class Bf16KernelLmHead(LmHead):
+    """bf16 lm_head [V, hidden] on the C bf16 GEMM (fp32 logits); rows never mix."""
+
+    name = "c-bf16-gemm"
+
+    def __init__(self, w: torch.Tensor, ones: torch.Tensor) -> None:
+        from zgtool.engine.cpu_kernels import W_BF16
+
+        self.w, self.ones = w, ones
+        self.greedy = GreedyArgs(w, ones, W_BF16)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        from zgtool.engine.cpu_kernels import bf16_gemm
+
+        return bf16_gemm(hidden, self.w, self.ones)
 
 
 class TorchLmHead(LmHead):
@@ -222,6 +272,7 @@ class TorchLmHead(LmHead):
         self.name = f"torch in {DET_TILE}-row tiles" if deterministic else "torch"
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden = hidden.to(self.w.dtype)  # bf16 weights under fp32 activations (the kernels switched off)
         if not self.deterministic:
             return F.linear(hidden, self.w).float()
         return tiled(hidden, lambda t: F.linear(t, self.w)).float()

@@ -1,10 +1,16 @@
-"""Small AVX2 C kernels for the CPU engine: the C source is engine/csrc/ (zg_kernels.h is the ABI),
+"""Small x86 SIMD C kernels for the CPU engine: the C source is engine/csrc/ (zg_kernels.h is the ABI),
 compiled on first use with the system C compiler into the user cache
 (~/.cache/zgtool/kernels/zg_kernels-<hash of sources and flags>/, the sources kept beside the .so
 with debug line info; ~1-8 s with gcc) and called through ctypes on tensors' data pointers. No torch headers, so no torch C++ extension
 build (minutes on this box). Unavailable (KernelsUnavailable) without a C compiler, AVX2+FMA or
 a writable cache, or with ZGTOOL_NO_KERNELS set: fp32 then runs on torch ops alone (the
 previous engine) and --dtype int8 fails at load with the reason.
+
+ISA variants (VARIANTS): the same sources built once per instruction set with its own flags,
+each its own cache entry: avx2 (8-lane GEMMs), avx512 (16-lane GEMMs), avx512bf16 (bf16 weights
+on vdpbf16ps). The best one the CPU's flags allow is chosen once (choose_variant), or the one
+ZGTOOL_KERNEL_ISA names; a variant the CPU lacks a flag for is never loaded (KernelsUnavailable
+instead of SIGILL). AMX tiles (amx_bf16) are not used: untested, no machine with AMX here.
 
 w8_gemm: y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] (+ bias[n]) with w int8 [N, K] (symmetric
 per-output-channel quantization), x/y fp32: weight-only int8, activations never quantized, so
@@ -36,13 +42,17 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+log = logging.getLogger("zgtool.engine.kernels")
 
 CSRC = Path(__file__).parent / "csrc"
 HEADER = "zg_kernels.h"
@@ -53,9 +63,35 @@ LIB_NAME = "zg_kernels.so"
 # in some inlined copies of the GEMM block and not in others, and a row's result would then
 # depend on the register block it landed in (every FMA that matters is an explicit intrinsic).
 # -g adds line info only (no code change); -Werror: a warning is a build failure, reported.
-FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-shared", "-fPIC", "-fno-math-errno",
+# The ISA flags come from the variant (IsaVariant.flags).
+FLAGS = ("-O3", "-ffp-contract=off", "-pthread", "-shared", "-fPIC", "-fno-math-errno",
          "-Wall", "-Wextra", "-Werror", "-g")
 LIBS = ("-lm",)
+
+
+@dataclass(frozen=True)
+class IsaVariant:
+    """One instruction-set build of the kernels: its compiler flags and the CPU flags
+    (/proc/cpuinfo, i.e. cpuid as the kernel reports it) a CPU must have for it to be loaded."""
+
+    name: str
+    flags: tuple[str, ...]
+    cpu_flags: frozenset[str]
+    what: str
+
+
+_AVX2 = ("-mavx2", "-mfma")
+_AVX512 = _AVX2 + ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq")
+# best first: the first the CPU supports is chosen (ZGTOOL_KERNEL_ISA forces one)
+VARIANTS = (
+    IsaVariant("avx512bf16", _AVX512 + ("-mavx512bf16",),
+               frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}),
+               "16-lane GEMMs, bf16 weights on vdpbf16ps"),
+    IsaVariant("avx512", _AVX512, frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+               "16-lane GEMMs"),
+    IsaVariant("avx2", _AVX2, frozenset({"avx2", "fma"}), "8-lane GEMMs"),
+)
+ISA_ENV = "ZGTOOL_KERNEL_ISA"
 # ZGTOOL_KERNEL_SANITIZE=address|thread: an instrumented build (its own cache entry) for
 # scripts/sanitize_kernels.sh; the process must preload the sanitizer runtime
 SANITIZE_FLAGS = {
@@ -66,6 +102,10 @@ SANITIZE_FLAGS = {
 
 class KernelsUnavailable(RuntimeError):
     pass
+
+
+class KernelBuildFailed(KernelsUnavailable):
+    """The compiler failed: the message carries its output (also logged)."""
 
 
 class LayerPtrs(ctypes.Structure):
@@ -79,18 +119,34 @@ class LayerPtrs(ctypes.Structure):
 
 
 _P, _I64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+
+# the projections' weight element (ZG_W_* in zg_kernels.h)
+W_F32, W_INT8, W_BF16 = 0, 1, 2
+
+
+class StepArgs(ctypes.Structure):
+    """step_layers' one argument (step_args in zg_kernels.h; test_kernel_abi.py checks the fields,
+    their order and types against the header)."""
+
+    _fields_ = [
+        ("layers", _P), ("nl", _I64), ("wtype", _I64), ("x", _P), ("M", _I64), ("hidden", _I64), ("H", _I64),
+        ("KVH", _I64), ("D", _I64), ("inter", _I64), ("eps", _F32), ("final_norm", _P), ("out", _P),
+        ("cos_t", _P), ("sin_t", _P), ("positions", _P), ("slots", _P), ("tables", _P), ("width", _I64),
+        ("lens", _P), ("bs", _I64), ("scale", _F32), ("h", _P), ("qkv", _P), ("q", _P), ("att", _P), ("gu", _P),
+        ("act", _P), ("delta", _P), ("attn_scratch", _P), ("nt", _I64)]
 # every exported function of zg_kernels.h: (restype, argtypes); test_kernel_abi.py parses the
 # header and checks each prototype against this table (count, order, C type <-> ctypes type)
 SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "w8_gemm": (None, [_P, _I64, _I64, _P, _P, _P, _P, _I64, _I64]),
     "f32_gemm": (None, [_P, _I64, _I64, _P, _P, _P, _P, _I64, _I64]),
+    "bf16_gemm": (None, [_P, _I64, _I64, _P, _P, _P, _P, _I64, _I64]),
+    "kernel_isa": (ctypes.c_char_p, []),
     "paged_decode_attention": (None, [_P, _P, _P, _P, _I64, _P, _I64, _I64, _I64, _I64, _I64, _F32, _P, _P, _I64]),
     "add_rms_norm": (None, [_P, _P, _P, _F32, _I64, _I64, _P]),
     "silu_mul": (None, [_P, _I64, _I64, _P]),
     "rope_kv_write": (None, [_P, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _P]),
     "w8_dequant": (None, [_P, _P, _I64, _I64, _P]),
-    "step_layers": (None, [_P, _I64, _I64, _P, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _P, _P, _P, _P, _P, _P,
-                           _P, _I64, _P, _I64, _F32, _P, _P, _P, _P, _P, _P, _P, _P, _I64]),
+    "step_layers": (None, [_P]),
     "lm_head_argmax": (None, [_P, _I64, _I64, _P, _P, _I64, _P, _I64, _P, _I64]),
     "nonfinite_rows": (_I64, [_P, _I64, _I64, _P]),
     "pool_workers": (_I64, []),
@@ -105,16 +161,41 @@ def cache_dir() -> Path:
     return Path(base) / "zgtool" / "kernels"
 
 
-def cpu_has_avx2_fma() -> bool:
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as the kernel reports cpuid (/proc/cpuinfo's first "flags" line);
+    empty where there is none to read."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return {"avx2", "fma"} <= flags
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return False
+    return frozenset()
+
+
+def cpu_has_avx2_fma() -> bool:
+    return {"avx2", "fma"} <= cpu_flags()
+
+
+def choose_variant(flags: frozenset[str] | None = None) -> IsaVariant:
+    """The ISA variant to load, chosen once from the CPU's flags: the one ZGTOOL_KERNEL_ISA names
+    (avx2 | avx512 | avx512bf16), else the best the CPU supports. A variant whose flags the CPU
+    lacks is never chosen (loading it could only end in SIGILL): KernelsUnavailable says which."""
+    have = cpu_flags() if flags is None else flags
+    want = os.environ.get(ISA_ENV, "").strip().lower()
+    if want:
+        by_name = {v.name: v for v in VARIANTS}
+        if want not in by_name:
+            raise KernelsUnavailable(f"{ISA_ENV}={want!r}: expected one of {', '.join(by_name)}")
+        missing = sorted(by_name[want].cpu_flags - have)
+        if missing:
+            raise KernelsUnavailable(f"{ISA_ENV}={want}: this CPU lacks {', '.join(missing)}")
+        return by_name[want]
+    for v in VARIANTS:
+        if v.cpu_flags <= have:
+            return v
+    raise KernelsUnavailable("this CPU lacks AVX2/FMA (needed by the kernels)")
 
 
 def sanitizer() -> str | None:
@@ -127,9 +208,11 @@ def sanitizer() -> str | None:
     return want
 
 
-def build_flags() -> tuple[str, ...]:
+def build_flags(variant: IsaVariant | None = None) -> tuple[str, ...]:
+    """The compiler flags of a variant's build (the chosen one by default), sanitizer included."""
     san = sanitizer()
-    return FLAGS + (SANITIZE_FLAGS[san] if san else ())
+    v = variant or choose_variant()
+    return FLAGS + v.flags + (SANITIZE_FLAGS[san] if san else ())
 
 
 def source_files() -> list[Path]:
@@ -147,18 +230,27 @@ def build_key(flags: tuple[str, ...]) -> str:
 
 
 def library() -> ctypes.CDLL:
-    """The compiled kernels (built on first use; concurrent builders each build in a temp
-    directory and rename it into place, so a reader never sees half a library).
-    ZGTOOL_NO_KERNELS is read on every call, so a model built after it is set runs on torch even
-    when the library is loaded."""
+    """The compiled kernels of the chosen ISA variant (built on first use; concurrent builders each
+    build in a temp directory and rename it into place, so a reader never sees half a library).
+    ZGTOOL_NO_KERNELS and ZGTOOL_KERNEL_ISA are read on every call, so a model built after one is
+    set runs accordingly even when another library is loaded."""
     if os.environ.get("ZGTOOL_NO_KERNELS"):
         raise KernelsUnavailable("disabled by ZGTOOL_NO_KERNELS")
-    return _built_library(build_flags())
+    v = choose_variant()
+    return _built_library(v, build_flags(v))
+
+
+def isa() -> str | None:
+    """The loaded variant's name as the library itself reports it (kernel_isa()), None when off."""
+    try:
+        return library().kernel_isa().decode()
+    except KernelsUnavailable:
+        return None
 
 
 def status(device: str = "cpu") -> str:
-    """The kernels' state as one value: "on", or "off: <reason>" (no compiler, a failed build,
-    ZGTOOL_NO_KERNELS, a CPU without AVX2/FMA, a CUDA device)."""
+    """The kernels' state as one value: "on", or "off: <reason>" (no compiler, "build failed"
+    with the compiler's first line, ZGTOOL_NO_KERNELS, a CPU without AVX2/FMA, a CUDA device)."""
     if not str(device).startswith("cpu"):
         return f"off: {device} device (the kernels are CPU-only)"
     try:
@@ -171,14 +263,14 @@ def status(device: str = "cpu") -> str:
 def choice_status(device: str, dtype: str | None) -> str:
     """status() for an engine not loaded yet (verify's environment: the server it starts): the
     device and dtype it will run with, and whether the library builds here."""
-    if dtype not in (None, "float32", "int8") and str(device).startswith("cpu"):
-        return f"off: dtype {dtype} (the kernels compute in fp32/int8)"
+    if dtype not in (None, "float32", "int8", "bfloat16") and str(device).startswith("cpu"):
+        return f"off: dtype {dtype} (the kernels compute with fp32, bf16 or int8 weights)"
     return status(device)
 
 
 def engine_status(engine: object) -> str:
     """What an Engine computes with, for its banner, results and /metrics: "on", "off: <reason>"
-    (the library's reason, a CUDA device, a bf16 model, the null backend), or "partial: <kernel>
+    (the library's reason, a CUDA device, an fp16 model, the null backend), or "partial: <kernel>
     (<reason>), ..." when the model's plan (engine/backends.py KernelPlan, chosen at load) leaves
     some kernels to torch for its shape."""
     model = getattr(engine, "model", None)
@@ -189,7 +281,7 @@ def engine_status(engine: object) -> str:
         device = str(getattr(model, "device", "cpu"))
         dtype = getattr(model, "dtype", torch.float32)
         if device.startswith("cpu") and dtype != torch.float32:
-            return f"off: dtype {str(dtype).removeprefix('torch.')} (the kernels compute in fp32/int8)"
+            return f"off: dtype {str(dtype).removeprefix('torch.')} (the kernels compute with fp32, bf16 or int8 weights)"
         return status(device)
     if plan.library_off:
         return f"off: {plan.library_off}"
@@ -199,10 +291,20 @@ def engine_status(engine: object) -> str:
     return "partial: torch for " + ", ".join(parts) if parts else "on"
 
 
+def engine_isa(engine: object) -> str | None:
+    """The ISA variant an Engine's kernels run (for the banner, generate --json, /metrics), None
+    when its kernels are off."""
+    model = getattr(engine, "model", None)
+    plan = getattr(model, "plan", None)
+    if plan is None or plan.library_off:
+        return None
+    return getattr(plan, "isa", None)
+
+
 def compile_kernels(cc: str, flags: tuple[str, ...], out_dir: Path) -> Path:
     """Builds engine/csrc/ into out_dir/zg_kernels-<key>/ (sources, build.log and the .so side by
-    side) unless it is there; returns the .so. Raises KernelsUnavailable with the compiler's
-    output on a failure."""
+    side) unless it is there; returns the .so. Raises KernelBuildFailed ("build failed ...") with
+    the compiler's output on a failure, which is also logged."""
     key = build_key(flags)
     final = out_dir / f"zg_kernels-{key}"
     so = final / LIB_NAME
@@ -217,8 +319,10 @@ def compile_kernels(cc: str, flags: tuple[str, ...], out_dir: Path) -> Path:
         res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=300)
         (tmp / "build.log").write_text(" ".join(cmd) + "\n" + res.stdout + res.stderr)
         if res.returncode != 0:
-            raise KernelsUnavailable(f"building the CPU kernels with {cc} failed (exit {res.returncode}):\n"
-                                     f"{(res.stdout + res.stderr)[-4000:]}")
+            said = (res.stdout + res.stderr)[-4000:]
+            log.warning("building the CPU kernels failed: %s\n%s", " ".join(cmd), said)
+            raise KernelBuildFailed(f"build failed ({cc} exit {res.returncode}; the compiler's message is in "
+                                    f"the log)\n{said}")
         try:
             os.rename(tmp, final)
         except OSError:
@@ -231,9 +335,10 @@ def compile_kernels(cc: str, flags: tuple[str, ...], out_dir: Path) -> Path:
 
 
 @functools.cache
-def _built_library(flags: tuple[str, ...]) -> ctypes.CDLL:
-    if not cpu_has_avx2_fma():
-        raise KernelsUnavailable("this CPU lacks AVX2/FMA (needed by the kernels)")
+def _built_library(variant: IsaVariant, flags: tuple[str, ...]) -> ctypes.CDLL:
+    missing = variant.cpu_flags - cpu_flags()
+    if missing:  # the last guard before dlopen: a variant the CPU lacks is never loaded
+        raise KernelsUnavailable(f"the {variant.name} kernels need {', '.join(sorted(missing))}, which this CPU lacks")
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if not cc:
         raise KernelsUnavailable("no C compiler (gcc/cc) found to build the kernels")
@@ -374,6 +479,27 @@ def f32_gemm(x: torch.Tensor, w: torch.Tensor, ones: torch.Tensor, bias: torch.T
     y = torch.empty(m, n, dtype=torch.float32)
     library().f32_gemm(x.data_ptr(), m, k, w.data_ptr(), ones.data_ptr(), None if bias is None else bias.data_ptr(),
                        y.data_ptr(), n, torch.get_num_threads())
+    return y
+
+
+def bf16_gemm(x: torch.Tensor, w: torch.Tensor, ones: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] fp32 times bf16 w [N, K] (+ bias [N]; rows never mix) -> [M, N] fp32, fp32
+    accumulation; `ones` is a tensor of at least N 1.0s (the kernel's per-channel scale). K % 8 == 0.
+    The avx2/avx512 variants widen each weight to fp32 exactly (x stays fp32); avx512bf16 rounds x
+    to bf16 in registers for vdpbf16ps when K % 32 == 0."""
+    _need("bf16_gemm", "x", x, torch.float32, (None, None), contiguous=False)
+    m, k = x.shape
+    _need("bf16_gemm", "w", w, torch.bfloat16, (None, k))
+    n = w.shape[0]
+    _need("bf16_gemm", "ones", ones, torch.float32, (None,))
+    if bias is not None:
+        _need("bf16_gemm", "bias", bias, torch.float32, (n,))
+    if k % 8 or ones.numel() < n:
+        raise KernelArgumentError(f"bf16_gemm: K={k} (K % 8 == 0 needed), {ones.numel()} scales for N={n}")
+    x = _dense(x)
+    y = torch.empty(m, n, dtype=torch.float32)
+    library().bf16_gemm(x.data_ptr(), m, k, w.data_ptr(), ones.data_ptr(), None if bias is None else bias.data_ptr(),
+                        y.data_ptr(), n, torch.get_num_threads())
     return y
 
 

@@ -1,6 +1,9 @@
-/* The GEMM body, included once per weight type by gemm.c (no text surgery): GEMM(name) names
-   the type's functions, GEMM_WT is the weight element, GEMM_LOAD(p) turns 8 of them into fp32
-   lanes and GEMM_LINE is how many fit a 64-byte cache line. */
+/* The GEMM body, included once per (weight type, vector width) by gemm.c (no text surgery):
+   GEMM(name) names the instance's functions, GEMM_WT is the weight element, GEMM_LINE how many
+   fit a 64-byte cache line. The vector operations: GV the fp32 accumulator register, GX/GW the
+   register an activation/weight step is loaded into (GV itself, or __m512bh for vdpbf16ps),
+   GSTEP the k elements one step consumes, GV_ZERO, GX_LOAD(x), GW_LOAD(w), GV_FMA(acc, x, w)
+   (acc += x . w lane-wise, or pairwise for vdpbf16ps) and GV_HSUM(v). */
 /* R rows x C output channels (both compile-time constants once inlined): one accumulator per
    output, FMAs over k in order, then hsum * scale (+ bias). Every path below computes an output
    with exactly this sequence, so an output never depends on the block (hence the batch, the
@@ -10,22 +13,22 @@
 static inline __attribute__((always_inline)) void GEMM(blk)(const float *x, int64_t K, const GEMM_WT *w,
                                                          const float *scale, const float *bias, float *y,
                                                          int64_t ldy, const int R, const int C, int pf) {
-    __m256 acc[6][4];
+    GV acc[6][4];
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < C; c++) acc[r][c] = GV_ZERO;
     const GEMM_WT *pfp = w + 2 * C * K;
-    for (int64_t k = 0; k < K; k += 8) {
+    for (int64_t k = 0; k < K; k += GSTEP) {
         if (pf)
-            for (int e = 0; e < 8 * C; e += GEMM_LINE) _mm_prefetch((const char *)(pfp + C * k + e), _MM_HINT_T0);
-        __m256 wv[4];
-        for (int c = 0; c < C; c++) wv[c] = GEMM_LOAD(w + c * K + k);
+            for (int e = 0; e < GSTEP * C; e += GEMM_LINE) _mm_prefetch((const char *)(pfp + C * k + e), _MM_HINT_T0);
+        GW wv[4];
+        for (int c = 0; c < C; c++) wv[c] = GW_LOAD(w + c * K + k);
         for (int r = 0; r < R; r++) {
-            __m256 xv = _mm256_loadu_ps(x + r * K + k);
-            for (int c = 0; c < C; c++) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+            GX xv = GX_LOAD(x + r * K + k);
+            for (int c = 0; c < C; c++) acc[r][c] = GV_FMA(acc[r][c], xv, wv[c]);
         }
     }
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) y[r * ldy + c] = hsum(acc[r][c]) * scale[c] + (bias ? bias[c] : 0.f);
+        for (int c = 0; c < C; c++) y[r * ldy + c] = GV_HSUM(acc[r][c]) * scale[c] + (bias ? bias[c] : 0.f);
 }
 
 /* rows [0, R) of x against every output channel [0, N): blocks of C channels, the rest one by one */
@@ -39,13 +42,13 @@ static inline __attribute__((always_inline)) void GEMM(rows)(const float *x, int
         GEMM(blk)(x, K, w + n * K, scale + n, bias ? bias + n : NULL, y + n, ldy, R, 1, pf);
 }
 
-/* K must be a multiple of 8 (checked by the caller). Output channels [0, N) of w/scale/bias
-   (already offset to the chunk), y rows ldy apart. Rows in blocks of four against three
-   channels (12 accumulators + 3 weight vectors + 1 row vector: the 16 ymm registers; 7 loads per
-   12 FMAs), the last 1-3 rows against four channels. SmolLM2's projections x 30 layers, 2
-   threads, ms, fp32 / int8 (old 4x2 blocks + single-row tail -> these; interleaved, noisy box):
-   7 rows 45 / 48 -> 19-24 / 17-20; 16 rows 75 / 41 -> 38-43 / 27-29; 64 rows 290 / 194 ->
-   142-156 / 115-122 (6x2 and 3x4 main blocks measured slower). */
+/* K must be a multiple of GSTEP (checked by the dispatcher, gemm.c). Output channels [0, N) of
+   w/scale/bias (already offset to the chunk), y rows ldy apart. Rows in blocks of four against
+   three channels (12 accumulators + 3 weight vectors + 1 row vector: the 16 ymm registers; 7
+   loads per 12 FMAs), the last 1-3 rows against four channels. SmolLM2's projections x 30
+   layers, 2 threads, ms, fp32 / int8 (old 4x2 blocks + single-row tail -> these; interleaved,
+   noisy box): 7 rows 45 / 48 -> 19-24 / 17-20; 16 rows 75 / 41 -> 38-43 / 27-29; 64 rows 290 /
+   194 -> 142-156 / 115-122 (6x2 and 3x4 main blocks measured slower). */
 static void GEMM(gemm_part)(const float *x, int64_t M, int64_t K, const GEMM_WT *w, const float *scale,
                          const float *bias, float *y, int64_t ldy, int64_t N) {
     int64_t m = 0;
@@ -75,8 +78,8 @@ static void GEMM(chunk)(void *a, int64_t c, int tid) {
                  n1 - n0);
 }
 
-void GEMM(gemm)(const float *x, int64_t M, int64_t K, const GEMM_WT *w, const float *scale,
-             const float *bias, float *y, int64_t N, int64_t nt) {
+static void GEMM(gemm)(const float *x, int64_t M, int64_t K, const GEMM_WT *w, const float *scale,
+                    const float *bias, float *y, int64_t N, int64_t nt) {
     int64_t chunk = (N / (nt * 8) + 3) & ~(int64_t)3;
     if (M >= 8) {  /* a chunk's weights stay in L2 while every row block passes over them */
         int64_t cap = 96 * 1024 / (K * (int64_t)sizeof(*w)) / 12 * 12;

@@ -7,40 +7,39 @@
    its own sequence's paged KV up to its own position (tables/lens per row; all rows' K and V are
    written before any row attends, so a chunk's rows see each other causally). Exactly the
    kernels and order of LlamaModel._forward_fused_norms, so the result is bit-identical to it. */
-static void gemm_any(int int8, const float *x, int64_t M, int64_t K, const void *w, const float *scale,
+static void gemm_any(int64_t wtype, const float *x, int64_t M, int64_t K, const void *w, const float *scale,
                      const float *bias, float *y, int64_t N, int64_t nt) {
-    if (int8) w8_gemm(x, M, K, (const int8_t *)w, scale, bias, y, N, nt);
+    if (wtype == ZG_W_INT8) w8_gemm(x, M, K, (const int8_t *)w, scale, bias, y, N, nt);
+    else if (wtype == ZG_W_BF16) bf16_gemm(x, M, K, (const uint16_t *)w, scale, bias, y, N, nt);
     else f32_gemm(x, M, K, (const float *)w, scale, bias, y, N, nt);
 }
 
-void step_layers(const layer_ptrs *L, int64_t nl, int64_t int8, float *x, int64_t M, int64_t hidden,
-                   int64_t H, int64_t KVH, int64_t D, int64_t inter, float eps, const float *final_norm,
-                   float *out, const float *cos_t, const float *sin_t, const int64_t *positions,
-                   const int64_t *slots, const int64_t *tables, int64_t width, const int64_t *lens, int64_t bs,
-                   float scale, float *h, float *qkv, float *q, float *att, float *gu, float *act, float *delta,
-                   float *attn_scratch, int64_t nt) {
-    int64_t nqkv = (H + 2 * KVH) * D;
-    for (int64_t l = 0; l < nl; l++) {
-        const layer_ptrs *p = L + l;
-        add_rms_norm(x, l ? delta : NULL, p->input_norm, eps, M, hidden, h);
-        gemm_any((int)int8, h, M, hidden, p->qkv, p->qkv_scale, p->qkv_bias, qkv, nqkv, nt);
-        rope_kv_write(qkv, M, H, KVH, D, cos_t, sin_t, positions, slots, p->kc, p->vc, q);
-        paged_decode_attention(q, p->kc, p->vc, tables, width, lens, M, H, KVH, D, bs, scale, att, attn_scratch, nt);
-        gemm_any((int)int8, att, M, H * D, p->o, p->o_scale, NULL, delta, hidden, nt);
-        add_rms_norm(x, delta, p->post_norm, eps, M, hidden, h);
-        gemm_any((int)int8, h, M, hidden, p->gate_up, p->gate_up_scale, NULL, gu, 2 * inter, nt);
-        silu_mul(gu, M, inter, act);
-        gemm_any((int)int8, act, M, inter, p->down, p->down_scale, NULL, delta, hidden, nt);
+void step_layers(const step_args *a) {
+    int64_t M = a->M, hidden = a->hidden, H = a->H, KVH = a->KVH, D = a->D, inter = a->inter, nt = a->nt;
+    int64_t nqkv = (H + 2 * KVH) * D, wt = a->wtype;
+    float *x = a->x, *h = a->h, *delta = a->delta;
+    for (int64_t l = 0; l < a->nl; l++) {
+        const layer_ptrs *p = a->layers + l;
+        add_rms_norm(x, l ? delta : NULL, p->input_norm, a->eps, M, hidden, h);
+        gemm_any(wt, h, M, hidden, p->qkv, p->qkv_scale, p->qkv_bias, a->qkv, nqkv, nt);
+        rope_kv_write(a->qkv, M, H, KVH, D, a->cos_t, a->sin_t, a->positions, a->slots, p->kc, p->vc, a->q);
+        paged_decode_attention(a->q, p->kc, p->vc, a->tables, a->width, a->lens, M, H, KVH, D, a->bs, a->scale, a->att,
+                               a->attn_scratch, nt);
+        gemm_any(wt, a->att, M, H * D, p->o, p->o_scale, NULL, delta, hidden, nt);
+        add_rms_norm(x, delta, p->post_norm, a->eps, M, hidden, h);
+        gemm_any(wt, h, M, hidden, p->gate_up, p->gate_up_scale, NULL, a->gu, 2 * inter, nt);
+        silu_mul(a->gu, M, inter, a->act);
+        gemm_any(wt, a->act, M, inter, p->down, p->down_scale, NULL, delta, hidden, nt);
     }
-    add_rms_norm(x, nl ? delta : NULL, final_norm, eps, M, hidden, out);
+    add_rms_norm(x, a->nl ? delta : NULL, a->final_norm, a->eps, M, hidden, a->out);
 }
 
-/* Greedy sampling's tail: logits [M, V] = h [M, hidden] times the lm_head [V, hidden] (fp32 or
-   int8, the same GEMM as the logits path), then each row's argmax into tokens[m]: the first
+/* Greedy sampling's tail: logits [M, V] = h [M, hidden] times the lm_head [V, hidden] (fp32, int8
+   or bf16 as wtype says: the same GEMM as the logits path), then each row's argmax into tokens[m]: the first
    maximum, or the first NaN (torch.argmax's rule). */
-void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, const float *scale, int64_t int8,
+void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, const float *scale, int64_t wtype,
                     float *logits, int64_t V, int64_t *tokens, int64_t nt) {
-    gemm_any((int)int8, h, M, hidden, w, scale, NULL, logits, V, nt);
+    gemm_any(wtype, h, M, hidden, w, scale, NULL, logits, V, nt);
     for (int64_t m = 0; m < M; m++) {
         const float *row = logits + m * V;
         int64_t best = 0;

@@ -7,8 +7,13 @@
 
 #include <stdint.h>
 
-/* One decoder layer's weights and KV cache for step_layers (fp32 or int8 weights, per-channel
-   scales: ones for fp32; qkv_bias may be NULL). */
+/* The projections' weight element (step_args.wtype, lm_head_argmax's wtype) */
+#define ZG_W_F32 0
+#define ZG_W_INT8 1
+#define ZG_W_BF16 2
+
+/* One decoder layer's weights and KV cache for step_layers (fp32, int8 or bf16 weights as the
+   step's wtype says, per-channel scales: ones for fp32 and bf16; qkv_bias may be NULL). */
 typedef struct {
     const float *input_norm, *post_norm;
     const void *qkv; const float *qkv_scale, *qkv_bias;
@@ -18,9 +23,36 @@ typedef struct {
     float *kc, *vc;
 } layer_ptrs;
 
-/* y [M, N] = scale[n] * x [M, K] . w [N, K] (+ bias[n]); K % 8 == 0 */
+/* A whole step's decoder layers (step_layers): the layers, their weight element (ZG_W_*), the
+   residual stream x [M, hidden] (updated in place) and the final-normed out [M, hidden], the
+   shapes, RoPE tables, each row's position, KV slot, block table (width wide) and context length,
+   and the grow-only scratch buffers; nt threads. */
+typedef struct {
+    const layer_ptrs *layers;
+    int64_t nl, wtype;
+    float *x;
+    int64_t M, hidden, H, KVH, D, inter;
+    float eps;
+    const float *final_norm;
+    float *out;
+    const float *cos_t, *sin_t;
+    const int64_t *positions, *slots, *tables;
+    int64_t width;
+    const int64_t *lens;
+    int64_t bs;
+    float scale;
+    float *h, *qkv, *q, *att, *gu, *act, *delta, *attn_scratch;
+    int64_t nt;
+} step_args;
+
+/* y [M, N] = scale[n] * x [M, K] . w [N, K] (+ bias[n]); K % 8 == 0. bf16 weights are the high
+   halves of fp32 (torch.bfloat16's bits) */
 void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
 void f32_gemm(const float *x, int64_t M, int64_t K, const float *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
+void bf16_gemm(const float *x, int64_t M, int64_t K, const uint16_t *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
+
+/* the instruction-set variant this library was built for: "avx2", "avx512" or "avx512bf16" */
+const char *kernel_isa(void);
 
 /* one query per row over its paged KV; D % 8 == 0, H % KVH == 0 */
 void paged_decode_attention(const float *q, const float *kc, const float *vc, const int64_t *tables, int64_t width, const int64_t *lens, int64_t B, int64_t H, int64_t KVH, int64_t D, int64_t bs, float scale, float *out, float *scratch, int64_t nt);
@@ -32,8 +64,8 @@ void rope_kv_write(const float *qkv, int64_t T, int64_t H, int64_t KVH, int64_t 
 void w8_dequant(const int8_t *w, const float *scale, int64_t N, int64_t K, float *out);
 
 /* a whole step's layers in one call, and greedy sampling's lm_head + argmax */
-void step_layers(const layer_ptrs *L, int64_t nl, int64_t int8, float *x, int64_t M, int64_t hidden, int64_t H, int64_t KVH, int64_t D, int64_t inter, float eps, const float *final_norm, float *out, const float *cos_t, const float *sin_t, const int64_t *positions, const int64_t *slots, const int64_t *tables, int64_t width, const int64_t *lens, int64_t bs, float scale, float *h, float *qkv, float *q, float *att, float *gu, float *act, float *delta, float *attn_scratch, int64_t nt);
-void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, const float *scale, int64_t int8, float *logits, int64_t V, int64_t *tokens, int64_t nt);
+void step_layers(const step_args *a);
+void lm_head_argmax(const float *h, int64_t M, int64_t hidden, const void *w, const float *scale, int64_t wtype, float *logits, int64_t V, int64_t *tokens, int64_t nt);
 
 /* the rows of x [M, N] holding a NaN or an infinity into rows[]; returns how many (one pass, one
    thread: no OpenMP region beside the pool's spinning workers) */

@@ -12,6 +12,7 @@
 
 #define W8_LINE 64   /* int8 weights per 64-byte cache line */
 #define F32_LINE 16  /* fp32 weights per line */
+#define BF16_LINE 32 /* bf16 weights per line */
 
 typedef void (*chunk_fn)(void *args, int64_t chunk, int tid);
 
@@ -29,6 +30,21 @@ static inline float hsum(__m256 v) {
 static inline __m256 load_w8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
+
+/* 8 bf16 (the high halves of fp32) -> 8 fp32 lanes: a 16-bit shift, exact */
+static inline __m256 load_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+#ifdef __AVX512F__
+static inline __m512 load_w8_16(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+static inline __m512 load_bf16_16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+#endif
 
 static inline float dot(const float *a, const float *b, int64_t D) {
     __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();

@@ -40,9 +40,10 @@ def test_generate_text_names_the_state() -> None:
     assert "kernels off: disabled by ZGTOOL_NO_KERNELS" in " ".join(res.stderr.split())
 
 
-def test_status_names_a_cuda_device_and_a_bf16_choice() -> None:
+def test_status_names_a_cuda_device_and_an_fp16_choice() -> None:
     assert ck.status("cuda:0") == "off: cuda:0 device (the kernels are CPU-only)"
-    assert ck.choice_status("cpu", "bfloat16") == "off: dtype bfloat16 (the kernels compute in fp32/int8)"
+    assert ck.choice_status("cpu", "float16") == "off: dtype float16 (the kernels compute with fp32, bf16 or int8 weights)"
+    assert ck.choice_status("cpu", "bfloat16") == ck.status("cpu")  # bf16 weights run on the kernels
 
 
 def test_a_failed_build_is_off_with_the_compilers_message(tmp_path: Path) -> None:
