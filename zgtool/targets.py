@@ -133,8 +133,18 @@ def resolve(spec: str, config: Path | None = None, *, api: str | None = None, mo
         return t
     targets = load_targets(config)
     if spec not in targets:
+        if _looks_like_address(spec):
+            raise UsageError(f"target {spec!r} has no scheme: did you mean http://{spec} ? (https:// for TLS)")
         raise UsageError(f"unknown target {spec!r}; known targets: {', '.join(sorted(targets))} (or pass a URL)")
     t = targets[spec]
     if api or model:
         t = Target(t.name, t.url, api or t.api, model or t.model, t.key_env, dict(t.headers))
     return t
+
+
+def _looks_like_address(spec: str) -> bool:
+    """host:port, an IP literal or a dotted host name: a URL without its scheme, not a config name."""
+    host, sep, port = spec.partition("/")[0].rpartition(":")
+    if sep and port.isdigit() and host:
+        return True
+    return spec.count(".") >= 1 and " " not in spec and not spec.endswith(".toml")

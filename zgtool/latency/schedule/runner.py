@@ -67,6 +67,10 @@ def preflight(target: Target, cfg: SplitConfig, ctx: ssl.SSLContext | None) -> i
     raise TargetUnreachable(f"target {target.name!r}: cannot connect to {host}:{port}: {last}")
 
 
+def _timed_out(sample: RequestSample) -> bool:
+    return (sample.error or "").startswith("timeout:")
+
+
 def _split(n: int, parts: int) -> list[int]:
     base, extra = divmod(n, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
@@ -77,8 +81,10 @@ class _Block:
 
     def __init__(self, sessions: list[Session], first_index: int, count: int, rnd: int,
                  t_run0_ns: int, out: list[RequestSample], hook: RequestHook | None = None,
-                 on_sample: Callable[[RequestSample], None] | None = None) -> None:
+                 on_sample: Callable[[RequestSample], None] | None = None,
+                 halt: Callable[[RequestSample], bool] | None = None) -> None:
         self.sessions = sessions
+        self.halt = halt            # a sample for which it is true stops the block handing out more
         self.hook = hook
         self.on_sample = on_sample  # the live progress line: called after each measured request
         self.next = first_index
@@ -105,6 +111,8 @@ class _Block:
                 self.hook.after(token, sample)
             with self.lock:
                 self.out.append(sample)
+                if self.halt is not None and self.halt(sample):
+                    self.stop = self.next
             if self.on_sample is not None:
                 self.on_sample(sample)
 
@@ -156,14 +164,20 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
     endpoints = [Endpoint.build(t, cfg, fam) for t, fam in zip(targets, families, strict=True)]
     t_run0 = perf_counter_ns()
     if cfg.warmup:
-        for ep in endpoints:
+        for target, ep in zip(targets, endpoints, strict=True):
             # warm-up sessions are thrown away: every block opens (and warms) its own
             warm = [Session(ep, cfg, ctx) for _ in range(min(cfg.concurrency, cfg.warmup))]
+            warm_out: list[RequestSample] = []
             try:
-                _Block(warm, 0, cfg.warmup, -1, t_run0, []).run()
+                _Block(warm, 0, cfg.warmup, -1, t_run0, warm_out, halt=_timed_out).run()
             finally:
                 for s in warm:
                     s.close()
+            if any(_timed_out(s) for s in warm_out):
+                # a server that accepts and never answers would cost every request its timeout, silently
+                raise TargetUnreachable(f"target {target.name!r}: no answer to the warm-up request within "
+                                        f"{cfg.timeout_s:g} s: the server accepts connections but does not "
+                                        "answer; stopped here (--timeout-s sets the wait)")
     loop = OpenLoop(endpoints, [t.name for t in targets], cfg, ctx, t_run0, hooks, open_loop) \
         if cfg.open_loop else None
     keep = loop is None and not cfg.fresh_connections
