@@ -85,6 +85,7 @@ class EngineConfig:
     seed: int = 0
     batch_window_ms: float = 0.0        # wait this long for more arrivals before a step with free capacity
     num_threads: int | None = None      # torch intra-op threads on CPU
+    cuda_graphs: bool = True            # CUDA: decode steps replayed from graphs (engine/cuda_runner.py)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

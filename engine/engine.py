@@ -85,16 +85,16 @@ class Engine:
             self.model = None
             self.runner: Any = NullRunner()
         else:
-            from zgtool.engine.handback import HandbackRunner
             from zgtool.engine.model import LlamaModel
+            from zgtool.engine.runner import make_runner
 
             spec = loaded.spec
             self.max_model_len = min(cfg.max_model_len or spec.max_position_embeddings, spec.max_position_embeddings)
             self.model = LlamaModel(spec, loaded.weights, torch.device(self.device), torch_dtype, cfg.deterministic)
             self.kv_bytes_per_block = self.model.kv_bytes_per_block(cfg.block_size)
             self.num_kv_blocks = kvpool.num_blocks(cfg, self.kv_bytes_per_block, self.max_model_len, torch)
-            self.model.allocate_kv(self.num_kv_blocks, cfg.block_size)
-            self.runner = HandbackRunner(self.model, cfg.block_size)
+            # the device's runner, chosen once; it allocates the KV pool (a CUDA runner's pad block too)
+            self.runner = make_runner(self.model, cfg, self.num_kv_blocks, self.max_model_len)
         del loaded
         self.eos_token_ids = set(self.tokenizer.eos_token_ids)
         self._vocab_size = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
@@ -379,6 +379,9 @@ class Engine:
             "num_steps": self.num_steps,
             "device": self.device,
             **gpu,
+            # engine/cuda_runner.py: "on: batch buckets ..." | "off: <why>" (None off CUDA), and its counters
+            "cuda_graphs": getattr(self.runner, "graph_status", None),
+            "graph_replays": getattr(self.runner, "graph_replays", None),
         }
 
     def kv_report(self) -> dict[str, Any]:

@@ -24,7 +24,9 @@ from zgtool.engine.attention import (
     PrefillMeta,
     RowAttention,
     SdpaAttention,
+    TritonPagedAttention,
     build_attn_meta,
+    triton_available,
 )
 from zgtool.engine.backends import (
     DET_TILE,
@@ -219,6 +221,10 @@ class LlamaModel:
         self._use = {"gemm": self.plan.gemm_off is None, "attention": self.plan.attention_off is None,
                      "norm": self.plan.norm_off is None, "glue": self.plan.glue_off is None,
                      "lm_head": self.plan.norm_off is None and not self.quantized, "fused": True}
+        # CUDA: the step's layers on the Triton kernels (engine/gpu_forward.py), None or why not
+        self.triton_off = ("deterministic mode" if deterministic else triton_available() if device.type == "cuda"
+                           else f"device {device.type}")
+        self._use["triton"] = self.triton_off is None
         self._choose_backends()
         inv = rope_inv_freq(spec)
         pos = torch.arange(spec.max_position_embeddings, dtype=torch.float32)
@@ -298,6 +304,12 @@ class LlamaModel:
                              and (self.quantized or isinstance(lin, F32KernelLinear | Bf16KernelLinear)))
         self._layers_fn = (self._layers_c_step if self._one_call_ok else self._forward_fused_norms
                            if use["norm"] else self._forward_torch)
+        if use["triton"]:  # the compute path is an object chosen here, once: forward() just calls it
+            from zgtool.engine.gpu_forward import TritonLayers
+
+            self.attention = TritonPagedAttention(self)
+            self._layers_fn = TritonLayers(self)
+            self._one_call_ok = False
 
     @property
     def backend_name(self) -> str:
@@ -305,6 +317,8 @@ class LlamaModel:
         call), else "torch: <the first reason a kernel is off>" (naming the pieces still on C)."""
         if self._one_call_ok:
             return "c-kernels"
+        if self._use["triton"]:
+            return "triton"
         plan = self.plan
         reason = next((r for r in (plan.library_off, plan.gemm_off, plan.attention_off, plan.norm_off,
                                    plan.glue_off) if r is not None),
@@ -323,7 +337,7 @@ class LlamaModel:
     def _switch(self, piece: str, on: bool) -> None:
         allowed = {"gemm": self.plan.gemm_off, "attention": self.plan.attention_off, "norm": self.plan.norm_off,
                    "glue": self.plan.glue_off, "lm_head": None if self._lm_ones is not None else "no table",
-                   "fused": None}[piece]
+                   "fused": None, "triton": None if self.triton_off in (None, "device cpu") else self.triton_off}[piece]
         self._use[piece] = bool(on) and allowed is None
         self._choose_backends()
 
@@ -334,6 +348,8 @@ class LlamaModel:
     fast_glue = property(lambda self: self._use["glue"], lambda self, on: self._switch("glue", on))
     fast_lm_head = property(lambda self: self._use["lm_head"], lambda self, on: self._switch("lm_head", on))
     fused_layers = property(lambda self: self._use["fused"], lambda self, on: self._switch("fused", on))
+    # the CUDA path's Triton kernels; on CPU only in Triton's interpreter (tests/engine/test_cuda_runner.py)
+    triton_layers = property(lambda self: self._use["triton"], lambda self, on: self._switch("triton", on))
     f32_kernel = property(lambda self: isinstance(self.linear_method, F32KernelLinear),
                           lambda self, on: self._switch("gemm", on))
 

@@ -24,6 +24,7 @@ class ServeConfig:
     batch_window_ms: float = 0.0
     deterministic: bool = False
     num_threads: int | None = None     # compute threads; None: engine/config.py server_threads
+    cuda_graphs: bool = True           # --cuda-graphs on|off (engine/cuda_runner.py)
     # HTTP
     max_body_bytes: int = 8 * 1024 * 1024
     header_timeout_s: float = 10.0

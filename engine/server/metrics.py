@@ -67,6 +67,13 @@ class _EngineCollector(Collector):
             yield gauge("zg_gpu_vram_free_gb", "Free GPU memory (GB).", s["vram_free_gb"])
         for name, value in self._extra().items():
             yield gauge(name, name.replace("_", " "), value)
+        if s.get("cuda_graphs") is not None:  # engine/cuda_runner.py graph_status: "on: ..." | "off: why"
+            g = GaugeMetricFamily("zg_engine_cuda_graphs_enabled", "1 when decode steps replay CUDA graphs, 0 when "
+                                  "off (the state label says why: --cuda-graphs off, a failed capture).",
+                                  labels=["model_name", "state"])
+            g.add_metric([self._model, s["cuda_graphs"]], 1.0 if s["cuda_graphs"].startswith("on") else 0.0)
+            yield g
+            yield counter("zg_engine_graph_replays", "Decode steps replayed from a CUDA graph.", s.get("graph_replays"))
         if self._kernels is not None:  # engine/cpu_kernels.py engine_status: "on" | "off: why" | "partial: ..."
             k = GaugeMetricFamily("zg_engine_kernels_enabled", "1 when the engine computes on its C kernels, 0 when "
                                   "off or partial (the state label says why).", labels=["model_name", "state"])

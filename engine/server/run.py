@@ -128,7 +128,7 @@ def _engine_config(cfg: ServeConfig) -> Any:
         max_num_seqs=cfg.max_num_seqs, max_waiting=cfg.max_waiting,
         kv_memory_bytes=cfg.kv_memory_mb * 1024 * 1024 if cfg.kv_memory_mb else None,
         batch_window_ms=cfg.batch_window_ms, deterministic=cfg.deterministic,
-        num_threads=server_threads(cfg.num_threads),
+        num_threads=server_threads(cfg.num_threads), cuda_graphs=cfg.cuda_graphs,
     )
 
 

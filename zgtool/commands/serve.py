@@ -29,6 +29,7 @@ def serve(
     kv_memory_mb: int = typer.Option(None, "--kv-memory-mb", help="KV pool size (default: a fraction of free memory)."),
     batch_window_ms: float = typer.Option(0.0, "--batch-window-ms", help="Wait this long to fill a step under bursty arrivals."),
     deterministic: bool = typer.Option(False, "--deterministic", help="Batch-invariant greedy output."),
+    cuda_graphs: str = typer.Option("on", "--cuda-graphs", help="on | off: CUDA decode steps replayed from graphs captured per batch size (the banner says which and why)."),
     stream_interval: int = typer.Option(1, "--stream-interval", help="Tokens per SSE event (the first token is always sent alone)."),
     stream_keepalive_s: float = typer.Option(3.0, "--stream-keepalive-s", help="A stream silent this long (queued, waiting, preempted) gets a keepalive: Anthropic `event: ping`, an SSE comment on the OpenAI route."),
     max_body_bytes: int = typer.Option(8 * 1024 * 1024, "--max-body-bytes", help="Larger bodies get 413 request_too_large."),
@@ -54,6 +55,9 @@ def serve(
     nginx_mode: str = typer.Option("streaming", "--nginx-mode", "--buffering", help="streaming | buffered (with --gateway nginx/stack/haproxy/caddy)."),
     redis: str = typer.Option(None, "--redis", help="Redis URL for the Python gateway's cache/limits (with --gateway pygw/stack)."),
 ) -> None:
+    from zgtool.extras import require_extra
+
+    require_extra("serve")
     from zgtool.engine.server.config import ServeConfig
 
     if tls not in ("none", "self-signed"):
@@ -62,8 +66,13 @@ def serve(
         raise UsageError(f"--tls must be 'self-signed' or 'none' (use --tls-cert/--tls-key for your own files), not {tls!r}")
     if tls_cert is not None or tls_key is not None:
         tls = "files"
+    if cuda_graphs not in ("on", "off"):
+        from zgtool.errors import UsageError
+
+        raise UsageError(f"--cuda-graphs must be 'on' or 'off', not {cuda_graphs!r}")
     cfg = ServeConfig(
         model=model, host=host, port=port, device=device, dtype=dtype, max_model_len=max_model_len,
+        cuda_graphs=cuda_graphs == "on",
         max_num_seqs=max_num_seqs, max_waiting=max_waiting, kv_memory_mb=kv_memory_mb,
         batch_window_ms=batch_window_ms, deterministic=deterministic, num_threads=num_threads,
         stream_interval=stream_interval, stream_keepalive_s=stream_keepalive_s,
@@ -120,6 +129,8 @@ def _engine_args(cfg: object) -> tuple[str, ...]:
             args += [flag, str(value)]
     if cfg.deterministic:
         args.append("--deterministic")
+    if not cfg.cuda_graphs:
+        args += ["--cuda-graphs", "off"]
     return tuple(args)
 
 

@@ -29,6 +29,7 @@ def startup_rows(built: Any) -> list[tuple[str, str]]:
         ("dtype", dtype_row(e)),
         ("threads", threads_row(e, cfg.num_threads)),
         ("kernels", kernels_row(e)),
+        *([("CUDA graphs", graphs)] if (graphs := getattr(e.runner, "graph_status", None)) else []),
         ("context", f"{e.max_model_len} tokens"),
         ("KV pool", kv),
         ("listening", built.url),
