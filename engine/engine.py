@@ -65,7 +65,8 @@ class Engine:
 
         self.config = cfg = config or EngineConfig()
         self.device, self.dtype, torch_dtype = kvpool.pick_device_dtype(cfg, torch)
-        loaded = load_model(cfg.model, seed=cfg.seed, dtype=torch_dtype)  # cast per tensor: no fp32 copy
+        # cast per tensor: no fp32 copy; on CUDA a dummy model's weights are made on the device
+        loaded = load_model(cfg.model, seed=cfg.seed, dtype=torch_dtype, device=self.device)
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         elif loaded.spec is not None and loaded.spec.hidden_size <= 256:

@@ -83,6 +83,12 @@ PRESETS: dict[str, ModelSpec] = {
                           rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                           tie_word_embeddings=True),
+    # Llama-3.1-8B's shape, for the GPU check's roofline row (bench/gpu_roofline.py): its seeded weights
+    # are made on the device (engine/weights.py), 16 GB of bf16 that never cross the host
+    "llama-8b": ModelSpec(vocab_size=128256, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                          intermediate_size=14336, max_position_embeddings=8192, rope_theta=500000.0,
+                          rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
 }
 
 

@@ -29,19 +29,26 @@ class LoadedModel:
     is_dummy: bool = False
 
 
-def dummy_state_dict(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Seeded random weights in Hugging Face naming (the same loader path as real checkpoints)."""
-    g = torch.Generator().manual_seed(seed)
+def dummy_state_dict(spec: ModelSpec, seed: int = 0, device: str | None = None,
+                     dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Seeded random weights in Hugging Face naming (the same loader path as real checkpoints).
+    With a device, made there in dtype by that device's generator (the GPU check's llama-8b: 16 GB
+    of bf16 never built on the host); without one, fp32 on CPU (the weights every CPU test knows)."""
+    g = torch.Generator(device=device or "cpu").manual_seed(seed)
     d, hd, inter = spec.hidden_size, spec.dim_per_head, spec.intermediate_size
+    kw: dict[str, object] = {} if device is None else {"device": device, "dtype": dtype or torch.float32}
 
     def rnd(*shape: int, std: float = 0.02) -> torch.Tensor:
-        return torch.randn(*shape, generator=g) * std
+        return torch.randn(*shape, generator=g, **kw) * std  # type: ignore[call-overload]
+
+    def ones(n: int) -> torch.Tensor:
+        return torch.ones(n, **kw)  # type: ignore[call-overload]
 
     sd: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rnd(spec.vocab_size, d, std=1.0 / math.sqrt(d))}
     for i in range(spec.num_layers):
         p = f"model.layers.{i}."
-        sd[p + "input_layernorm.weight"] = torch.ones(d)
-        sd[p + "post_attention_layernorm.weight"] = torch.ones(d)
+        sd[p + "input_layernorm.weight"] = ones(d)
+        sd[p + "post_attention_layernorm.weight"] = ones(d)
         sd[p + "self_attn.q_proj.weight"] = rnd(spec.num_heads * hd, d)
         sd[p + "self_attn.k_proj.weight"] = rnd(spec.num_kv_heads * hd, d)
         sd[p + "self_attn.v_proj.weight"] = rnd(spec.num_kv_heads * hd, d)
@@ -53,7 +60,7 @@ def dummy_state_dict(spec: ModelSpec, seed: int = 0) -> dict[str, torch.Tensor]:
         sd[p + "mlp.gate_proj.weight"] = rnd(inter, d)
         sd[p + "mlp.up_proj.weight"] = rnd(inter, d)
         sd[p + "mlp.down_proj.weight"] = rnd(d, inter)
-    sd["model.norm.weight"] = torch.ones(d)
+    sd["model.norm.weight"] = ones(d)
     if not spec.tie_word_embeddings:
         sd["lm_head.weight"] = rnd(spec.vocab_size, d, std=1.0)
     return sd
@@ -102,15 +109,19 @@ def resolve_model_dir(model: str) -> Path:
     return path
 
 
-def load_model(model: str, seed: int = 0, dtype: torch.dtype | None = None) -> LoadedModel:
+def load_model(model: str, seed: int = 0, dtype: torch.dtype | None = None, device: str | None = None) -> LoadedModel:
     """`dtype`: cast every weight as it is read (None keeps the file's dtype). torch.int8 means
-    the int8 engine: weights are read in float32 and LlamaModel quantizes them."""
+    the int8 engine: weights are read in float32 and LlamaModel quantizes them. `device` (CUDA):
+    a dummy model's weights are made there (dummy_state_dict); files are read on the host."""
     if dtype == torch.int8:
         dtype = torch.float32
     if model == "null":
         return LoadedModel("null", None, {}, ByteTokenizer(512))
     if model.startswith("dummy:"):
         spec = _dummy_spec(model.split(":", 1)[1])
+        if device is not None and device.startswith("cuda"):
+            return LoadedModel(model, spec, dummy_state_dict(spec, seed, device, dtype), ByteTokenizer(spec.vocab_size),
+                               is_dummy=True)
         sd = dummy_state_dict(spec, seed)
         if dtype is not None:
             for k in list(sd):
