@@ -1,7 +1,8 @@
-"""Live engines for the reliability suite: `zgtool serve --model null` in-process (uvicorn in a
-thread, real sockets) or as a child process, plus the probes every case asserts with:
-exact status and error shape, KV blocks back to zero (GET /admin/kv), process survival.
-(Imported by name: tests/conftest.py puts every test folder on sys.path.)
+"""The one live-engine fixture of the tests and the benchmarks: `zgtool serve` in-process (uvicorn in a
+thread, real sockets) or as a child process, plus the probes every case asserts with: exact status and
+error shape, KV blocks back to zero (GET /admin/kv), process survival.
+(Tests import it by name: tests/conftest.py puts every test folder on sys.path. Benchmarks put
+tests/support on sys.path themselves: see bench/client_overhead.py.)
 """
 
 from __future__ import annotations
@@ -28,20 +29,22 @@ from zgtool.http.net import free_port
 
 ADMIN_KEY = "sk-rel-admin"
 USER_KEY = "sk-rel-user"
-KEYS_TOML = f"""
-[tiers.default]
-[[keys]]
-name = "user"
-key = "{USER_KEY}"
-[admin]
-keys = ["{ADMIN_KEY}"]
-"""
 MSGS = [{"role": "user", "content": "hi"}]
 
 
-def write_keys(tmp: Path, extra: str = "") -> Path:
+def keys_toml(keys: dict[str, str], admin: tuple[str, ...], tier: str = "default") -> str:
+    """A key file: each name -> key in one tier without limits, and the admin keys."""
+    users = "".join(f'[[keys]]\nname = "{name}"\ntier = "{tier}"\nkey = "{key}"\n' for name, key in keys.items())
+    admins = ", ".join(f'"{k}"' for k in admin)
+    return f"[tiers.{tier}]\n{users}[admin]\nkeys = [{admins}]\n"
+
+
+KEYS_TOML = keys_toml({"user": USER_KEY}, (ADMIN_KEY,))
+
+
+def write_keys(tmp: Path, extra: str = "", text: str = KEYS_TOML) -> Path:
     p = tmp / "keys.toml"
-    p.write_text(KEYS_TOML + extra)
+    p.write_text(text + extra)
     return p
 
 
@@ -124,12 +127,18 @@ def in_process(tmp: Path, **overrides: Any) -> Iterator[Live]:
         assert not thread.is_alive(), "server thread did not stop"
 
 
+class EngineFailed(RuntimeError):
+    """A child engine that exited or never answered /health (its log in the message)."""
+
+
 @contextlib.contextmanager
-def child(tmp: Path, *args: str, keyed: bool = True) -> Iterator[Live]:
-    """`zgtool serve --model null ...` as a child process; always stopped and reaped."""
+def child(tmp: Path, *args: str, keyed: bool = True, model: str = "null", prefix: tuple[str, ...] = (),
+          health_timeout_s: float = 60.0) -> Iterator[Live]:
+    """`zgtool serve --model MODEL ARGS` as a child process (after `prefix`, e.g. a taskset pin), logging to
+    TMP/serve.log (one engine per folder); yields once /health answers, always stopped (SIGTERM, then SIGKILL) and reaped."""
     port = free_port()
     log = tmp / "serve.log"
-    cmd = [sys.executable, "-m", "zgtool", "serve", "--model", "null", "--port", str(port), *args]
+    cmd = [*prefix, sys.executable, "-m", "zgtool", "serve", "--model", model, "--port", str(port), *args]
     if keyed:
         cmd += ["--keys", str(write_keys(tmp))]
     with log.open("wb") as fh:
@@ -138,10 +147,13 @@ def child(tmp: Path, *args: str, keyed: bool = True) -> Iterator[Live]:
     scheme = "https" if "--tls" in args else "http"
     live = Live(f"{scheme}://127.0.0.1:{port}", proc=proc, admin_key=ADMIN_KEY if keyed else None)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + health_timeout_s
         while not live.alive():
-            assert proc.poll() is None, f"server exited {proc.returncode}:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"server not healthy:\n{log.read_text()}"
+            if proc.poll() is not None:
+                raise EngineFailed(f"zgtool serve --model {model} exited {proc.returncode}:\n{log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise EngineFailed(f"zgtool serve --model {model} not healthy after {health_timeout_s:g} s:\n"
+                                   f"{log.read_text()[-2000:]}")
             time.sleep(0.1)
         yield live
     finally:
