@@ -3,7 +3,9 @@
     GET  /admin/kv                                     -> KV pool / allocator report
     POST /admin/defrag {"dry_run", "drop_prefix_cache"} -> {"before", "after", "actions", ...}
 
-The admin key goes in `x-api-key` (docs/CONTRACTS.md); it is never written to results.
+The admin key goes in `x-api-key` (docs/CONTRACTS.md); it is never written to results. A gateway in
+front of the engine never serves /admin/*: pointed at one, defrag says it is a gateway (the `Via`
+evidence) and names the engine's own address where the gateway tells it (exit 3), since no key can help.
 """
 
 from __future__ import annotations
@@ -12,10 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from zgtool.errors import MissingCapability, TargetUnreachable, UsageError
+from zgtool.gateway.admin_deny import ADMIN_DENIED_MESSAGE
 from zgtool.targets import validate_url
 from zgtool.tlsverify import CERT_HINT, is_cert_failure
 
 ADMIN_KEY_ENV = "ZGTOOL_ADMIN_KEY"
+ADMIN_DENIED = ADMIN_DENIED_MESSAGE.split(";")[0]   # "/admin/* is not served through this gateway"
+
+
+class GatewayNotEngine(TargetUnreachable):
+    """The URL is a gateway in front of the engine: its admin endpoints are not reachable there (exit 3)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,8 @@ class AdminClient:
                 raise TargetUnreachable(f"{self.base_url}: the TLS certificate did not verify; {CERT_HINT}") from exc
             raise TargetUnreachable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
         detail = _error_message(resp)
+        if resp.status_code in (401, 403, 404) and _is_gateway_answer(resp, detail):
+            raise _gateway_error(self, resp, detail)
         if resp.status_code in (401, 403):
             if self._has_key:
                 raise UsageError(f"the engine refused the admin key (HTTP {resp.status_code}: {detail}); "
@@ -89,6 +99,33 @@ class AdminClient:
         if not isinstance(body, dict):
             raise TargetUnreachable(f"{url} answered {type(body).__name__}, expected a JSON object")
         return body
+
+
+def _gateway_error(client: AdminClient, resp: Any, detail: str) -> GatewayNotEngine:
+    """Name the gateway's evidence and, where a proxied answer names it, the engine behind it."""
+    import httpx
+
+    evidence = [f"Via: {resp.headers['via']}"] if resp.headers.get("via") else []
+    if ADMIN_DENIED in detail:
+        evidence.append(f"/admin/* refused with HTTP {resp.status_code}: {detail!r}")
+    backend = None
+    try:   # a proxied answer says which upstream it came from (pygw: x-backend-server)
+        probe = client._client.get("/v1/models")
+        backend = probe.headers.get("x-backend-server")
+        if probe.headers.get("via") and not resp.headers.get("via"):
+            evidence.insert(0, f"Via: {probe.headers['via']} (on GET /v1/models)")
+    except httpx.HTTPError:
+        pass
+    where = (f"the engine behind it answers at {backend} (x-backend-server): run zgtool defrag --engine "
+             f"http://{backend}" if backend else
+             "run zgtool defrag --engine on the engine's own port (`zgtool serve --gateway` prints it as "
+             "'direct')")
+    return GatewayNotEngine(f"{client.base_url} is a gateway, not the engine ({'; '.join(evidence)}): a gateway "
+                            f"never serves the engine's /admin/* endpoints, so no admin key can help; {where}")
+
+
+def _is_gateway_answer(resp: Any, detail: str) -> bool:
+    return bool(resp.headers.get("via")) or ADMIN_DENIED in detail
 
 
 def _error_message(resp: Any) -> str:
