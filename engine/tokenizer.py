@@ -13,10 +13,18 @@ Message = dict[str, str]
 log = logging.getLogger(__name__)
 
 
+# A text longer than this is encoded by the batch API, which lets go of the GIL (encode holds it:
+# 1.6 s for 1 MB of text on SmolLM2's tokenizer, every other thread, the event loop included, stopped)
+GIL_FREE_ENCODE_CHARS = 8192
+
+
 class Tokenizer(Protocol):
     eos_token_ids: tuple[int, ...]
     bos_token_id: int | None
     vocab_size: int
+    # the most input characters one token can stand for (None: no bound is known): a text of
+    # n characters is at least ceil(n / max_token_chars) tokens, known before it is tokenized
+    max_token_chars: int | None
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
     def decode(self, ids: list[int]) -> str: ...
@@ -39,6 +47,7 @@ class ByteTokenizer:
         self.vocab_size = vocab_size
         self.eos_token_ids: tuple[int, ...] = (self.EOS,)
         self.bos_token_id: int | None = self.BOS
+        self.max_token_chars: int | None = 1    # one token per byte: at least one per character
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         ids = list(text.encode("utf-8"))
@@ -99,12 +108,15 @@ class HFTokenizer:
         self.eos_token_ids = tuple(eos)
         self.bos_token_id = bos_from_config
         self._compiled: Any = None
+        self.max_token_chars = max_token_chars(json.loads(path.read_text(encoding="utf-8")))
 
     @property
     def has_chat_template(self) -> bool:
         return self._template is not None
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if len(text) > GIL_FREE_ENCODE_CHARS:      # the same ids, without holding the GIL
+            return list(self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids)
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
 
     def decode(self, ids: list[int]) -> str:
@@ -123,6 +135,76 @@ class HFTokenizer:
         text = self.render_chat(messages, system)
         # the template writes its own specials; without one, the model's BOS (if it has one) leads
         return self.encode(text, add_special_tokens=self._template is None)
+
+
+# normalizers that never leave fewer characters than they were given (anything else: no bound)
+_LENGTH_KEEPING = frozenset({"Prepend", "Lowercase", "NFD"})
+
+
+def _keeps_length(norm: Any) -> bool:
+    if norm is None:
+        return True
+    if not isinstance(norm, dict):
+        return False
+    kind = norm.get("type")
+    if kind == "Sequence":
+        return all(_keeps_length(n) for n in norm.get("normalizers") or [])
+    if kind == "Replace":
+        pattern, content = norm.get("pattern") or {}, norm.get("content")
+        return isinstance(pattern.get("String"), str) and isinstance(content, str) and \
+            len(content) >= len(pattern["String"])
+    return kind in _LENGTH_KEEPING
+
+
+# pre-tokenizers that drop no character (Whitespace and BERT's drop every space: no bound)
+_KEEPING_PRE = frozenset({"ByteLevel", "Metaspace", "Digits", "Punctuation", "UnicodeScripts"})
+
+
+def _keeps_chars(pre: Any) -> bool:
+    if pre is None:
+        return True
+    if not isinstance(pre, dict):
+        return False
+    kind = pre.get("type")
+    if kind == "Sequence":
+        return all(_keeps_chars(p) for p in pre.get("pretokenizers") or [])
+    if kind == "Split":
+        return pre.get("behavior") != "Removed"
+    return kind in _KEEPING_PRE
+
+
+def _unk_unbounded(model: dict[str, Any]) -> bool:
+    """Whether one unknown token can stand for a run of characters of any length."""
+    kind = model.get("type")
+    if kind == "BPE":
+        return bool(model.get("fuse_unk")) and model.get("unk_token") is not None
+    if kind == "Unigram":
+        return model.get("unk_id") is not None and not model.get("byte_fallback")
+    return kind != "WordPiece"      # WordPiece: up to max_input_chars_per_word (below); others unknown
+
+
+def max_token_chars(doc: dict[str, Any]) -> int | None:
+    """The most input characters one token of this tokenizer.json can cover: its longest vocabulary
+    entry or added token, in characters (a byte-level token's characters are its bytes, a
+    SentencePiece token's its characters, so neither covers more). None where that does not hold:
+    a normalizer that could shorten the text, a pre-tokenizer that drops characters, an unknown
+    token that can swallow any run of characters (then no bound is claimed)."""
+    model = doc.get("model") or {}
+    if not (_keeps_length(doc.get("normalizer")) and _keeps_chars(doc.get("pre_tokenizer"))) or \
+            _unk_unbounded(model):
+        return None
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        pieces: list[Any] = list(vocab)
+    elif isinstance(vocab, list):        # Unigram: [[piece, score], ...]
+        pieces = [v[0] for v in vocab if isinstance(v, list) and v]
+    else:
+        return None
+    pieces += [a.get("content") for a in doc.get("added_tokens") or [] if isinstance(a, dict)]
+    longest = max((len(p) for p in pieces if isinstance(p, str)), default=0)
+    if model.get("type") == "WordPiece":      # an unknown word of up to this many characters is one token
+        longest = max(longest, int(model.get("max_input_chars_per_word") or 100))
+    return longest or None
 
 
 def read_chat_template(model_dir: Path, tokenizer_config: dict[str, Any]) -> tuple[str | None, str | None]:

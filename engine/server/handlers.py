@@ -80,7 +80,17 @@ async def count_tokens(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send:
     body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
     req = await intake.parse_body(_parse_count_tokens, body, app.engine.max_model_len)
     _check_model(app, req.model)
-    ids = await _tokenize(app, req)
+    intake.check_fits(req, getattr(app.engine.tokenizer, "max_token_chars", None), app.engine.max_model_len)
+    # the key's tier holds here too (concurrency, requests per minute): tokenizing is work
+    principal = ctx.principal
+    adm = app.admission
+    if principal is not None:
+        adm.admit(principal, 0, app.stats(), time.monotonic())
+    try:
+        ids = await _tokenize(app, req)
+    finally:
+        if principal is not None:
+            adm.release(principal, 0, None, time.monotonic())
     await app.send_json(ctx, send, 200, b'{"input_tokens":' + str(len(ids)).encode() + b"}")
 
 
@@ -163,6 +173,7 @@ async def _watch_disconnect(receive: Any, on_gone: Any) -> None:
 async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRequest, receive: Any,
                     send: Any) -> None:
     _check_model(app, req.model)
+    intake.check_fits(req, getattr(app.engine.tokenizer, "max_token_chars", None), app.engine.max_model_len)
     heavy = intake.is_heavy(req)
     safety = app.safety
     if safety is not None and not safety.input.empty:

@@ -6,6 +6,8 @@ A request's cost is measured by what it makes the server do, not by its characte
 
 - message counts are capped (``MAX_MESSAGES``) before any per-message work: 400 beyond;
 - a body over ``OFFLOAD_BODY_BYTES`` is decoded and validated in a worker thread;
+- a prompt that cannot fit the context (``check_fits``: its characters over the most characters
+  one token holds) is refused before it is tokenized;
 - a prompt whose cost (characters + ``MESSAGE_COST_CHARS`` per message) is over
   ``OFFLOAD_COST_CHARS`` is safety-checked and templated in a worker thread.
 
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zgtool.engine.api.common import ChatRequest, ParamError
+from zgtool.engine.errors import ContextLengthExceeded, InvalidRequest
 from zgtool.http.body import load_json_object
 
 # Anthropic documents "a limit of 100,000 messages in a single request"; OpenAI documents none,
@@ -114,6 +117,34 @@ async def parse_body(parse: Parse, body: bytes, max_model_len: int) -> ChatReque
         precheck_message_count(body, message_cap(max_model_len))
         return await asyncio.to_thread(_decode, parse, body, max_model_len)
     return _decode(parse, body, max_model_len)
+
+
+class PromptCannotFit(ContextLengthExceeded):
+    """A prompt refused from its length in characters, before it is tokenized."""
+
+    def __init__(self, least_tokens: int, chars: int, per_token: int, max_tokens: int, max_model_len: int) -> None:
+        InvalidRequest.__init__(self, (
+            f"prompt is at least {least_tokens} tokens ({chars} characters; one token of this model holds at most "
+            f"{per_token}), so it cannot fit the model's context of {max_model_len} tokens"
+            + (f" with max_tokens {max_tokens}" if least_tokens < max_model_len else "")))
+        self.prompt_tokens = least_tokens
+        self.max_tokens = max_tokens
+        self.max_model_len = max_model_len
+
+
+def check_fits(req: ChatRequest, max_token_chars: int | None, max_model_len: int) -> None:
+    """400 before any tokenizing for a prompt that can never fit the context: its characters over
+    the most characters one token holds (the tokenizer's bound) already reach it (issue 37: a 7 MB
+    prompt was tokenized in full, holding the GIL for seconds, only to be refused)."""
+    if max_token_chars is None:
+        return
+    chars = len(req.system or "") + sum(len(m["content"]) for m in req.messages)
+    if chars <= OFFLOAD_COST_CHARS:
+        return       # cheap to tokenize: the exact count names the excess (engine.py)
+    least = -(-chars // max_token_chars)
+    need = req.max_tokens or 1
+    if least >= max_model_len or least + need > max_model_len:
+        raise PromptCannotFit(least, chars, max_token_chars, need, max_model_len)
 
 
 def prompt_cost(req: ChatRequest) -> int:
