@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import signal
 import socket
@@ -198,6 +199,15 @@ def make_server(built: Built) -> ZgServer:
     return server
 
 
+def freeze_heap() -> None:
+    """Move everything alive after start-up (modules, the model, the engine) out of the garbage
+    collector's sight: a full collection then walks only what serving allocated, not the whole
+    start-up heap (~90 ms per full collection on the null model, several per 100k requests:
+    ~6 us per request; vLLM's freeze_gc_heap and SGLang's freeze_gc do the same)."""
+    gc.collect()
+    gc.freeze()
+
+
 def serve(cfg: ServeConfig, on_ready: Callable[[Built], None] | None = None,
           on_sigint: Callable[[int], None] | None = None) -> int:
     """Blocking: run until SIGTERM/Ctrl-C; 0 after a clean shutdown. ``on_ready`` (the serve
@@ -206,6 +216,7 @@ def serve(cfg: ServeConfig, on_ready: Callable[[Built], None] | None = None,
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     built = build(cfg)
     server = make_server(built)
+    freeze_heap()
     server.on_sigint = on_sigint
     if on_ready is not None:
         on_ready(built)
