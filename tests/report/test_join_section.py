@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from zgtool.latency.analysis.phases import analyse, result_data
+from zgtool.latency.analysis.phases import analyse
 from zgtool.latency.config import SplitConfig
 from zgtool.latency.records import FROM_SCHEDULING, EngineTiming, RequestSample
+from zgtool.latency.result import result_data
 from zgtool.report.sections_latency import join_table
 from zgtool.targets import Target
 

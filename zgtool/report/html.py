@@ -112,12 +112,15 @@ def render(rs: ResultSet, *, title: str = "zgtool report") -> str:
     files = [p for p, _ in rs.results]
     svg.assign_path_colors(*path_order(rs))
     sections = build_sections(rs, files)
-    nav = "".join(f'<a href="#{s.id}"{" class=off" if s.missing else ""}>{escape(s.title.split(":")[0])}</a>'
-                  for s in sections)
-    body = []
-    for s in sections:
-        inner = f'<p class="missing">Not in this report: {escape(s.missing)}</p>' if s.missing else s.body
-        body.append(f'<section id="{s.id}"><h2>{escape(s.title)}</h2>{inner}</section>')
+    shown = [s for s in sections if not s.missing]
+    absent = [s for s in sections if s.missing]   # one line each at the end, not an empty section each
+    nav = "".join(f'<a href="#{s.id}">{escape(s.title.split(":")[0])}</a>' for s in shown)
+    body = [f'<section id="{s.id}"><h2>{escape(s.title)}</h2>{s.body}</section>' for s in shown]
+    if absent:
+        nav += '<a href="#absent" class=off>Not in this report</a>'
+        items = "".join(f'<li id="absent-{s.id}"><b>{escape(s.title.split(":")[0])}</b>: {escape(s.missing)}</li>'
+                        for s in absent)
+        body.append(f'<section id="absent"><h2>Not in this report</h2><ul class="missing">{items}</ul></section>')
     created = sorted(str(r.get("created")) for _, r in rs.results)
     span = f"{created[0]} – {created[-1]}" if created else ""
     generated = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

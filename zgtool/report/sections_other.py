@@ -29,9 +29,17 @@ def _val(v: Any) -> str:
     return human_value(v)
 
 
+_RECOMMENDATION_KINDS = ("latency_split", "bench", "probe", "verify", "gate")
+
+
 def recommendations_section(rs: ResultSet) -> Section:
     sec = Section("recommendations", "Recommendations")
     recs = recommendations(rs)
+    if not recs and not any(k.startswith(_RECOMMENDATION_KINDS) for k in rs.kinds):
+        # "nothing to act on" would read as a verdict on results no check reads (a sweep, a probe alone)
+        sec.missing = ("no latency_split, bench.k6, probe or verify result among the inputs, which the "
+                       "recommendation checks read")
+        return sec
     if not recs:
         from zgtool.report.recommend import checks
 

@@ -26,6 +26,11 @@ def _x_label(data: dict[str, Any]) -> str:
     return "offered load, req/s" if data.get("load_kind") == "rate" else "concurrency, streams"
 
 
+def _loads(data: dict[str, Any]) -> list[float]:
+    """Every load point of the sweep: each gets its label on the x axis."""
+    return sorted({float(p["load"]) for p in data.get("points") or [] if isinstance(p.get("load"), int | float)})
+
+
 def _log_x(points: list[dict[str, Any]]) -> bool:
     loads = [p["load"] for p in points if p.get("load")]
     return bool(loads) and max(loads) >= 4 * min(loads)
@@ -57,7 +62,7 @@ def _latency_chart(data: dict[str, Any], metric: str, label: str) -> str:
     due = ", from each request's due time" if metric.endswith("_from_due_ms") else ""
     return (f"<h3>{escape(label)} p50 (solid) and p99 (dashed){due}</h3>"
             + svg.line_chart(series, x_label=_x_label(data), y_label=f"{label}, ms",
-                             x_log=_log_x(data.get("points", []))))
+                             x_log=_log_x(data.get("points", [])), x_ticks=_loads(data)))
 
 
 def _rate_chart(data: dict[str, Any]) -> str:
@@ -74,7 +79,7 @@ def _rate_chart(data: dict[str, Any]) -> str:
         lo, hi = min(loads), max(loads)
         series.append(svg.Series("offered (keeping up)", [lo, hi], [lo, hi], "#a0aec0", dash=True))
     return ("<h3>Achieved (solid) and goodput (dashed) req/s</h3>"
-            + svg.line_chart(series, x_label=_x_label(data), y_label="req/s", x_log=_log_x(data.get("points", []))))
+            + svg.line_chart(series, x_label=_x_label(data), y_label="req/s", x_log=_log_x(data.get("points", [])), x_ticks=_loads(data)))
 
 
 def _num(v: Any, digits: int = 1) -> str:

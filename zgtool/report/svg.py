@@ -133,8 +133,10 @@ def _legend(items: Sequence[tuple[str, str, str]], x: float, y: float, width: fl
 
 def _line_chart(series: Sequence[Series], *, x_label: str, y_label: str, width: int = 620, height: int = 260,
                 ticks: int = 5, x_log: bool = False, y_min: float | None = None, y_max: float | None = None,
-               bands: Sequence[tuple[float, float, str]] = (), y_fmt: str = "") -> str:
-    """Lines, steps or points on shared axes; bands are shaded x-ranges (stages) with labels."""
+               bands: Sequence[tuple[float, float, str]] = (), y_fmt: str = "",
+               x_ticks: Sequence[float] = ()) -> str:
+    """Lines, steps or points on shared axes; bands are shaded x-ranges (stages) with labels. `x_ticks`
+    labels exactly those x values (a sweep's load points) instead of round numbers."""
     pts = [(x, y) for s in series for x, y in zip(s.xs, s.ys, strict=False)
            if x is not None and y is not None and (not x_log or x > 0)]
     if not pts:
@@ -153,6 +155,8 @@ def _line_chart(series: Sequence[Series], *, x_label: str, y_label: str, width: 
     else:
         xt = nice_ticks(x0, x1, ticks)
         x0, x1 = min(x0, xt[0]), max(x1, xt[-1])
+    if x_ticks:
+        xt = sorted({x for x in x_ticks if x0 <= x <= x1})
     ylo = min(ys) if y_min is None else y_min
     yhi = max(ys) if y_max is None else y_max
     yt = nice_ticks(min(ylo, 0.0) if y_min is None else ylo, yhi, ticks)
@@ -246,19 +250,32 @@ def bin_edges(all_values: Sequence[float], bins: int = 24) -> list[float]:
     return [lo + i * step for i in range(bins + 1)]
 
 
+LABEL_CHAR_PX = 7.2    # a .rowlabel character (12 px sans) is at most this wide on average
+
+
 def _stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float, str]]]], *, unit: str = "ms",
                   width: int = 940, bar_h: int = 26, label_w: int = 120) -> str:
     """One horizontal bar per row, segments left to right; the shared scale is the longest row."""
     totals = [sum(max(v, 0.0) for _, v, _ in segs) for _, segs in rows]
     scale_max = max(totals) if totals and max(totals) > 0 else 1.0
+    # a label (a whole URL) wider than its column goes on its own line above the bar: never cut
+    above = any(len(label) * LABEL_CHAR_PX > label_w - 6 for label, _ in rows)
+    legend_w = label_w
+    if above:
+        label_w = 0
     pw = width - label_w - 70
     legend_items: dict[str, tuple[str, str, str]] = {}
-    height = 14 + len(rows) * (bar_h + 10)
+    row_h = bar_h + 10 + (16 if above else 0)
+    height = 14 + len(rows) * row_h
     out = [f'<svg class="chart" viewBox="0 0 {width} {{H}}" role="img">']
     for i, ((label, segs), total) in enumerate(zip(rows, totals, strict=True)):
-        y = 8 + i * (bar_h + 10)
-        out.append(f'<text class="rowlabel" x="{label_w - 6}" y="{y + bar_h / 2 + 4:.1f}" text-anchor="end">'
-                   f'{escape(label)}</text>')
+        y = 8 + i * row_h
+        if above:
+            out.append(f'<text class="rowlabel" x="0" y="{y + 11}">{escape(label)}</text>')
+            y += 16
+        else:
+            out.append(f'<text class="rowlabel" x="{label_w - 6}" y="{y + bar_h / 2 + 4:.1f}" text-anchor="end">'
+                       f'{escape(label)}</text>')
         x = float(label_w)
         for name, v, color in segs:
             if v <= 0:
@@ -274,8 +291,9 @@ def _stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float, str]]]], 
         out.append(f'<text class="tick" x="{x + 4:.1f}" y="{y + bar_h / 2 + 4:.1f}">{fmt(total)} {unit}</text>')
     legend_y = height + 10
     items = list(legend_items.values())
-    legend_rows = 1 + sum(22 + 7 * len(n) for n, _, _ in items) // max(width - label_w, 1)
-    out.append(_legend(items, label_w, legend_y, width - label_w))
+    legend_x = 0 if above else legend_w
+    legend_rows = 1 + sum(22 + 7 * len(n) for n, _, _ in items) // max(width - legend_x, 1)
+    out.append(_legend(items, legend_x, legend_y, width - legend_x))
     out.append("</svg>")
     total_h = legend_y + 16 * legend_rows
     return "".join(out).replace("{H}", str(total_h), 1)
