@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
     ) -> None:
         """Generate text in-process and print TTFT and tok/s (no server involved)."""
+        from zgtool.extras import require_extra
+
+        require_extra("generate")
         from zgtool.engine.errors import EngineError, ModelUnavailable
         from zgtool.errors import MissingCapability, UsageError
 
@@ -98,14 +101,14 @@ def _run(model: str, prompt: str, max_tokens: int, temperature: float, top_p: fl
     decode_s = max(1e-9, (t.total_ms - ttft) / 1e3)
     tok_s = (n - 1) / decode_s if n > 1 else 0.0
     threads = _threads()
-    from zgtool.engine.cpu_kernels import engine_status
+    from zgtool.engine.cpu_kernels import engine_isa, engine_status
 
-    kernels = engine_status(engine)
+    kernels, isa = engine_status(engine), engine_isa(engine)
     if as_json:
         from zgtool.results import make_result
 
         data = {"model": model, "device": engine.device, "dtype": engine.dtype, "num_threads": threads,
-                "kernels": kernels, "prompt": prompt, "prompt_token_ids": ids, "output_token_ids": out_ids,
+                "kernels": kernels, "kernel_isa": isa, "prompt": prompt, "prompt_token_ids": ids, "output_token_ids": out_ids,
                 "text": "".join(text_parts),
                 "finish_reason": finish, "ttft_ms": ttft, "total_ms": t.total_ms, "decode_tok_s": tok_s,
                 "is_dummy": engine.is_dummy, "chat_template": not raw and getattr(tok, "has_chat_template", True),
@@ -115,7 +118,8 @@ def _run(model: str, prompt: str, max_tokens: int, temperature: float, top_p: fl
     sys.stdout.write("\n")
     err_console.print(f"[bold]{n}[/bold] tokens, finish={finish}, TTFT {ttft:.1f} ms, "
                       f"{tok_s:.1f} tok/s decode, total {t.total_ms:.1f} ms "
-                      f"(model {model}, {engine.device}, {engine.dtype}, {threads} thread(s), kernels {kernels})")
+                      f"(model {model}, {engine.device}, {engine.dtype}, {threads} thread(s), kernels {kernels}"
+                      f"{f' ({isa})' if isa else ''})")
 
 
 def _threads() -> int:

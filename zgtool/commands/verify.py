@@ -95,6 +95,9 @@ def register(app: typer.Typer) -> None:
             from zgtool.errors import UsageError
 
             raise UsageError(f"--csv {csv_dir} exists and is not a folder")
+        from zgtool.extras import require_extra
+
+        require_extra("verify")  # it starts the engine
         _prepare_model(model, err_console)
         data, report = run_verify(cfg, Ui(_quiet_console() if quiet else err_console))
         if csv_dir is not None:

@@ -1,4 +1,4 @@
-"""Command line of the pygw process (`python -m zgtool.gateway.pygw ...`): parse, validate
+"""Command line of the pygw process (`python -m zgtool.gateway.pygw_main ...`): parse, validate
 with one-line errors, then run uvicorn (httptools + uvloop, one process)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from zgtool.errors import ExitCode, TargetUnreachable, UsageError, exit_code_for
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m zgtool.gateway.pygw", description="zgtool's Python AI gateway")
+    p = argparse.ArgumentParser(prog="python -m zgtool.gateway.pygw_main", description="zgtool's Python AI gateway")
     p.add_argument("--upstream", required=True, help="base URL of the upstream (Anthropic Messages API)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
@@ -68,6 +68,9 @@ def build_config(argv: list[str] | None = None):  # -> (GatewayConfig, host, por
 
 def _check_redis(url: str) -> None:
     """Fail at start with one line, not on the first request."""
+    from zgtool.extras import REDIS_MODULES, require_extra
+
+    require_extra("gateway --redis", "engine", REDIS_MODULES)
     import redis
 
     try:
