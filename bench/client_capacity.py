@@ -31,12 +31,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zgtool.errors import MissingCapability
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from engine_live import child  # noqa: E402  (the live-engine fixture the tests use)
+
+from zgtool.errors import MissingCapability  # noqa: E402
 
 LAG_P99_LIMIT_MS = 1.0
 BISECT_STEPS = 3
@@ -71,28 +73,6 @@ def cpus() -> list[int]:
 
 def pin(cpu: int | None) -> list[str]:
     return ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
-
-
-def start_engine(cpu: int | None) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
-    from zgtool.http.net import free_port
-
-    port = free_port()
-    proc = subprocess.Popen([*pin(cpu), sys.executable, "-m", "zgtool", "serve", "--model", "null", "--port",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"engine exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("engine did not become healthy in 90 s")
 
 
 # --- zgtool: one step in a pinned child process ---------------------------------------------------------
@@ -255,36 +235,33 @@ def main() -> None:
     print(f"CPUs {avail}: engine on {engine_cpu if engine_cpu is not None else 'any'}, each client pinned to "
           f"{client_cpu}{' (shared with the engine)' if shared else ''}; taskset "
           f"{'yes' if shutil.which('taskset') else 'not found: unpinned'}; load {load_before:.2f}")
-    proc, url = start_engine(engine_cpu)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
-            (work / "capacity.js").write_text(K6_SCRIPT)
-            (work / "body.json").write_bytes(request_body(Target("engine", url), SplitConfig(stream=False)))
-            generators: dict[str, Callable[[float], Step]] = {
-                "zgtool": lambda r: zgtool_step(url, r, args.step_s, client_cpu),
-                "zgtool~": lambda r: zgtool_step(url, r, args.step_s, client_cpu, lag_rule=False)}
-            print(f"zgtool: the latency-split client (--rate, constant arrivals); kept = dispatch lag p99 < "
-                  f"{LAG_P99_LIMIT_MS:g} ms, sent >= 95% of the schedule, nothing waited for a worker or failed")
-            print("zgtool~: the same client judged like k6 (no lag rule: sent >= 95% of the schedule, nothing "
-                  "waited for a worker, nothing failed)")
-            try:
-                k6 = find_k6()
-                k6v = k6_version(k6)
-                generators["k6"] = lambda r: k6_step(k6, url, r, args.step_s, client_cpu, work)
-                print(f"k6 {k6v}: constant-arrival-rate, maxVUs {MAX_IN_FLIGHT}; kept = dropped_iterations == 0, "
-                      f"iterations >= 95% of rate x duration, no failed request (k6's own scheduling: it reports "
-                      f"no dispatch lag)")
-            except MissingCapability as exc:
-                k6v = f"unavailable: {exc}"
-                print(f"k6: {k6v}")
-            found = find_capacities(generators, args.start_rps, args.max_rps)
-            zg_rate, zg_steps = found["zgtool"].good, found["zgtool"].steps
-            zgk_rate, zgk_steps = found["zgtool~"].good, found["zgtool~"].steps
-            k6_rate, k6_steps = (found["k6"].good, found["k6"].steps) if "k6" in found else (None, [])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    with tempfile.TemporaryDirectory() as tmp, \
+            child(Path(tmp), keyed=False, prefix=tuple(pin(engine_cpu)), health_timeout_s=90) as engine:
+        url = engine.url
+        work = Path(tmp)
+        (work / "capacity.js").write_text(K6_SCRIPT)
+        (work / "body.json").write_bytes(request_body(Target("engine", url), SplitConfig(stream=False)))
+        generators: dict[str, Callable[[float], Step]] = {
+            "zgtool": lambda r: zgtool_step(url, r, args.step_s, client_cpu),
+            "zgtool~": lambda r: zgtool_step(url, r, args.step_s, client_cpu, lag_rule=False)}
+        print(f"zgtool: the latency-split client (--rate, constant arrivals); kept = dispatch lag p99 < "
+              f"{LAG_P99_LIMIT_MS:g} ms, sent >= 95% of the schedule, nothing waited for a worker or failed")
+        print("zgtool~: the same client judged like k6 (no lag rule: sent >= 95% of the schedule, nothing "
+              "waited for a worker, nothing failed)")
+        try:
+            k6 = find_k6()
+            k6v = k6_version(k6)
+            generators["k6"] = lambda r: k6_step(k6, url, r, args.step_s, client_cpu, work)
+            print(f"k6 {k6v}: constant-arrival-rate, maxVUs {MAX_IN_FLIGHT}; kept = dropped_iterations == 0, "
+                  f"iterations >= 95% of rate x duration, no failed request (k6's own scheduling: it reports "
+                  f"no dispatch lag)")
+        except MissingCapability as exc:
+            k6v = f"unavailable: {exc}"
+            print(f"k6: {k6v}")
+        found = find_capacities(generators, args.start_rps, args.max_rps)
+        zg_rate, zg_steps = found["zgtool"].good, found["zgtool"].steps
+        zgk_rate, zgk_steps = found["zgtool~"].good, found["zgtool~"].steps
+        k6_rate, k6_steps = (found["k6"].good, found["k6"].steps) if "k6" in found else (None, [])
     others = other_tools()
     for name, where in others.items():
         print(f"{name}: {where}")

@@ -11,31 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-import httpx
-
-from zgtool.http.net import free_port
-
-
-def start_engine() -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model",
-                             "null", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"engine exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("engine did not become healthy in 90 s")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from engine_live import child  # noqa: E402  (the live-engine fixture the tests use)
 
 
 def main() -> None:
@@ -50,8 +32,9 @@ def main() -> None:
     from zgtool.stats import summarize
     from zgtool.targets import Target
 
-    proc, url = start_engine()
-    try:
+    with tempfile.TemporaryDirectory(prefix="zg-client-overhead-") as tmp, \
+            child(Path(tmp), keyed=False, health_timeout_s=90) as engine:
+        url = engine.url
         sdk = anthropic.Anthropic(base_url=url, max_retries=0, timeout=30, api_key=None,
                                   default_headers={"X-Api-Key": anthropic.omit, "Authorization": anthropic.omit})
         client = Client(Target("bench", url), policy=AutoFallbackPolicy(FallbackConfig(("default", "null"))))
@@ -84,9 +67,6 @@ def main() -> None:
                     samples[(name, stream)].append((time.perf_counter() - t0) * 1000.0)
         sdk.close()
         client.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
 
     figures: dict[str, float] = {}
     print(f"{'mode':<8} {'client':<14} {'p50_ms':>8} {'p90_ms':>8} {'p99_ms':>8}")
