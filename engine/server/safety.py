@@ -7,7 +7,8 @@ O(new text) per token, and the stream sends only text that can no longer start a
 Both sides match on text normalised by one per-character function (safetytext.norm_char:
 NFKD, every default-ignorable/format/mark code point removed, whitespace folded, case folded
 unless ``case_sensitive``; look-alike letters folded to ASCII where a section sets
-``fold_confusables = true``).
+``fold_confusables = true``); text with controls, noncharacters, private-use, unassigned code
+points or line/paragraph separators is matched with each as a space and with each removed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import regex
 
-from zgtool.engine.server.safetytext import OutputFilter, OutputRules, normalize
+from zgtool.engine.server.safetytext import OutputFilter, OutputRules, forms, normalize
 from zgtool.errors import UsageError
 from zgtool.http.toml import load_toml
 
@@ -46,13 +47,13 @@ class SafetyPolicy:
 
     def check_input(self, text: str) -> str | None:
         """A violation message when the prompt matches, else None."""
-        norm = normalize(text, not self.case_sensitive, self.input.fold_confusables)
-        for p in self.input.phrases:
-            if p in norm:
-                return f"{self.message} (input matched a denied phrase)"
-        for rx in self.input.regexes:
-            if rx.search(norm):
-                return f"{self.message} (input matched a denied pattern)"
+        for norm in forms(text, not self.case_sensitive, self.input.fold_confusables):
+            for p in self.input.phrases:
+                if p in norm:
+                    return f"{self.message} (input matched a denied phrase)"
+            for rx in self.input.regexes:
+                if rx.search(norm):
+                    return f"{self.message} (input matched a denied pattern)"
         return None
 
     def output_filter(self) -> OutputFilter | None:

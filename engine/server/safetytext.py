@@ -5,7 +5,12 @@ Matching runs on normalised text, so trivial edits do not bypass a rule: Unicode
 every invisible code point removed (Unicode Default_Ignorable_Code_Point, format characters
 (Cf) and combining marks (Mn): zero-width and bidi controls, U+2062 invisible times, U+034F,
 variation selectors, tag characters, U+180B, U+3164 ...), every whitespace run folded to one
-space, lower-cased unless the policy is case-sensitive. Rules, prompts and output go through
+space, lower-cased unless the policy is case-sensitive. Code points that are not text ("odd":
+controls (Cc) other than tab, LF and CR, noncharacters, private-use and unassigned code points
+(Cn, Co) and the line/paragraph separators U+2028/U+2029 (Zl, Zp)) can split a word as well as
+separate two, so text holding any is matched twice: once with each odd code point as a space,
+once with it removed; a rule matching either form is a match (input and output alike; the
+streaming filter keeps a twin for the removed form from the first odd code point on). Rules, prompts and output go through
 the same per-character function: NFKD followed by dropping marks gives the same result
 character by character as on the whole string, so a decomposed "cafe\u0301" in a stream
 matches a "café" rule (per-character NFKC did not compose it). Accents therefore do not
@@ -34,17 +39,34 @@ from zgtool.engine.server.confusables import TO_ASCII
 
 # invisible to a reader, so never part of what a rule matches
 INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}\p{Cf}\p{Mn}]")
-_ASCII_SLOW = re.compile(r"[\t\n\r\x0b\x0c\x1c-\x1f]|  ")     # ASCII that folds (whitespace other than one space)
+# ASCII that folds or is odd (whitespace other than one space, control characters)
+_ASCII_SLOW = re.compile(r"[\x00-\x1f\x7f]|  ")
+# not text: what an attacker can put inside a word ("ign\x01ore") or between two ("ignore\x01all")
+ODD_CATEGORIES = frozenset({"Cc", "Cn", "Co", "Zl", "Zp"})
+_ASCII_ODD = frozenset(chr(i) for i in [*range(0x20), 0x7F] if chr(i) not in "\t\n\r")
+_ASCII_ODD_RX = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-def norm_char(c: str, fold_case: bool, confusables: bool = False) -> str:
-    """One raw character's normalised form ("" for an invisible one), before whitespace folding."""
+def is_odd(c: str) -> bool:
+    """A control (not tab, LF, CR), noncharacter, private-use, unassigned or line/paragraph separator."""
     if c.isascii():
+        return c in _ASCII_ODD
+    return unicodedata.category(c) in ODD_CATEGORIES
+
+
+def norm_char(c: str, fold_case: bool, confusables: bool = False, odd: str = " ") -> str:
+    """One raw character's normalised form ("" for an invisible one), before whitespace folding;
+    an odd code point (``is_odd``) becomes ``odd`` (" " or "": the two forms matched)."""
+    if c.isascii():
+        if c in _ASCII_ODD:
+            return odd
         return c.lower() if fold_case else c
     if confusables:
         proto = TO_ASCII.get(c)     # the look-alike as written (NFKD may turn it into something else)
-        if proto is not None:
+        if proto is not None:       # (a letter newer than this Python's Unicode data is no odd one)
             return proto.lower() if fold_case else proto
+    if unicodedata.category(c) in ODD_CATEGORIES:
+        return odd
     n = INVISIBLE.sub("", unicodedata.normalize("NFKD", c))
     if confusables and n:
         # before case folding: a letter's confusable class depends on its case (Greek "Ν" is an
@@ -53,10 +75,26 @@ def norm_char(c: str, fold_case: bool, confusables: bool = False) -> str:
     return n.lower() if fold_case else n
 
 
-def normalize(text: str, fold_case: bool, confusables: bool = False) -> str:
+def normalize(text: str, fold_case: bool, confusables: bool = False, odd: str = " ") -> str:
     """The whole-string form (rules, prompts): the same per-character function as the output."""
-    out = "".join(norm_char(c, fold_case, confusables) for c in text)
+    out = "".join(norm_char(c, fold_case, confusables, odd) for c in text)
     return " ".join(out.split())
+
+
+def has_odd(text: str) -> bool:
+    """Whether ``text`` holds an odd code point (then its removed form is matched too)."""
+    if text.isascii():
+        return _ASCII_ODD_RX.search(text) is not None
+    return any(is_odd(c) for c in text)
+
+
+def forms(text: str, fold_case: bool, confusables: bool = False) -> list[str]:
+    """The normalised forms a rule is matched against: odd code points as spaces, and (when the
+    text holds any) removed."""
+    out = [normalize(text, fold_case, confusables)]
+    if has_odd(text):
+        out.append(normalize(text, fold_case, confusables, ""))
+    return out
 
 
 @dataclass(frozen=True)
@@ -77,11 +115,15 @@ class OutputFilter:
     """Per-request state: incremental normalised text with a map back to raw positions."""
 
     __slots__ = ("rules", "prefixes", "firsts", "phrase_back", "keep", "text", "src", "raw_len", "checked",
-                 "safe_chars", "rx_from")
+                 "safe_chars", "rx_from", "odd", "saw_odd", "twin", "form_safe")
 
-    def __init__(self, rules: OutputRules, prefixes: frozenset[str]) -> None:
+    def __init__(self, rules: OutputRules, prefixes: frozenset[str], odd: str = " ") -> None:
         self.rules = rules
         self.prefixes = prefixes
+        self.odd = odd                 # what an odd code point becomes in this filter's form
+        self.saw_odd = False           # the output held one: the removed form is matched too
+        self.twin: OutputFilter | None = None    # that form's filter, from the first odd code point on
+        self.form_safe = 0             # safe_chars of this form alone
         self.phrase_back = max((len(p) for p in rules.phrases), default=1) - 1
         # normalised chars kept behind the checked point (older text can start no new match)
         self.keep = max(self.phrase_back, rules.regex_lookback_chars if rules.regexes else 0) + 64
@@ -117,8 +159,15 @@ class OutputFilter:
             self.raw_len = len(text)
             return
         norm: list[str] = []
+        odd = self.odd
         for i in range(start, len(text)):
             c = text[i]
+            if c in _ASCII_ODD or (not c.isascii() and unicodedata.category(c) in ODD_CATEGORIES
+                                   and not (conf and c in TO_ASCII)):
+                self.saw_odd = True
+                if not odd:
+                    continue            # the removed form
+                c = " "
             if c.isspace():
                 if not last_space:
                     norm.append(" ")
@@ -137,6 +186,19 @@ class OutputFilter:
         self.raw_len = len(text)
 
     def __call__(self, full_text: str) -> str | None:
+        hit = self._check(full_text)
+        safe = self.form_safe
+        if self.saw_odd:     # odd code points: the form with them removed must be clean too
+            twin = self.twin
+            if twin is None:
+                twin = self.twin = OutputFilter(self.rules, self.prefixes, "")
+            hit = hit or twin._check(full_text)
+            safe = min(safe, twin.form_safe)
+        if safe > self.safe_chars:      # only ever grows (the stream reads it from another thread)
+            self.safe_chars = safe
+        return hit
+
+    def _check(self, full_text: str) -> str | None:
         if len(full_text) < self.raw_len:
             self._truncate(len(full_text))
         if len(full_text) == self.raw_len:
@@ -174,8 +236,8 @@ class OutputFilter:
                 hold = min(hold, i)
                 break
         safe = self.src[hold] if hold < n else self.raw_len
-        if safe > self.safe_chars:
-            self.safe_chars = safe
+        if safe > self.form_safe:
+            self.form_safe = safe
         if n > 4 * self.keep and hold >= n - self.keep:       # bound the window: O(delta) per call
             drop = n - self.keep
             self.text = text[drop:]

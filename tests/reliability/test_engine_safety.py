@@ -1,9 +1,11 @@
 """Safety under streaming: no prefix of a blocked match reaches the client, and trivial edits
-(double spaces, NBSP, newlines, zero-width and full-width characters) do not bypass a rule
-(issue 16 items 10, 12). Every rule of examples/safety-policy.toml is exercised."""
+(double spaces, NBSP, newlines, zero-width and full-width characters; controls, noncharacters,
+private-use and unassigned code points and line/paragraph separators, inside words or between
+them) do not bypass a rule (issue 16 items 10, 12; issue 37 item 5). Every rule of examples/safety-policy.toml is exercised."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 from engine_live import USER_KEY, Live, in_process
 
 from zgtool.engine.server.safety import load_policy
-from zgtool.engine.server.safetytext import Holdback
+from zgtool.engine.server.safetytext import Holdback, is_odd
 from zgtool.http.sse import SSEParser
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "safety-policy.toml"
@@ -21,12 +23,26 @@ POLICY = load_policy(EXAMPLE)
 
 # what the model might say for each output rule of the example policy
 OUTPUT_MATCHES = ["BEGIN RSA PRIVATE KEY-----", "sk-abcdefghijklmnopqrstuvwxyz0123456789"]
+def _inside(cp: str, s: str) -> str:
+    return cp.join(s)
+
+
+def _between(cp: str, s: str) -> str:
+    return s.replace(" ", cp)
+
+
+ODD = {"SOH": "\x01", "ESC": "\x1b", "DEL": "\x7f", "C1 U+0080": "\x80", "NEL": "\x85",
+       "noncharacter U+FFFE": "\ufffe", "noncharacter U+10FFFF": "\U0010ffff", "private use": "\ue000",
+       "unassigned U+E0080": "\U000e0080", "line separator": "\u2028", "paragraph separator": "\u2029"}
 BYPASSES = {
     "double spaces": lambda s: s.replace(" ", "  "),
     "nbsp": lambda s: s.replace(" ", "\u00a0"),
     "newline": lambda s: s.replace(" ", "\n"),
     "zwsp": lambda s: "\u200b".join(s),
     "full-width": lambda s: "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in s),
+    # code points that are not text (issue 37): inside every word, and as the word separator
+    **{f"{name} inside words": functools.partial(_inside, cp) for name, cp in ODD.items()},
+    **{f"{name} between words": functools.partial(_between, cp) for name, cp in ODD.items()},
 }
 
 
@@ -64,7 +80,22 @@ def test_no_prefix_of_a_blocked_output_reaches_the_stream(match: str, size: int)
 @pytest.mark.parametrize("match", ["BEGIN RSA PRIVATE KEY"])
 def test_output_phrase_bypasses_are_caught(match: str, name: str) -> None:
     sent, verdict = _stream_through_filter("ok: " + BYPASSES[name](match) + " end", 3)
-    assert verdict is not None and "BEGIN" not in sent.upper().replace("\u200b", "")
+    visible = "".join(c for c in sent if not is_odd(c) and c != "\u200b")
+    assert verdict is not None and "BEGIN" not in visible.upper()
+
+
+@pytest.mark.parametrize("size", [1, 2, 5])
+@pytest.mark.parametrize("name", [n for n in BYPASSES if n.endswith("words")])
+def test_no_character_of_a_match_split_by_odd_code_points_is_streamed(name: str, size: int) -> None:
+    for match in OUTPUT_MATCHES:
+        sent, verdict = _stream_through_filter("ok: " + BYPASSES[name](match) + " end", size)
+        assert verdict is not None and "ok: ".startswith(sent), ascii(sent)
+
+
+def test_text_with_odd_code_points_and_no_match_is_released_whole() -> None:
+    text = "a\x01b\u2028c, the word sk-\x1b alone, BEGIN RSA\ue000PUBLIC things\ufffe"
+    for size in (1, 4):
+        assert _stream_through_filter(text, size) == (text, None)
 
 
 def test_text_that_only_starts_like_a_rule_is_released() -> None:
