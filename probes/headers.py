@@ -30,46 +30,27 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from zgtool.probes.hopevidence import ErrorProbe, assess, error_probe, outside_origin, upstream_headers
+from zgtool.probes.hopevidence import (
+    HeaderAnalysis,
+    assess,
+    error_probe,
+    outside_origin,
+    upstream_headers,
+)
 from zgtool.probes.http1 import content_decoder
 from zgtool.probes.request import build, connection_for, redacted_headers
-from zgtool.probes.servertiming import Metric, parse_server_timing
+from zgtool.probes.servertiming import parse_server_timing
 from zgtool.probes.signatures import Detection, Evidence, match_signatures, sends_server_header
-from zgtool.probes.via import ViaHop, parse_via
+from zgtool.probes.via import parse_via
 from zgtool.targets import Target
 
-CAVEAT = ("No evidence is not proof of no gateway: a reverse proxy MAY leave Via off its responses "
-          "(RFC 9110 §7.6.3) and can strip or rewrite every header; TCP fingerprints cannot separate "
-          "a proxy from the origin on one host.")
 REQUEST_ID_HEADERS = ("request-id", "x-request-id", "x-upstream-request-id", "x-amzn-requestid", "apim-request-id", "x-ms-request-id",
                       "cf-ray", "x-kong-request-id", "x-litellm-call-id", "x-portkey-trace-id",
                       "x-akamai-request-id", "x-amz-cf-id", "x-fastly-request-id", "x-cloud-trace-context")
 _RATE_LIMIT = re.compile(r"(ratelimit|rate-limit|^retry-after$)", re.IGNORECASE)
 _ID_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9]*[-_])")
 BODY_LIMIT = 256 * 1024
-
-
-@dataclass
-class HeaderAnalysis:
-    origin: list[Detection]
-    intermediaries: list[Detection]
-    hop_estimate: int
-    via: list[ViaHop]
-    server_timing: list[Metric]
-    request_ids: dict[str, str]
-    request_id_prefixes: dict[str, str]
-    load_hint: dict[str, Any] | None
-    load_hint_error: str | None
-    rate_limits: dict[str, str]
-    origin_via_gateway: bool = False
-    verdict: str = "none"
-    verdict_summary: str = "no intermediary evident (not proof there is none: see the caveat)"
-    hop_evidence: list[str] = field(default_factory=list)
-    error_probe: ErrorProbe | None = None
-    outside_origin_ms: float | None = None
-    caveat: str = CAVEAT
 
 
 @dataclass
@@ -176,7 +157,9 @@ def probe_headers(target: Target, *, method: str | None = None, path: str | None
     ttfb = t.ms(t.request_sent_s, t.first_byte_s)
     analysis.error_probe = err
     analysis.outside_origin_ms = outside_origin(ttfb, t.ms(t.start_s, t.connected_s), analysis.server_timing)
-    hop = assess(analysis, head.headers, err, analysis.outside_origin_ms)
+    answered = err is not None and err.status is not None
+    err_analysis = analyse_headers(err.headers, err.body_excerpt) if err is not None and answered else None
+    hop = assess(analysis, head.headers, err, analysis.outside_origin_ms, err_analysis)
     analysis.verdict, analysis.verdict_summary, analysis.hop_evidence = hop.verdict, hop.summary, hop.evidence
     return HeadersResult(
         url=target.url, method=req.method, path=req.path, status=head.status, http_version=head.http_version,

@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zgtool.errors import TargetUnreachable
+from zgtool.probes.servertiming import Metric
 from zgtool.probes.signatures import Detection, Evidence, level_for, load_database
+from zgtool.probes.via import ViaHop
 
 if TYPE_CHECKING:
-    from zgtool.probes.headers import HeaderAnalysis
     from zgtool.targets import Target
 
+CAVEAT = ("No evidence is not proof of no gateway: a reverse proxy MAY leave Via off its responses "
+          "(RFC 9110 §7.6.3) and can strip or rewrite every header; TCP fingerprints cannot separate "
+          "a proxy from the origin on one host.")
 UPSTREAM_PREFIXES = ("llm_provider-",)   # LiteLLM passes the provider's headers on under this prefix
 ERROR_PROBE_LINE = "This header line has no colon"
 OUTSIDE_ORIGIN_MS = 10.0
@@ -42,6 +46,27 @@ class HopEvidence:
     verdict: str                       # identified | likely | none
     summary: str
     evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HeaderAnalysis:
+    origin: list[Detection]
+    intermediaries: list[Detection]
+    hop_estimate: int
+    via: list[ViaHop]
+    server_timing: list[Metric]
+    request_ids: dict[str, str]
+    request_id_prefixes: dict[str, str]
+    load_hint: dict[str, Any] | None
+    load_hint_error: str | None
+    rate_limits: dict[str, str]
+    origin_via_gateway: bool = False
+    verdict: str = "none"
+    verdict_summary: str = "no intermediary evident (not proof there is none: see the caveat)"
+    hop_evidence: list[str] = field(default_factory=list)
+    error_probe: ErrorProbe | None = None
+    outside_origin_ms: float | None = None
+    caveat: str = CAVEAT
 
 
 def upstream_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -89,10 +114,9 @@ def _lowercase_origin(ids: set[str]) -> str | None:
 
 
 def assess(a: HeaderAnalysis, headers: list[tuple[str, str]], err: ErrorProbe | None,
-           outside_origin_ms: float | None) -> HopEvidence:
-    """Add behavioural evidence to `a` (in place: intermediaries, hop_estimate) and give the verdict."""
-    from zgtool.probes.headers import analyse_headers
-
+           outside_origin_ms: float | None, err_analysis: HeaderAnalysis | None = None) -> HopEvidence:
+    """Add behavioural evidence to `a` (in place: intermediaries, hop_estimate) and give the verdict.
+    `err_analysis`: zgtool.probes.headers.analyse_headers of the error probe's answer (when it had one)."""
     ev: list[str] = []
     strong = False
     origin_ids = {d.id for d in a.origin}
@@ -106,7 +130,7 @@ def assess(a: HeaderAnalysis, headers: list[tuple[str, str]], err: ErrorProbe | 
                   "writes every header name in lower case: a hop re-serialised the response")
         strong = True
     if err is not None:
-        err_a = analyse_headers(err.headers, err.body_excerpt) if err.status is not None else None
+        err_a = err_analysis if err.status is not None else None
         err_ids = {d.id for d in (err_a.origin + err_a.intermediaries)} if err_a else set()
         shape = _shape(err)
         if err_a is not None:

@@ -70,7 +70,7 @@ def _run(args: list[str]) -> int:
     """
     from typer._click.exceptions import ClickException  # typer >= 0.26 vendors click
 
-    from zgtool.cli import plain_help
+    from zgtool.plainhelp import plain_help
 
     command = plain_help(typer.main.get_command(app))
     try:

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from zgtool.app import _register_all, app
-from zgtool.cli import plain_help, plain_metavar
+from zgtool.plainhelp import plain_help, plain_metavar
 
 PY_TYPES = re.compile(r"<(bool|str|int|float|path|file|list\[[^\]]*\]|[a-z]+ range)>")
 

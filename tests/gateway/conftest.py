@@ -40,7 +40,7 @@ def _pygw_starter(log_dir: Path, children: list[Child]) -> Callable[..., str]:
     def start(upstream_url: str, *flags: str) -> str:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "zgtool.gateway.pygw", "--upstream", upstream_url, "--port", str(port), *flags]
+        argv = [sys.executable, "-m", "zgtool.gateway.pygw_main", "--upstream", upstream_url, "--port", str(port), *flags]
         _start(children, "pygw", argv, http_ok(url + "/health"), log_dir / f"pygw-{port}.log")
         return url
 

@@ -183,7 +183,7 @@ def test_redis_mode_shares_the_cache_between_two_pygw_processes(start_pygw, upst
 
 
 def _run_pygw(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "zgtool.gateway.pygw", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "zgtool.gateway.pygw_main", *args], capture_output=True, text=True,
                           timeout=60)
 
 
@@ -344,7 +344,7 @@ def test_sigterm_past_grace_ends_an_openai_stream_with_an_error_chunk(upstream: 
     from zgtool.gateway.procs import Child, http_ok, wait_ready
 
     port = free_port()
-    child = Child("pygw", [sys.executable, "-m", "zgtool.gateway.pygw", "--upstream", upstream.url, "--port", str(port),
+    child = Child("pygw", [sys.executable, "-m", "zgtool.gateway.pygw_main", "--upstream", upstream.url, "--port", str(port),
                            "--grace-s", "1"], tmp_path / "pygw.log")
     child.start()
     try:

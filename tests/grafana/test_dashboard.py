@@ -59,7 +59,7 @@ def engine() -> Iterator[str]:
 def pygw(engine: str) -> Iterator[str]:
     """pygw (open policy) in front of the live engine: its /metrics is the gateway hop's."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "zgtool.gateway.pygw", "--upstream", engine, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "zgtool.gateway.pygw_main", "--upstream", engine, "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from zgtool.latency.analysis.phases import analyse, result_data
+from zgtool.latency.analysis.phases import analyse
 from zgtool.latency.attribution.adapters.base import CLOCK_TOLERANCE_MS
 from zgtool.latency.attribution.join import Boot, hop_audit, hop_self_times, join_request, path_join
 from zgtool.latency.config import SplitConfig
 from zgtool.latency.records import FROM_ARRIVAL, FROM_SCHEDULING, EngineTiming, RequestSample
+from zgtool.latency.result import result_data
 from zgtool.report.verdict import taxes
 from zgtool.targets import Target
 

@@ -93,8 +93,8 @@ def test_without_the_engine_s_time_the_rest_is_unattributed_not_network() -> Non
 
 
 def test_a_chance_negative_outside_the_engine_is_printed_and_judged_as_noise_not_missing_timing() -> None:
-    from zgtool.latency.analysis.phases import result_data
     from zgtool.latency.render.fieldlines import field_lines
+    from zgtool.latency.result import result_data
     from zgtool.report.verdict import verdict
 
     cfg = SplitConfig(num_requests=30, stream=False, resamples=200, rounds=3)

@@ -210,7 +210,8 @@ def test_the_family_adjustment_brings_aa_false_positives_of_a_worst_of_8_headlin
 def test_result_json_carries_the_fields_the_verdict_reads() -> None:
     import json
 
-    from zgtool.latency.analysis.phases import analyse, result_data
+    from zgtool.latency.analysis.phases import analyse
+    from zgtool.latency.result import result_data
 
     a, ga, b, gb = _aa_run(random.Random(9), fresh=True, delay_ms=1.0)
     cfg = SplitConfig(num_requests=len(a), resamples=200, stream=False, family_size=4)

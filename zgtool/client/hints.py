@@ -7,9 +7,11 @@ against endpoints that send nothing, or something odd, in these headers.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import logging
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,10 +140,34 @@ def _int_header(headers: Mapping[str, str] | None, name: str) -> int | None:
         return None
 
 
+def parse_retry_after_s(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """retry-after-ms, then retry-after (seconds or an HTTP date); None when absent or unusable."""
+    ms = header_value(headers, "retry-after-ms")
+    if ms is not None:
+        try:
+            v = float(ms) / 1000.0
+            if v >= 0 and v == v and v != float("inf"):
+                return v
+        except ValueError:
+            pass
+    raw = header_value(headers, "retry-after")
+    if raw is None:
+        return None
+    try:
+        v = float(raw)
+        if v >= 0 and v == v and v != float("inf"):
+            return v
+        return None
+    except ValueError:
+        pass
+    parsed = email.utils.parsedate_tz(raw)
+    if parsed is None:
+        return None
+    return max(0.0, float(email.utils.mktime_tz(parsed)) - (time.time() if now is None else now))
+
+
 def parse_rate_limits(headers: Mapping[str, str] | None) -> RateLimits:
     """anthropic-ratelimit-*, x-ratelimit-* and retry-after -> RateLimits (empty when none)."""
-    from zgtool.client.retry import parse_retry_after_s
-
     buckets: dict[str, RateBucket] = {}
     for bucket in _ANTHROPIC_BUCKETS:
         prefix = f"anthropic-ratelimit-{bucket}-"

@@ -10,13 +10,11 @@ certainly did not run it (never connected, or rejected at admission).
 
 from __future__ import annotations
 
-import email.utils
 import random
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from zgtool.client.hints import LoadHint, header_value
+from zgtool.client.hints import LoadHint, header_value, parse_retry_after_s
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})  # plus every status >= 500 (529 included)
 # Statuses that mean "rejected before any work was done": safe even for non-idempotent requests.
@@ -105,32 +103,6 @@ class Attempt:
     request_id: str | None = None
     content_delivered: bool = False
     load_hint: LoadHint | None = None
-
-
-def parse_retry_after_s(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
-    """retry-after-ms, then retry-after (seconds or an HTTP date); None when absent or unusable."""
-    ms = header_value(headers, "retry-after-ms")
-    if ms is not None:
-        try:
-            v = float(ms) / 1000.0
-            if v >= 0 and v == v and v != float("inf"):
-                return v
-        except ValueError:
-            pass
-    raw = header_value(headers, "retry-after")
-    if raw is None:
-        return None
-    try:
-        v = float(raw)
-        if v >= 0 and v == v and v != float("inf"):
-            return v
-        return None
-    except ValueError:
-        pass
-    parsed = email.utils.parsedate_tz(raw)
-    if parsed is None:
-        return None
-    return max(0.0, float(email.utils.mktime_tz(parsed)) - (time.time() if now is None else now))
 
 
 def backoff_s(retry_index: int, config: RetryConfig, rng: random.Random) -> float:

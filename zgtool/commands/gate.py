@@ -86,7 +86,7 @@ def run_gate(
 def _write_ci_outputs(report: object, summary_md: Path | None, junit: Path | None) -> None:
     from zgtool.errors import UsageError
     from zgtool.gate.ci_outputs import junit_xml, markdown_summary
-    from zgtool.gate.evaluate import GateReport
+    from zgtool.gate.records import GateReport
 
     assert isinstance(report, GateReport)
     try:

@@ -150,8 +150,9 @@ def run(targets: list[str], *, requests: int | None = 50, concurrency: int | str
         dataset: str | None = None, speedup: float = 1.0, metrics_url: str | None = None) -> dict:
     """The command's logic, callable without Typer; returns the versioned result."""
     from zgtool.errors import UsageError, VerdictFailed
-    from zgtool.latency.analysis.phases import analyse, result_data
+    from zgtool.latency.analysis.phases import analyse
     from zgtool.latency.config import Slo, SplitConfig
+    from zgtool.latency.result import result_data
     from zgtool.latency.schedule.cputime import CpuWatch
     from zgtool.latency.schedule.runner import measure_targets
     from zgtool.output import console, emit_result, err_console

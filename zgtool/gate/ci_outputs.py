@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
-from zgtool.gate.evaluate import FAIL, PASS, SKIP, UNRELIABLE, GateReport, GateRow
+from zgtool.gate.records import FAIL, PASS, SKIP, UNRELIABLE, GateReport, GateRow
 from zgtool.gate.render import measured
 
 _ICON = {PASS: "✅", FAIL: "❌", SKIP: "⏭️"}

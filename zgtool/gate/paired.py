@@ -15,8 +15,8 @@ from collections.abc import Hashable
 from typing import Any
 
 from zgtool.bootstrap import median_difference
-from zgtool.gate.evaluate import FAIL, PASS, SKIP, GateRow, LoadedResult
 from zgtool.gate.policy import PairedSpec, PolicyError
+from zgtool.gate.records import FAIL, PASS, SKIP, GateRow, LoadedResult
 from zgtool.stats import percentile
 
 GROUP = "paired"

@@ -36,7 +36,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from zgtool.errors import MissingCapability, UsageError
-from zgtool.gateway.kinds import Launch, LaunchRequest
+from zgtool.gateway.catalog import Launch, LaunchRequest
 
 LITELLM_SPEC = "litellm==1.110.*"
 NETWORK_HINT = "zgtool will create the LiteLLM venv on first use: needs network access to PyPI"

@@ -5,7 +5,7 @@ tier limits, parse + translate, moderation, cache lookup, forward (retries only 
 re-serialize or stream SSE through unbuffered. HTTP pieces (errors, body, SSE, keys)
 come from the shared kit, zgtool.http.
 
-    python -m zgtool.gateway.pygw --upstream URL --port P [--redis URL] [--keys F] [--policy F]
+    python -m zgtool.gateway.pygw_main --upstream URL --port P [--redis URL] [--keys F] [--policy F]
 
 A client that hangs up, streaming or not, cancels its upstream request (the engine
 aborts it). Shutdown (SIGTERM): stop accepting, let requests finish within --grace-s;
@@ -618,8 +618,3 @@ async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[byte
     await send({"type": "http.response.start", "status": status, "headers": hdrs})
     await send({"type": "http.response.body", "body": body})
 
-
-if __name__ == "__main__":
-    from zgtool.gateway.pygw_main import main
-
-    main()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zgtool.gateway.kinds import LABELS
+from zgtool.gateway.catalog import LABELS
 
 _LABEL = {
     "direct": "engine (direct)",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zgtool.errors import UsageError
-from zgtool.gateway.kinds import GATEWAY_KINDS, LAUNCHED, PATHS, path_for
+from zgtool.gateway.catalog import GATEWAY_KINDS, LAUNCHED, PATHS, path_for
 from zgtool.gateway.nginx import NGINX_MODES, NginxServer, find_nginx, nginx_argv, write_config
 from zgtool.gateway.procs import Child, free_port, http_ok, wait_ready
 from zgtool.gateway.stack_keys import INTERNAL_KEY_ENV
@@ -211,7 +211,7 @@ class LocalStack:
         pygw_port = 0
         if cfg.needs_pygw:
             pygw_port = front_port("pygw") if "pygw" in cfg.paths else port()
-            argv = [sys.executable, "-m", "zgtool.gateway.pygw", "--upstream", upstream, "--host", host,
+            argv = [sys.executable, "-m", "zgtool.gateway.pygw_main", "--upstream", upstream, "--host", host,
                     "--port", str(pygw_port), "--policy", cfg.pygw_policy, *cfg.pygw_args]
             if cfg.pygw_keys:
                 argv += ["--keys", str(cfg.pygw_keys)]
@@ -252,8 +252,8 @@ class LocalStack:
                         raise StartFailed(f"nginx is not answering on {s.url}; log {self.run_dir / 'nginx-error.log'}")
 
     def _start_launched(self, path: str, port: int, upstream: str) -> None:
-        """haproxy, caddy, varnish, squid, litellm: config from zgtool.gateway.kinds, one child each."""
-        from zgtool.gateway.kinds import LaunchRequest, plan_launch
+        """haproxy, caddy, varnish, squid, litellm: config from zgtool.gateway.catalog, one child each."""
+        from zgtool.gateway.catalog import LaunchRequest, plan_launch
 
         cfg = self.config
         req = LaunchRequest(path=path, host=cfg.host, port=port, upstream=upstream, run_dir=self.run_dir,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from zgtool.gateway.admin_deny import ADMIN_DENIED_JSON, ADMIN_RAW_PATH_RE
 from zgtool.gateway.binaries import find_binary
-from zgtool.gateway.kinds import Launch, LaunchRequest, render_template
+from zgtool.gateway.catalog import Launch, LaunchRequest, render_template
 
 INSTALL = "sudo apt-get install -y varnish"
 _BUFFERED = "\nsub vcl_backend_response {\n    set beresp.do_stream = false;\n}\n"

@@ -37,8 +37,9 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
     """Both paths measured in alternating rounds; with `cpu_groups` ({part: process-group leader pid}
     of the local stack) also each part's CPU ms per request."""
     from zgtool.errors import VerdictFailed
-    from zgtool.latency.analysis.phases import analyse, result_data
+    from zgtool.latency.analysis.phases import analyse
     from zgtool.latency.config import Slo, SplitConfig
+    from zgtool.latency.result import result_data
     from zgtool.latency.schedule.cputime import CpuWatch, available
     from zgtool.latency.schedule.runner import measure_targets
 

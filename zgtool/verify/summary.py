@@ -94,7 +94,7 @@ def _tax_rows_table(v: dict[str, Any], streams: bool, sep: str) -> Table:
 
 
 def _tax_table(v: dict[str, Any], console: Console) -> None:
-    from zgtool.latency.render.split import fits
+    from zgtool.latency.render.fit import fits
 
     streams = any(r.get("ttft") for r in v["rows"])
     table = _tax_rows_table(v, streams, " ")

@@ -10,9 +10,7 @@ Decomposition of one request (all ms, sums to total_ms by construction):
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
-from typing import Any
 
 from zgtool.bootstrap import LOWER, NOT_SIGNIFICANT, Difference, median_ci, median_difference
 from zgtool.latency.analysis import design
@@ -352,17 +350,3 @@ def _no_negative_outside(d: PhaseDifference, notes: list[str]) -> PhaseDifferenc
 
 def phase(result: TargetResult, name: str) -> PhaseStats | None:
     return next((p for p in result.phases if p.name == name), None)
-
-
-def result_data(res: SplitResult) -> dict[str, Any]:
-    """The `data` of the versioned result: config, definitions, per-target stats and raw samples."""
-    from zgtool.latency.attribution.join import Boot, join_data
-    from zgtool.results import to_jsonable
-
-    data = to_jsonable(res)
-    data["join"] = join_data(res.targets, Boot.of(res.config))
-    for t in data["targets"]:
-        t["phases"] = {p.pop("name"): p for p in t["phases"]}
-        ok_totals = [s["total_ms"] for s in t["samples"] if s["ok"] and s["total_ms"] is not None]
-        t["mean_total_ms"] = statistics.fmean(ok_totals) if ok_totals else None
-    return data

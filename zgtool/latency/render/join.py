@@ -11,6 +11,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from zgtool.latency.render.fit import fits
+
 
 def _cell(stat: dict[str, Any] | None, clip: bool = True) -> str:
     """A median and its interval; a latency's bounds are clipped at 0 (`clip=False` for remainders, which
@@ -105,8 +107,6 @@ def audit_list(join: dict[str, Any], short: dict[str, str]) -> Table:
 
 
 def render_join(join: dict[str, Any], short: dict[str, str], width: int | None = None) -> Group:
-    from zgtool.latency.render.split import fits
-
     table = join_table(join, short)
     blocks: list[Table | Text] = [table if width is None or fits(table, width) else join_list(join, short)]
     if (audit := audit_table(join, short)) is not None:

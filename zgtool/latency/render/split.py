@@ -12,6 +12,7 @@ from rich.text import Text
 
 from zgtool.latency.analysis.phases import phase as find_phase
 from zgtool.latency.records import PhaseDifference, PhaseStats, SplitResult, TargetResult
+from zgtool.latency.render.fit import fits, natural_width, printed_text
 
 MIN_BAR_WIDTH = 6
 ENGINE_ROWS = ("queue_ms", "prefill_ms", "decode_ms", "detok_ms", "safety_ms", "engine_other_ms")
@@ -120,23 +121,6 @@ def _title(tr: TargetResult, res: SplitResult, short: str) -> str:
             f"{mode}, ok {tr.num_ok}/{tr.num_ok + tr.num_error}")
 
 
-def _text(renderable: object, width: int) -> str:
-    console = Console(width=width, record=True, force_terminal=False, color_system=None)
-    with console.capture() as cap:
-        console.print(renderable)
-    return cap.get()
-
-
-def fits(renderable: object, width: int) -> bool:
-    """Printed at `width`, every cell shows whole: no ellipsis, no line past the edge."""
-    text = _text(renderable, width)
-    return "…" not in text and max((len(ln) for ln in text.splitlines()), default=0) <= width
-
-
-def natural_width(renderable: object) -> int:
-    return max((len(ln.rstrip()) for ln in _text(renderable, 1000).splitlines()), default=0)
-
-
 def _unattributed(tr: TargetResult) -> bool:
     """No engine phase reached the client on this path: its rest holds the engine's time too."""
     return not any(find_phase(tr, p) is not None for p in ENGINE_ROWS)
@@ -183,7 +167,7 @@ def _waterfall_table(tr: TargetResult, res: SplitResult, scale: float, title: st
 
 
 def _lines(renderable: object, width: int) -> int:
-    return len(_text(renderable, width).splitlines())
+    return len(printed_text(renderable, width).splitlines())
 
 
 def bar_room(tr: TargetResult, res: SplitResult, width: int, *, with_ci: bool = True) -> int:
