@@ -53,3 +53,72 @@ def test_roofline_bound_counts_weights_once_and_kv_per_sequence():
     # at a long context the KV reads dominate: more sequences can't beat the KV-only bound
     kv_per_token = spec.num_layers * 2 * spec.num_kv_heads * spec.dim_per_head * 2
     assert gpu_roofline.roofline_tok_s(spec, 64, 4096, bw) < bw / (4096 * kv_per_token)
+
+
+def _bench(name: str):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+def test_roofline_counts_an_untied_embedding_once_as_the_lm_head():
+    from zgtool.engine.presets import preset
+
+    spec = preset("llama-8b")
+    assert not spec.tie_word_embeddings and 8.0e9 < spec.num_params() < 8.1e9
+    read = _bench("gpu_roofline").weight_bytes(spec)
+    assert read == 2 * (spec.num_params() - spec.vocab_size * spec.hidden_size)
+
+
+def test_roofline_dry_run_takes_the_whole_path_on_cpu():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/gpu_roofline.py"), "--dry-run"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["dry_run"] is True and result["target_met"] is False
+    assert [(r["preset"], r["batch"]) for r in result["rows"]] == [("tiny", 1), ("tiny", 2)]
+    for r in result["rows"]:
+        assert r["step_ms_p50"] > 0 and r["step_ms_p99"] >= r["step_ms_p50"] and r["steps"] == 4
+    assert result["presets"][0]["ttft_512_ms"] > 0
+
+
+def test_the_transformers_peer_gets_our_models_very_weights():
+    """bench/gpu_roofline.py's peer: our LlamaModel's fused weights back in transformers' naming give
+    transformers' logits within 1e-4 of ours (CPU, fp32)."""
+    transformers = pytest.importorskip("transformers")
+    from zgtool.engine import Engine, EngineConfig
+    from zgtool.engine.model import build_attn_meta
+
+    e = Engine(EngineConfig(model="dummy:tiny", dtype="float32", device="cpu", enable_prefix_caching=False))
+    model = e.model
+    assert model is not None
+    cfg = transformers.LlamaConfig(**{k: v for k, v in model.spec.to_hf_config().items() if k != "architectures"})
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    missing, unexpected = hf.load_state_dict(_bench("gpu_roofline").hf_state_dict(model), strict=False)
+    assert not unexpected and all("rotary" in m or m == "lm_head.weight" for m in missing)
+    ids = list(range(260, 290))
+    bs = e.block_size
+    table = list(range(-(-len(ids) // bs)))
+    meta = build_attn_meta(list(range(len(ids))), [table[p // bs] * bs + p % bs for p in range(len(ids))],
+                           [], [], [], [(0, len(ids), table, 0)], bs, torch.device("cpu"))
+    with torch.no_grad():
+        ours = model.logits(model.forward(torch.tensor(ids), meta))
+        ref = hf(torch.tensor([ids])).logits[0]
+    assert (ours - ref).abs().max().item() < 1e-4
+
+
+def test_gateway_tax_summary_reads_a_latency_split_sweep():
+    summarize = _bench("gateway_tax_summary").summarize
+
+    def point(url, load, ttft, e2e, itl_count, ok=4):
+        return {"target": url, "load": load, "num_ok": ok, "num_error": 0, "ttft_ms": {"p50": ttft, "mean": ttft},
+                "e2e_ms": {"p50": e2e, "mean": e2e}, "itl_ms": {"count": itl_count, "mean": 1.0}}
+
+    result = {"target": [{"url": "http://a", "model": "m"}, {"url": "http://b"}],
+              "data": {"points": [point("http://a", 1.0, 10.0, 110.0, 400), point("http://b", 1.0, 12.0, 122.0, 40)]}}
+    (row,) = summarize(result, ["direct", "nginx"])["rows"]
+    # direct: 100 gaps a request, (110 - 10) / 100 = 1 ms a token; nginx: (122 - 12) / 100 = 1.1 ms
+    assert row["path"] == "nginx" and row["ttft_tax_ms"] == 2.0 and row["engine_tpot_ms"] == 1.0
+    assert row["tpot_tax_ms"] == pytest.approx(0.1) and row["tpot_tax_share_pct"] == pytest.approx(10.0)
