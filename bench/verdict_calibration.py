@@ -34,25 +34,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zgtool.http.net import free_port
+from peerlib.rates import fmt_rate, rate
+
 from zgtool.latency.analysis.phases import analyse
 from zgtool.latency.config import SplitConfig
 from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from engine_live import child  # noqa: E402  (the live-engine fixture the tests use)
+
 HOP = ROOT / "bench" / "peerlib" / "delayhop.py"
 # what a verdict headlines: the time outside the engine (the total only where that is unknown) and, on
 # streams, TTFT
@@ -60,27 +62,6 @@ HEADLINE = ("outside_engine_ms", "ttft_ms")
 METRICS = ("ttfb_ms", "ttft_ms", "total_ms", "outside_engine_ms")
 CONFIGS = ((False, 1), (False, 8), (True, 1), (True, 8))   # (stream, concurrency): verify's four
 MAX_TOKENS = 8
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, mid - half), min(1.0, mid + half))
-
-
-def rate(k: int, n: int) -> dict[str, Any]:
-    lo, hi = wilson(k, n)
-    return {"k": k, "n": n, "rate": k / n if n else None, "wilson_lo": lo, "wilson_hi": hi}
-
-
-def fmt_rate(r: dict[str, Any]) -> str:
-    if not r["n"]:
-        return "  n/a"
-    return f"{r['rate']:6.1%} [{r['wilson_lo']:.1%}, {r['wilson_hi']:.1%}] ({r['k']}/{r['n']})"
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -111,25 +92,6 @@ class Stack:
     hop0b: Hop
     head: dict[float, Hop] = field(default_factory=dict)
     chunk: dict[float, Hop] = field(default_factory=dict)
-
-
-def start_engine(model: str, procs: list[subprocess.Popen[Any]]) -> str:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", model, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    procs.append(proc)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise SystemExit(f"zgtool serve --model {model} exited: {err[-500:]}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return url
-        time.sleep(0.2)
-    raise SystemExit(f"zgtool serve --model {model} did not answer /health in 300 s")
 
 
 def start_hop(upstream: str, delay_ms: float, mode: str, logdir: Path, procs: list[subprocess.Popen[Any]]) -> Hop:
@@ -445,12 +407,14 @@ def main() -> None:
     procs: list[subprocess.Popen[Any]] = []
     rows: list[dict[str, Any]] = []
     t_start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="zg-verdict-cal-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="zg-verdict-cal-") as tmp, contextlib.ExitStack() as engines:
         workdir = Path(tmp)
         try:
             stacks = {}
-            for model in models:
-                eng = start_engine(model, procs)
+            for i, model in enumerate(models):
+                (workdir / f"engine-{i}").mkdir()
+                eng = engines.enter_context(child(workdir / f"engine-{i}", model=model, keyed=False,
+                                                  health_timeout_s=300)).url
                 first = model == models[0]
                 stacks[model] = Stack(model, eng, start_hop(eng, 0, "head", workdir, procs),
                                       start_hop(eng, 0, "head", workdir, procs),
