@@ -31,6 +31,11 @@ from zgtool.http.sse import SSE_HEADERS, comment
 if TYPE_CHECKING:
     from zgtool.engine.server.app import Ctx, ServerApp
 
+# pygw sends its default max_tokens (any Anthropic upstream needs one) with this header set to
+# "context" when its OpenAI client chose none: here that means the rest of the context, as on the
+# engine's own OpenAI route
+DEFAULT_MAX_TOKENS_HEADER = b"x-zgtool-max-tokens-default"
+
 # What the keepalive ticker pushes into a silent stream (never a real output: compared by identity)
 KEEPALIVE = RequestOutput(request_id="", token_ids=[], text="")
 KEEPALIVE_COMMENT = comment("keepalive")      # the OpenAI route's keepalive (SDKs drop SSE comments)
@@ -66,8 +71,18 @@ class Flight:
 
 async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
-    req = await intake.parse_body(anth.parse_messages, body, app.engine.max_model_len)
+    rest = ctx.headers.get(DEFAULT_MAX_TOKENS_HEADER) == b"context"
+    req = await intake.parse_body(_parse_rest_of_context if rest else anth.parse_messages, body,
+                                  app.engine.max_model_len)
     await _generate(app, ctx, scope, req, receive, send)
+
+
+def _parse_rest_of_context(obj: dict[str, Any], max_model_len: int) -> ChatRequest:
+    """A Messages body whose max_tokens is pygw's stand-in for a client that chose none: the
+    request gets the rest of the context, as on the engine's own OpenAI route."""
+    req = anth.parse_messages({**obj, "max_tokens": 1}, max_model_len)
+    req.max_tokens = None
+    return req
 
 
 async def chat_completions(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
@@ -340,6 +355,7 @@ def _abort_error(last: Any) -> HttpError:
 async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any, flight: Flight) -> None:
     parts: list[str] = []
     last = None
+    stream.wake_on_finish = True     # one wake-up for the whole answer, not one per engine step
     async for out in stream:
         if out.text:
             parts.append(out.text)

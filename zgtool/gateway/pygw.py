@@ -66,6 +66,10 @@ RETRY_STATUSES = frozenset({502, 503, 504, 529})
 UPSTREAM_KEEPALIVE_S = 4.0
 # The client key a request came in with, for the engine's fair scheduler (seats shared by key).
 TENANT_HEADER = "x-zgtool-tenant"
+# An OpenAI client that sets no max_tokens gets the rest of the context from zgtool's engine (as on
+# its own OpenAI route): pygw still sends DEFAULT_MAX_TOKENS (an Anthropic upstream needs one) and
+# this header, which zgtool's engine reads as "the rest of the context" and other upstreams ignore
+DEFAULT_MAX_TOKENS_HEADER = "x-zgtool-max-tokens-default"
 # hop-by-hop or rewritten by pygw: never copied from the upstream answer
 _DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"server", b"date",
                    b"x-request-id", b"via", b"server-timing", b"content-encoding"})
@@ -300,6 +304,8 @@ class Gateway:
         adjusted: list[str] = []
         if front == "openai":
             up_req, adjusted = openai_to_anthropic(req)
+            if req.get("max_tokens") is None and req.get("max_completion_tokens") is None:
+                scope["zg_max_tokens_default"] = True    # the engine fills the rest of the context
         else:
             up_req = req
         if not isinstance(up_req.get("messages"), list):
@@ -403,6 +409,8 @@ class Gateway:
             headers["x-api-key"] = self.cfg.keys.upstream_key
         if scope.get("zg_tenant"):
             headers[TENANT_HEADER] = str(scope["zg_tenant"])
+        if scope.get("zg_max_tokens_default"):
+            headers[DEFAULT_MAX_TOKENS_HEADER] = "context"
         client_ip = (scope.get("client") or ("", 0))[0]
         if client_ip:
             headers["x-forwarded-for"] = client_ip

@@ -6,7 +6,9 @@ Error bodies, the SSE parser and finish reasons come from the shared kit (zgtool
 OpenAI parameters and what pygw does with them:
     n                       1 or null (the default); anything else is a 400
     max_tokens /            an integer >= 1 is forwarded; 0 or a negative number is a 400 (the
-    max_completion_tokens   engine's own OpenAI API answers the same); absent: DEFAULT_MAX_TOKENS
+    max_completion_tokens   engine's own OpenAI API answers the same); absent: DEFAULT_MAX_TOKENS,
+                            which zgtool's engine replaces with the rest of the context (pygw says so
+                            in x-zgtool-max-tokens-default)
     temperature             OpenAI's 0..2; the Anthropic API takes 0..1, so values above 1
                             are clamped to 1.0 (the answer says so in x-gateway-adjusted)
     top_p                   0..1, forwarded
@@ -218,7 +220,10 @@ def anthropic_input_text(req: dict[str, Any]) -> str:
 
 
 def _usage(u: dict[str, Any]) -> dict[str, int]:
-    p, c = int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)
+    # Anthropic's input_tokens leaves out the prompt-cache reads and writes; OpenAI's prompt_tokens
+    # counts the whole prompt
+    p = sum(int(u.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    c = int(u.get("output_tokens") or 0)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
