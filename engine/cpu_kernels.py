@@ -162,8 +162,13 @@ def cache_dir() -> Path:
 
 
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as the kernel reports cpuid (/proc/cpuinfo's first "flags" line);
-    empty where there is none to read."""
+    """The CPU's feature flags as the kernel reports cpuid (/proc/cpuinfo's first "flags" line, read
+    once); empty where there is none to read."""
+    return _proc_cpu_flags()
+
+
+@functools.cache
+def _proc_cpu_flags() -> frozenset[str]:
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:

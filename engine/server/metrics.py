@@ -30,11 +30,12 @@ E2E_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5,
 
 class _EngineCollector(Collector):
     def __init__(self, stats: Callable[[], dict[str, Any]], model: str, extra: Callable[[], dict[str, float]],
-                 kernels: str | None = None):
+                 kernels: str | None = None, kernel_isa: str | None = None):
         self._stats = stats
         self._model = model
         self._extra = extra
         self._kernels = kernels
+        self._kernel_isa = kernel_isa
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
@@ -79,6 +80,12 @@ class _EngineCollector(Collector):
                                   "off or partial (the state label says why).", labels=["model_name", "state"])
             k.add_metric([self._model, self._kernels], 1.0 if self._kernels == "on" else 0.0)
             yield k
+        if self._kernel_isa is not None:  # engine/cpu_kernels.py engine_isa: the variant loaded
+            i = GaugeMetricFamily("zg_engine_kernel_isa", "1, labelled with the ISA variant the C kernels were built "
+                                  "for (avx2 | avx512 | avx512bf16), chosen once from the CPU's flags.",
+                                  labels=["model_name", "isa"])
+            i.add_metric([self._model, self._kernel_isa], 1.0)
+            yield i
 
 
 class _Histogram:
@@ -111,7 +118,8 @@ class ServerMetrics:
     """Request metrics, observed once per finished request on the I/O loop."""
 
     def __init__(self, model: str, stats: Callable[[], dict[str, Any]],
-                 extra: Callable[[], dict[str, float]] | None = None, kernels: str | None = None) -> None:
+                 extra: Callable[[], dict[str, float]] | None = None, kernels: str | None = None,
+                 kernel_isa: str | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._model = model
         self.ttft = _Histogram(TTFT_BUCKETS)
@@ -122,7 +130,7 @@ class ServerMetrics:
         self.generation_tokens = 0
         self.finished: dict[str, int] = {}
         self.errors: dict[str, int] = {}
-        self.registry.register(_EngineCollector(stats, model, extra or dict, kernels))
+        self.registry.register(_EngineCollector(stats, model, extra or dict, kernels, kernel_isa))
         self.registry.register(_RequestCollector(self))
 
     def observe_finished(self, timings: Any, usage: Any, finish_reason: str | None) -> None:

@@ -148,3 +148,26 @@ def test_a_failed_build_is_off_build_failed_with_the_message_logged_and_the_engi
         assert len(e.generate([256, 5], SamplingParams(max_tokens=2, temperature=0)).output_token_ids) == 2
     finally:
         ck._built_library.cache_clear()
+
+
+def test_auto_dtype_on_cpu_is_bf16_exactly_where_the_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zgtool.engine import config as c
+
+    monkeypatch.setattr(ck, "status", lambda device="cpu": "on")
+    assert c.resolve_dtype("auto", "cpu") == "bfloat16" and c.resolve_dtype("auto", "cuda:0") == "bfloat16"
+    assert c.auto_cpu_dtype()[1].startswith("auto: bf16 weights on the C kernels (SmolLM2 c=1 decode bf16/fp32 ")
+    monkeypatch.setattr(ck, "status", lambda device="cpu": "off: this CPU lacks AVX2/FMA (needed by the kernels)")
+    assert c.resolve_dtype("auto", "cpu") == "float32"
+    assert "off: this CPU lacks AVX2/FMA" in c.auto_cpu_dtype()[1]
+    assert c.resolve_dtype("bfloat16", "cpu") == "bfloat16"  # asked for, it is what runs
+
+
+@pytest.mark.skipif(not RUNNABLE, reason="the kernels need AVX2 + FMA")
+def test_an_auto_engine_runs_bf16_weights_on_the_kernels_and_float32_without_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    e = Engine(EngineConfig(model="dummy:tiny", device="cpu"))
+    assert e.dtype == "bfloat16" and e.model is not None and e.model.backend_name == "c-kernels"
+    assert e.model.backends["linear"] == "c-bf16-gemm"
+    monkeypatch.setenv("ZGTOOL_NO_KERNELS", "1")
+    e = Engine(EngineConfig(model="dummy:tiny", device="cpu"))
+    assert e.dtype == "float32" and e.model is not None  # never bf16 on torch alone

@@ -29,8 +29,12 @@ def test_generate_json_says_off_with_the_reason_when_disabled() -> None:
 
 
 @needs_avx2
-def test_generate_json_says_on_when_the_kernels_run() -> None:
-    assert _generate_json({})["kernels"] == "on"
+def test_generate_json_says_on_when_the_kernels_run_and_names_the_variant() -> None:
+    data = _generate_json({})
+    assert data["kernels"] == "on" and data["kernel_isa"] == ck.isa()
+    forced = _generate_json({ck.ISA_ENV: "avx2"})
+    assert (forced["kernels"], forced["kernel_isa"]) == ("on", "avx2")
+    assert _generate_json({"ZGTOOL_NO_KERNELS": "1"})["kernel_isa"] is None
 
 
 def test_generate_text_names_the_state() -> None:
@@ -82,6 +86,21 @@ def test_metrics_expose_the_state_as_a_labelled_gauge() -> None:
     assert 'zg_engine_kernels_enabled{model_name="m",state="off: disabled by ZGTOOL_NO_KERNELS"} 0.0' in text
     assert 'zg_engine_kernels_enabled{model_name="m",state="on"} 1.0' in ServerMetrics(
         "m", dict, kernels="on").render().decode()
+    text = ServerMetrics("m", dict, kernels="on", kernel_isa="avx512bf16").render().decode()
+    assert 'zg_engine_kernel_isa{isa="avx512bf16",model_name="m"} 1.0' in text
+
+
+@needs_avx2
+def test_verify_environment_names_the_variant_the_server_will_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zgtool.verify.run import _engine_choice
+
+    class Cfg:
+        model, dtype, num_threads = "smollm2", "auto", None
+
+    monkeypatch.setenv(ck.ISA_ENV, "avx2")
+    choice = _engine_choice(Cfg())  # type: ignore[arg-type]
+    assert choice is not None and (choice["kernels"], choice["kernel_isa"]) == ("on", "avx2")
+    assert choice["dtype"] == "bfloat16" and "bf16 weights on the C kernels" in str(choice["dtype_reason"])
 
 
 def test_engine_status_reads_the_models_plan() -> None:
@@ -113,3 +132,8 @@ def test_serve_banner_has_a_kernels_row() -> None:
         model = None
 
     assert kernels_row(NullEngine()) == "off: no model (null backend)"
+    if ck.cpu_has_avx2_fma():
+        from zgtool.engine import Engine, EngineConfig
+
+        e = Engine(EngineConfig(model="dummy:tiny", dtype="float32", device="cpu"))
+        assert kernels_row(e) == f"on ({ck.isa()} variant: the best this CPU's flags allow)"

@@ -70,13 +70,14 @@ def test_a_missing_model_package_is_exit_4_naming_the_fix(cmd: tuple[str, ...]) 
     assert "Traceback" not in proc.stderr
 
 
-def test_auto_dtype_is_bfloat16_only_on_cuda_or_a_cpu_with_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_dtype_is_bfloat16_on_cuda_and_where_the_cpu_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
     import zgtool.engine.config as c
+    import zgtool.engine.cpu_kernels as ck
 
-    monkeypatch.setattr(c, "cpu_native_bf16", lambda: False)
+    monkeypatch.setattr(ck, "status", lambda device="cpu": "off: disabled by ZGTOOL_NO_KERNELS")
     assert (c.resolve_dtype("auto", "cpu"), c.resolve_dtype("auto", "cuda:0")) == ("float32", "bfloat16")
     assert c.resolve_dtype("bfloat16", "cpu") == "bfloat16"
-    monkeypatch.setattr(c, "cpu_native_bf16", lambda: True)
+    monkeypatch.setattr(ck, "status", lambda device="cpu": "on")
     assert c.resolve_dtype("auto", "cpu") == "bfloat16" and c.resolve_dtype("float32", "cpu") == "float32"
 
 

@@ -5,6 +5,7 @@ Rendering only: every value comes from the built server (zgtool.engine.server.ru
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 ENDPOINTS = ("POST /v1/messages", "POST /v1/messages/count_tokens", "POST /v1/chat/completions",
@@ -51,10 +52,15 @@ def startup_rows(built: Any) -> list[tuple[str, str]]:
 
 
 def kernels_row(e: Any) -> str:
-    """on | off: <reason> | partial: ... (engine/cpu_kernels.py engine_status): ~3.9x slower off."""
-    from zgtool.engine.cpu_kernels import engine_status
+    """on | off: <reason> | partial: ... (engine/cpu_kernels.py engine_status): ~3.9x slower off;
+    with the ISA variant the kernels were built for, chosen once from the CPU's flags."""
+    from zgtool.engine.cpu_kernels import ISA_ENV, engine_isa, engine_status
 
-    return engine_status(e)
+    state, isa = engine_status(e), engine_isa(e)
+    if isa is None:
+        return state
+    how = f"forced by {ISA_ENV}" if os.environ.get(ISA_ENV) else "the best this CPU's flags allow"
+    return f"{state} ({isa} variant: {how})"
 
 
 def model_row(e: Any) -> str:
@@ -75,14 +81,13 @@ def model_row(e: Any) -> str:
 
 
 def dtype_row(e: Any) -> str:
-    from zgtool.engine.config import cpu_native_bf16
+    from zgtool.engine.config import auto_cpu_dtype
 
     if e.config.dtype != "auto":
         return f"{e.dtype} (--dtype {e.config.dtype})"
     if str(e.device).startswith("cuda"):
         return f"{e.dtype} (auto: CUDA)"
-    why = "CPU has native bf16" if cpu_native_bf16() else "CPU has no native bf16"
-    return f"{e.dtype} (auto: {why})"
+    return f"{e.dtype} ({auto_cpu_dtype()[1]})"
 
 
 def threads_row(e: Any, requested: int | None) -> str:

@@ -253,11 +253,12 @@ def _engine_choice(cfg: VerifyConfig) -> dict[str, Any] | None:
         return {"model": "null", "device": "cpu", "dtype": None, "dtype_reason": "null backend", "num_threads": None,
                 "kernels": "off: no model (null backend)"}
     from zgtool.engine.config import engine_choice
-    from zgtool.engine.cpu_kernels import choice_status
+    from zgtool.engine.cpu_kernels import choice_status, isa
 
     choice = dict(engine_choice(cfg.model, cfg.dtype, "auto", cfg.num_threads))
     dtype = choice["dtype"]
     choice["kernels"] = choice_status(str(choice["device"]), None if dtype is None else str(dtype))  # on | off: why
+    choice["kernel_isa"] = isa() if choice["kernels"] == "on" else None  # the variant the server will load
     return choice
 
 
