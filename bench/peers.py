@@ -15,6 +15,14 @@ at c=N, TTFT p50 at c=1, peak RSS of its process tree and start-up time (spawn -
 on its health/models route); then zgtool/peer ratios. A peer that is not installed is one
 "skipped" line, never a figure. Peers are installed by bench/setup_peers.sh.
 
+Requests never repeat within a server's run: the warm-up, the c=N round and the c=1 round each
+send prompts the server has not seen (a repeat would be a prefix-cache hit flattering TTFT and
+tok/s). zgtool also runs `--dtype auto` (row zgtool:auto, compared with each peer's best row) and
+bfloat16 (zgtool:bf16) unless --zgtool-rows says otherwise. The JSON records the CPU's flags and
+each run's load average; every ratio is also printed per cycle as the median and min-max of the
+paired per-cycle ratios, with the confidence that min-max covers the median (6 cycles by default:
+the fewest for >= 95%).
+
 Every engine runs in up to two dtypes (--dtypes): the run's dtype (--dtype; the row is the
 engine's name; llama.cpp gets a GGUF converted to it) and its own best (row "<engine>:best":
 zgtool int8 where `zgtool serve --dtype` offers it, else bfloat16; vLLM and transformers
@@ -23,7 +31,8 @@ run twice. Ratios pair like with like: zgtool/peer, and zgtool:best/peer:best.
 
     .venv/bin/python bench/peers.py [--models dummy,smollm2]
         [--peers vllm,llama,llama-server,transformers|all|none] [--dtypes same,best]
-        [--cycles 3] [--concurrency 16] [--max-tokens 96] [--c1-requests 3] [--threads 2]
+        [--cycles 6] [--concurrency 16] [--max-tokens 96] [--c1-requests 3] [--threads 2]
+        [--zgtool-rows auto,bf16]
 
 Prints a table per model and, as the LAST line, one JSON object with every figure and ratio.
 """
@@ -109,6 +118,7 @@ CANDIDATE_PROMPTS = (
     "Write about a day at the seaside.",
     "Describe how a river reaches the sea.",
 )
+WARM_PROMPT = "Say hello."  # the warm-up's: never a measured request's
 
 
 # -- what a run measured ---------------------------------------------------------------------
@@ -137,6 +147,8 @@ class RunFigures:
     c1_ttft_ms: list[float]
     c1_itl_ms: list[float]
     errors: int
+    load_avg_1m: float = float("nan")      # the box's 1-minute load average as the run started
+    load_avg_1m_end: float = float("nan")  # and as it ended: a busy box reads lower on every figure
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,9 @@ class EngineSummary:
     startup_s: float
     errors: int
     c_tok_s_runs: list[float] = field(default_factory=list)
+    c1_tok_s_runs: list[float] = field(default_factory=list)
+    c1_ttft_p50_runs: list[float] = field(default_factory=list)
+    load_avg_1m_runs: list[float] = field(default_factory=list)  # per cycle, as each run started
 
 
 # -- peers -----------------------------------------------------------------------------------
@@ -275,6 +290,33 @@ def peer_spec(engine: str, variant: str, case: ModelCase, port: int, args: argpa
     if engine == "vllm":
         return vllm_spec(case, port, args.threads, dtype, row)
     return transformers_spec(case, port, args.threads, dtype, row)
+
+
+ZG_AUTO, ZG_BF16 = "zgtool:auto", "zgtool:bf16"
+
+
+def zgtool_extra_rows(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """zgtool's rows beyond same/best (--zgtool-rows): `--dtype auto` (what a user gets: the issue's
+    comparison with each peer's best) and bfloat16, each unless the run's dtype already is it."""
+    rows = {"auto": (ZG_AUTO, "auto"), "bf16": (ZG_BF16, "bfloat16")}
+    bad = [r for r in args.zgtool_rows if r not in rows]
+    if bad:
+        raise SystemExit(f"unknown --zgtool-rows {bad}: choose from auto, bf16")
+    return [rows[r] for r in args.zgtool_rows if rows[r][1] != args.dtype]
+
+
+def cpu_flags() -> list[str]:
+    """The CPU flags that decide which kernels each engine can use (/proc/cpuinfo)."""
+    want = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_vnni",
+            "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return sorted(want & set(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return []
 
 
 # -- models ----------------------------------------------------------------------------------
@@ -510,19 +552,31 @@ def screen_prompts(url: str, spec: ServerSpec, candidates: tuple[str, ...], max_
     return keep
 
 
+def round_prompts(prompts: list[str], concurrency: int, c1_requests: int) -> tuple[list[str], list[str]]:
+    """The c=N round's prompts and the c=1 round's, every request's prompt unseen by the server
+    (the warm-up sends WARM_PROMPT, in neither list): a prompt sent twice would be a prefix-cache
+    hit that flatters the later round's TTFT and tok/s (the c=1 round once re-sent three prompts of
+    the c=N round). Where the list is short, a repeat gets a distinct tag in front."""
+    need = concurrency + c1_requests
+    uniq = [prompts[i] if i < len(prompts) else f"(request {i}) {prompts[i % len(prompts)]}" for i in range(need)]
+    return uniq[:concurrency], uniq[concurrency:]
+
+
 def measure_run(spec: ServerSpec, port: int, log: Path, cycle: int, prompts: list[str], concurrency: int,
                 max_tokens: int, c1_requests: int,
                 on_ready: Callable[[str], None] | None = None) -> RunFigures:
     url = f"http://127.0.0.1:{port}"
+    load0 = os.getloadavg()[0]
     with running(spec, port, log) as (proc, startup_s):
         if on_ready is not None:
             on_ready(url)
         with RssSampler(proc.pid) as rss:
-            warm = [body_for(spec, prompts[0], 4)] * 2
+            warm = [body_for(spec, WARM_PROMPT, 4)] * 2
             asyncio.run(run_load(url, warm, 2))
-            bodies = [body_for(spec, prompts[i % len(prompts)], max_tokens) for i in range(concurrency)]
+            c_prompts, c1_prompts = round_prompts(prompts, concurrency, c1_requests)
+            bodies = [body_for(spec, p, max_tokens) for p in c_prompts]
             c_res, c_wall = asyncio.run(run_load(url, bodies, concurrency))
-            singles = [body_for(spec, prompts[i % len(prompts)], max_tokens) for i in range(c1_requests)]
+            singles = [body_for(spec, p, max_tokens) for p in c1_prompts]
             c1_res, c1_wall = asyncio.run(run_load(url, singles, 1))
     errs = [r.error for r in c_res + c1_res if r.error]
     for e in errs[:3]:
@@ -532,7 +586,7 @@ def measure_run(spec: ServerSpec, port: int, log: Path, cycle: int, prompts: lis
         sum(r.tokens for r in c_res) / c_wall, [r.ttft_ms for r in c_res if r.ttft_ms is not None],
         [x for r in c_res for x in r.itl_ms], sum(r.tokens for r in c_res),
         sum(r.tokens for r in c1_res) / c1_wall, [r.ttft_ms for r in c1_res if r.ttft_ms is not None],
-        [x for r in c1_res for x in r.itl_ms], len(errs))
+        [x for r in c1_res for x in r.itl_ms], len(errs), load0, os.getloadavg()[0])
 
 
 # -- figures ---------------------------------------------------------------------------------
@@ -547,7 +601,9 @@ def summarize(engine: str, dtype: str, runs: list[RunFigures]) -> EngineSummary:
         c1_ttft_p50_ms=med(percentile(r.c1_ttft_ms, 50) for r in runs),
         c1_itl_p50_ms=med(percentile(r.c1_itl_ms, 50) for r in runs),
         rss_mb=med(r.rss_peak_mb for r in runs), startup_s=med(r.startup_s for r in runs),
-        errors=sum(r.errors for r in runs), c_tok_s_runs=[round(r.c_tok_s, 1) for r in runs])
+        errors=sum(r.errors for r in runs), c_tok_s_runs=[round(r.c_tok_s, 1) for r in runs],
+        c1_tok_s_runs=[round(r.c1_tok_s, 2) for r in runs],
+        c1_ttft_p50_runs=[round(percentile(r.c1_ttft_ms, 50), 1) for r in runs], load_avg_1m_runs=[round(r.load_avg_1m, 2) for r in runs])
 
 
 def ratios(ours: EngineSummary, peer: EngineSummary) -> dict[str, float | None]:
@@ -627,7 +683,8 @@ def gguf_summary(case: ModelCase) -> dict[str, str | None]:
 
 def pair_ratios(by: dict[str, EngineSummary]) -> dict[str, dict[str, float | None]]:
     """zgtool over each peer row, like with like: "llama" against zgtool, "llama:best" against
-    zgtool:best (zgtool where it has no best row of its own)."""
+    zgtool:best (zgtool where it has no best row of its own); and zgtool's `--dtype auto` row
+    against each peer's best row (its same-dtype row where it has none), keyed "zgtool:auto/<row>"."""
     out: dict[str, dict[str, float | None]] = {}
     for name, s in by.items():
         if engine_of(name) == "zgtool":
@@ -636,12 +693,64 @@ def pair_ratios(by: dict[str, EngineSummary]) -> dict[str, dict[str, float | Non
         ours = ours or by.get("zgtool")
         if ours is not None:
             out[name] = ratios(ours, s)
+    auto = by.get(ZG_AUTO)
+    for name in list(by):
+        best = name if name.endswith(f":{BEST}") else row_name(name, BEST)
+        if auto is not None and engine_of(name) != "zgtool" and (name == best or best not in by):
+            out[f"{ZG_AUTO}/{name}"] = ratios(auto, by[name])
     return out
 
 
+def pair_key(key: str, by: dict[str, EngineSummary]) -> tuple[str, str]:
+    """(our row, the peer's row) of a pair_ratios key."""
+    if "/" in key:
+        ours, peer = key.split("/", 1)
+        return ours, peer
+    return ("zgtool:best" if key.endswith(f":{BEST}") and "zgtool:best" in by else "zgtool"), key
+
+
 def ratio_label(peer_row: str, rat_rows: dict[str, EngineSummary]) -> str:
-    ours = "zgtool:best" if peer_row.endswith(f":{BEST}") and "zgtool:best" in rat_rows else "zgtool"
-    return f"{ours}/{peer_row}"
+    return "/".join(pair_key(peer_row, rat_rows))
+
+
+def order_interval(values: list[float]) -> dict[str, Any]:
+    """The median of per-cycle paired ratios and their min-max: for n >= 2 independent cycles the
+    min-max covers the true median with probability 1 - 2^(1-n) (n=3: 75%, 5: 93.8%, 6: 96.9%,
+    which is why --cycles defaults to 6: the fewest whose interval reaches 95%)."""
+    vals = [v for v in values if v == v]
+    n = len(vals)
+    if not n:
+        return {"median": None, "lo": None, "hi": None, "cycles": 0, "confidence": None}
+    return {"median": round(statistics.median(vals), 3), "lo": round(min(vals), 3), "hi": round(max(vals), 3),
+            "cycles": n, "confidence": round(1 - 2 ** (1 - n), 3) if n >= 2 else None}
+
+
+def paired_intervals(by: dict[str, EngineSummary], keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Per pair_ratios key: the per-cycle ratios of tok/s at c=N and c=1 and of c=1 TTFT p50, each
+    as order_interval (the cycles pair up in order: both servers ran in the same cycle)."""
+    out = {}
+    for key in keys:
+        ours, peer = (by[k] for k in pair_key(key, by))
+
+        def per_cycle(a: list[float], b: list[float]) -> list[float]:
+            return [x / y for x, y in zip(a, b, strict=False) if y]
+
+        out[key] = {"c_tok_s": order_interval(per_cycle(ours.c_tok_s_runs, peer.c_tok_s_runs)),
+                    "c1_tok_s": order_interval(per_cycle(ours.c1_tok_s_runs, peer.c1_tok_s_runs)),
+                    "c1_ttft_p50": order_interval(per_cycle(ours.c1_ttft_p50_runs, peer.c1_ttft_p50_runs))}
+    return out
+
+
+def render_intervals(iv: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for key, figs in iv.items():
+        parts = []
+        for name, f in figs.items():
+            if f["median"] is not None:
+                conf = f" ({100 * f['confidence']:.1f}% over {f['cycles']} cycles)" if f["confidence"] else " (1 cycle)"
+                parts.append(f"{name} x{f['median']:.2f} [{f['lo']:.2f}, {f['hi']:.2f}]{conf}")
+        lines.append(f"{key} per-cycle ratios: " + "; ".join(parts))
+    return lines
 
 
 def bench_model(case: ModelCase, peers: list[str], args: argparse.Namespace, tmp: Path,
@@ -661,7 +770,10 @@ def bench_model(case: ModelCase, peers: list[str], args: argparse.Namespace, tmp
                 print(f"{spec.name}: {spec.reason}", file=sys.stderr)
             else:
                 specs[name] = spec
-    prompts = list(CANDIDATE_PROMPTS[: args.concurrency])
+    for row, dtype in zgtool_extra_rows(args):
+        ports[row] = free_port()
+        specs[row] = zgtool_spec(case, ports[row], args.zgtool_threads or args.threads, dtype, serve_help, row)
+    prompts = list(CANDIDATE_PROMPTS[: args.concurrency + args.c1_requests])
     need_screen = any(not s.equal_length_by_flag for s in specs.values())
     runs: dict[str, list[RunFigures]] = {n: [] for n in specs}
     logs = peers_dir() / "logs"  # kept: a failed start-up names its log
@@ -675,7 +787,8 @@ def bench_model(case: ModelCase, peers: list[str], args: argparse.Namespace, tmp
 
             def screen(url: str, spec: ServerSpec = spec) -> None:
                 nonlocal prompts
-                kept = screen_prompts(url, spec, CANDIDATE_PROMPTS, args.max_tokens, args.concurrency)
+                kept = screen_prompts(url, spec, CANDIDATE_PROMPTS, args.max_tokens,
+                                      args.concurrency + args.c1_requests)
                 print(f"  screened prompts: {len(kept)} of {len(CANDIDATE_PROMPTS)} run {args.max_tokens} tokens "
                       "without EOS", file=sys.stderr)
                 if kept:
@@ -692,15 +805,19 @@ def bench_model(case: ModelCase, peers: list[str], args: argparse.Namespace, tmp
             runs[name].append(fig)
             print(f"  cycle {cycle} {name:<12} c={args.concurrency} {fig.c_tok_s:7.1f} tok/s, c=1 {fig.c1_tok_s:6.1f} tok/s, "
                   f"TTFT p50 {percentile(fig.c_ttft_ms, 50):7.0f} ms, start {fig.startup_s:5.1f} s, "
-                  f"RSS {fig.rss_peak_mb:6.0f} MB, errors {fig.errors}", file=sys.stderr)
+                  f"RSS {fig.rss_peak_mb:6.0f} MB, errors {fig.errors}, load {fig.load_avg_1m:.2f}", file=sys.stderr)
     skips += [Skip(n, r) for n, r in failed.items() if not runs[n]]
     summaries = [summarize(n, specs[n].dtype, rs) for n, rs in runs.items() if rs]
     by = {s.engine: s for s in summaries}
     rat = pair_ratios(by)
+    iv = paired_intervals(by, [k for k in rat if all(r in by for r in pair_key(k, by))])
     print(render(case.name, args.concurrency, summaries, skips, rat))
+    for line in render_intervals(iv):
+        print(line)
     return {"model": case.name, "hf_dir": str(case.hf_dir), "gguf": gguf_summary(case),
             "engines": [asdict(s) for s in summaries], "skipped": {s.name: s.reason for s in skips},
-            "ratios_zgtool_over_peer": rat, "screened_prompts": len(prompts) if need_screen else None}
+            "ratios_zgtool_over_peer": rat, "ratio_intervals": iv,
+            "screened_prompts": len(prompts) if need_screen else None}
 
 
 def parse_dtypes(value: str) -> list[str]:
@@ -716,7 +833,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--models", default=None, help="comma list: dummy:small, smollm2, an HF dir (default: both "
                     "when the smollm2 package is installed)")
     ap.add_argument("--peers", default="all", help="vllm,llama,llama-server,transformers | all | none")
-    ap.add_argument("--cycles", type=int, default=3)
+    ap.add_argument("--cycles", type=int, default=6,
+                    help="alternating cycles; 6 by default: the fewest whose min-max of per-cycle ratios covers "
+                         "the median with >= 95%% confidence (1 - 2^(1-n) = 96.9%%)")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--c1-requests", type=int, default=3, help="single streams, one after another, per run")
@@ -727,6 +846,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="same (every engine in --dtype), best (each engine's best dtype), or both: same,best")
     ap.add_argument("--zgtool-best-dtype", default="auto",
                     help="zgtool's best-dtype row: auto (int8 when `zgtool serve --dtype` offers it, else bfloat16)")
+    ap.add_argument("--zgtool-rows", type=lambda v: [x for x in v.split(",") if x.strip()], default=["auto", "bf16"],
+                    help="zgtool's extra rows: auto (--dtype auto), bf16 (--dtype bfloat16), both (default) or ''")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (checkpoints, logs)")
     return ap
 
@@ -743,7 +864,8 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"bench": "peers", "concurrency": args.concurrency, "max_tokens": args.max_tokens,
                            "cycles": args.cycles, "threads": args.threads, "dtype": args.dtype,
                            "dtypes": args.dtypes,
-                           "cpus": os.cpu_count(), "models": []}
+                           "cpus": os.cpu_count(), "cpu_flags": cpu_flags(), "zgtool_rows": args.zgtool_rows,
+                           "models": []}
     variants_note = "and each engine's best" if BEST in args.dtypes else "only"
     try:
         print(f"peers: {', '.join(['zgtool', *peers])}; {args.concurrency} streams x {args.max_tokens} tokens and "

@@ -231,3 +231,39 @@ def test_gguf_names_state_their_type_and_conversion_without_the_sdist_is_a_reaso
     assert argv[-2:] == ["--outtype", "f32"] and env["PYTHONPATH"].endswith("gguf-py")
     argv, _ = peers_gguf.convert_command(tmp_path / "hf", tmp_path / "o.gguf", "f32", byte_vocab=True)
     assert argv[1].endswith("bench/peerlib/peers_convert_bytes.py") and argv[2].endswith("llama.cpp")
+
+
+def test_no_request_of_a_run_reuses_a_prompt_the_server_already_saw() -> None:
+    prompts = list(peers.CANDIDATE_PROMPTS[:5])
+    c, c1 = peers.round_prompts(prompts, 4, 3)
+    assert len(c) == 4 and len(c1) == 3
+    sent = [peers.WARM_PROMPT, *c, *c1]
+    assert len(set(sent)) == len(sent)  # the warm-up, the c=N and the c=1 rounds: all distinct
+    many_c, many_c1 = peers.round_prompts(list(peers.CANDIDATE_PROMPTS), 16, 3)
+    assert not set(many_c) & set(many_c1) and set(many_c1) <= set(peers.CANDIDATE_PROMPTS)
+
+
+def test_zgtool_runs_an_auto_and_a_bf16_row_compared_with_each_peers_best() -> None:
+    assert peers.zgtool_extra_rows(_args()) == [("zgtool:auto", "auto"), ("zgtool:bf16", "bfloat16")]
+    assert peers.zgtool_extra_rows(_args("--dtype", "bfloat16")) == [("zgtool:auto", "auto")]
+    with pytest.raises(SystemExit, match="unknown --zgtool-rows"):
+        peers.zgtool_extra_rows(_args("--zgtool-rows", "fastest"))
+    by = {n: _summary(n, t, t / 4, 100.0) for n, t in
+          (("zgtool", 100.0), ("zgtool:auto", 200.0), ("vllm", 100.0), ("vllm:best", 160.0), ("llama", 50.0))}
+    rat = peers.pair_ratios(by)
+    assert rat["zgtool:auto/vllm:best"]["c_tok_s"] == 1.25 and rat["zgtool:auto/llama"]["c_tok_s"] == 4.0
+    assert "zgtool:auto/vllm" not in rat  # vLLM's best row stands for it
+
+
+def test_per_cycle_ratio_intervals_state_their_confidence() -> None:
+    iv = peers.order_interval([1.2, 1.0, 1.5, 1.1, 1.3, 1.4])
+    assert (iv["median"], iv["lo"], iv["hi"], iv["cycles"], iv["confidence"]) == (1.25, 1.0, 1.5, 6, 0.969)
+    assert peers.order_interval([2.0])["confidence"] is None
+    assert peers.build_parser().parse_args([]).cycles == 6  # the fewest cycles whose min-max reaches 95%
+
+
+def test_the_json_names_the_cpu_flags_and_each_runs_load() -> None:
+    assert "avx2" in peers.cpu_flags() or not Path("/proc/cpuinfo").exists()
+    fig = peers.RunFigures("zgtool", 0, 1.0, 100.0, 10.0, [1.0], [1.0], 10, 5.0, [2.0], [1.0], 0, 1.5, 2.5)
+    s = peers.summarize("zgtool", "float32", [fig])
+    assert s.load_avg_1m_runs == [1.5] and s.c1_ttft_p50_runs == [2.0]
