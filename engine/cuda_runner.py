@@ -20,6 +20,7 @@ sampling -- runs on CPU too (device 'cpu', graphs off): tests/engine/test_cuda_r
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import numpy as np
 import torch
@@ -30,6 +31,7 @@ from zgtool.engine.handback import HandbackRunner
 from zgtool.engine.model import LlamaModel
 from zgtool.engine.runner import needs_sample
 from zgtool.engine.scheduler import ScheduledBatch
+from zgtool.engine.sequence import Sequence
 
 log = logging.getLogger("zgtool.engine")
 
@@ -48,6 +50,11 @@ def graph_buckets(cap: int) -> tuple[int, ...]:
 def bucket_for(n: int, buckets: tuple[int, ...]) -> int | None:
     """The smallest bucket that holds n rows, None when n is above every bucket."""
     return next((b for b in buckets if b >= n), None)
+
+
+def _generators(seqs: list[Sequence]) -> list[torch.Generator | None]:
+    """Each sequence's seeded generator (engine/sampling.py make_generator, on the model's device)."""
+    return [cast(torch.Generator | None, s.generator) for s in seqs]
 
 
 class StepBuffers:
@@ -211,7 +218,7 @@ class CudaRunner(HandbackRunner):
             logits = self._decode_forward(rows)[:b]
             self.eager_decode_steps += 1
         buf = self.buf
-        toks = sample_on_device(logits, [s.params for s in batch.seqs], [s.generator for s in batch.seqs],
+        toks = sample_on_device(logits, [s.params for s in batch.seqs], _generators(batch.seqs),
                                 buf.dev_field("temps", b), buf.dev_field("top_k", b), buf.dev_field("top_p", b)).tolist()
         bad = [i for i, t in enumerate(toks) if t == NONFINITE]
         if bad:
@@ -232,7 +239,7 @@ class CudaRunner(HandbackRunner):
             hidden = hidden[torch.tensor(logit_rows, device=self.device)]
         seqs = [batch.seqs[i] for i in which]
         toks = sample_on_device(self.model.logits(hidden), [s.params for s in seqs],
-                                [s.generator for s in seqs]).tolist()
+                                _generators(seqs)).tolist()
         bad = [which[r] for r, t in enumerate(toks) if t == NONFINITE]
         if bad:
             raise self._fault(bad, input_ids, meta)
