@@ -8,13 +8,14 @@ from zgtool.engine.tokenizer import Tokenizer
 
 def detokenize_step(tok: Tokenizer, seq: Sequence) -> str:
     """Append the text of the newest output token(s) to seq.output_text; return the new text."""
-    ids = seq.output_token_ids
-    prefix_text = tok.decode(ids[seq.prefix_offset:seq.read_offset])
-    new_text = tok.decode(ids[seq.prefix_offset:])
+    ids = seq.token_ids     # the offsets count output tokens: slice past the prompt, no copy of the output
+    p = len(seq.prompt_token_ids)
+    prefix_text = tok.decode(ids[p + seq.prefix_offset:p + seq.read_offset])
+    new_text = tok.decode(ids[p + seq.prefix_offset:])
     if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
         delta = new_text[len(prefix_text):]
         seq.prefix_offset = seq.read_offset
-        seq.read_offset = len(ids)
+        seq.read_offset = len(ids) - p
         seq.output_text += delta
         return delta
     return ""

@@ -18,6 +18,9 @@ class RequestStream:
         self._queue: deque[RequestOutput] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
+        # a reader that wants the whole answer (non-streaming) is woken once, by the finished
+        # output, instead of once per step: its earlier deltas wait in the queue
+        self.wake_on_finish = False
 
     @property
     def request_id(self) -> str:
@@ -47,7 +50,7 @@ class RequestStream:
         """Called on the event loop thread (one call_soon_threadsafe per engine step)."""
         self._queue.append(out)
         w = self._waiter
-        if w is not None and not w.done():
+        if w is not None and (out.finished or not self.wake_on_finish) and not w.done():
             w.set_result(None)
 
     def __aiter__(self) -> RequestStream:

@@ -48,6 +48,8 @@ class ByteTokenizer:
         self.eos_token_ids: tuple[int, ...] = (self.EOS,)
         self.bos_token_id: int | None = self.BOS
         self.max_token_chars: int | None = 1    # one token per byte: at least one per character
+        # every id's bytes, computed once: decode runs twice per generated token (detok.py)
+        self._pieces = tuple(self._piece(i) for i in range(vocab_size))
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         ids = list(text.encode("utf-8"))
@@ -62,7 +64,12 @@ class ByteTokenizer:
         return (" " + _SYLLABLES[n % 16] + _SYLLABLES[(n // 16) % 16]).encode()
 
     def decode(self, ids: list[int]) -> str:
-        return b"".join(self._piece(i) for i in ids).decode("utf-8", errors="replace")
+        table = self._pieces
+        if not ids or (min(ids) >= 0 and max(ids) < len(table)):
+            raw = b"".join([table[i] for i in ids])
+        else:     # ids outside the table: _piece's own answer (or error)
+            raw = b"".join(self._piece(i) for i in ids)
+        return raw.decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages: list[Message], system: str | None = None) -> list[int]:
         ids = [self.BOS]

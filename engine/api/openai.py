@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any
 
 from zgtool.engine.api.common import (
@@ -168,7 +169,7 @@ class ChunkWriter:
 
     def content(self, text: str) -> bytes:
         return (
-            self._head + b',"choices":[{"index":0,"delta":{"content":' + _dumps(text).encode()
+            self._head + b',"choices":[{"index":0,"delta":{"content":' + _json_str(text).encode()
             + b'},"logprobs":null,"finish_reason":null}]}\n\n'
         )
 

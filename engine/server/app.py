@@ -23,7 +23,7 @@ from zgtool.engine.server.config import ServeConfig
 from zgtool.engine.server.errors import HttpError, not_found, to_http_error
 from zgtool.engine.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from zgtool.engine.server.metrics import ServerMetrics
-from zgtool.engine.server.protocol import RESPOND
+from zgtool.engine.server.protocol import RESPOND, WRITE_CHUNK
 from zgtool.engine.server.safety import SafetyPolicy
 from zgtool.engine.server.sse import KeepaliveTicker
 from zgtool.engine.server.tracing import SpanExporter, parse_traceparent, response_headers
@@ -48,7 +48,7 @@ class Ctx:
     """Per-request state shared by the handlers."""
 
     __slots__ = ("rid", "api", "t0", "headers", "principal", "started", "safety_ms", "status", "log", "error_type",
-                 "respond", "trace")
+                 "respond", "write_chunk", "trace")
 
     def __init__(self, rid: str, api: str, t0: float, headers: dict[bytes, bytes], respond: Any = None) -> None:
         self.rid = rid
@@ -62,6 +62,7 @@ class Ctx:
         self.log: dict[str, Any] | None = None     # access-log record being built (generation routes)
         self.error_type: str | None = None
         self.respond = respond        # our protocol's one-write answer (protocol.RESPOND), or None
+        self.write_chunk: Any = None  # our protocol's one piece of a stream (protocol.WRITE_CHUNK), or None
         tp = headers.get(b"traceparent")
         self.trace = None if tp is None else parse_traceparent(tp, headers.get(b"tracestate"))
 
@@ -161,6 +162,7 @@ class ServerApp:
         # popped, not read: scope -> respond -> cycle -> scope would be a reference cycle that only the
         # garbage collector frees (10 objects per request, gen-1 collections on the hot path)
         ctx = Ctx(f"{self._prefix}{next(self._ids):x}", api, t0, dict(scope["headers"]), scope.pop(RESPOND, None))
+        ctx.write_chunk = scope.pop(WRITE_CHUNK, None)
         try:
             route = self.routes.get(path)
             if route is None and path.startswith("/v1/models/"):

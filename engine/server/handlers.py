@@ -402,6 +402,7 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
     hold = Holdback(filt) if filt is not None else None
     last = None
     quiet = app.keepalive.open(stream, flight)     # a stream silent this long gets a KEEPALIVE
+    chunk = ctx.write_chunk     # protocol.WRITE_CHUNK: a token's event written at once (None elsewhere)
     async for out in stream:
         if out is KEEPALIVE:    # queued, waiting, preempted or prefilling: tell the client it is held
             if not flight.gone:
@@ -422,7 +423,9 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
         text = group.add(text, len(out.token_ids))
         if text is not None and not flight.gone:
             quiet.sent = True
-            await send({"type": "http.response.body", "body": encode(text), "more_body": True})
+            body = encode(text)
+            if chunk is None or not chunk(body):
+                await send({"type": "http.response.body", "body": body, "more_body": True})
     if flight.gone:
         return
     tail = b""

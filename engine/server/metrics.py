@@ -156,12 +156,17 @@ class ServerMetrics:
             h.counts[bisect_left(h.buckets, v)] += 1
             h.sum += v
         times = timings.token_times_s
-        if len(times) > 1:
-            observe = self.itl.observe
+        if len(times) > 1:       # one bisect per gap, no call per token
+            h = self.itl
+            buckets, counts = h.buckets, h.counts
             prev = times[0]
+            total = h.sum
             for t in times[1:]:
-                observe(t - prev)
+                v = t - prev
+                counts[bisect_left(buckets, v)] += 1
+                total += v
                 prev = t
+            h.sum = total
         h = self.e2e
         v = timings.total_ms / 1e3
         h.counts[bisect_left(h.buckets, v)] += 1

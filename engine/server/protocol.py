@@ -44,6 +44,10 @@ DISCONNECT_HOOK = "zgtool.on_disconnect"
 # complete answer (content-length added) in one write, or returns False (nothing written)
 # when the app must use the ASGI sends instead.
 RESPOND = "zgtool.respond"
+# ASGI scope key (an extension of ours): ``write_chunk(body) -> bool`` writes one non-final piece
+# of a started chunked answer at once, or returns False (nothing written) when the app must use
+# the ASGI send (a paused writer must be drained, HTTP/1.0 is close-delimited, ...).
+WRITE_CHUNK = "zgtool.write_chunk"
 log = logging.getLogger("zgtool.serve")
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -181,6 +185,18 @@ class _OneWriteCycle(RequestResponseCycle):
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
+        return True
+
+    def write_chunk(self, body: bytes) -> bool:
+        """One ``more_body`` piece of a started chunked answer, framed and written as uvicorn's
+        send frames it (``%x CRLF body CRLF``) without a message dict and two coroutine frames per
+        token. False, with nothing written, where the ASGI send must run instead: not started or
+        already complete, not chunked (HTTP/1.0, HEAD), a paused writer or a gone client."""
+        if (not self.response_started or self.response_complete or not self.chunked_encoding
+                or self.flow.write_paused or self.disconnected or self._held is not None):
+            return False
+        if body:
+            self.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
         return True
 
 
@@ -360,6 +376,7 @@ class DeadlineHttpToolsProtocol(InOrderErrors):
             cycle.__class__ = _Http10Cycle if self.scope.get("http_version") == "1.0" else _OneWriteCycle
             # set before the app's task first runs (create_task only scheduled it)
             cycle.scope[RESPOND] = cycle.respond  # type: ignore[attr-defined,literal-required]
+            cycle.scope[WRITE_CHUNK] = cycle.write_chunk  # type: ignore[attr-defined,literal-required]
 
     def on_message_complete(self) -> None:
         self._disarm()
