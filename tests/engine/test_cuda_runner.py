@@ -24,7 +24,7 @@ BS = 8
 # the Triton path on CPU tensors runs in the interpreter only; on a CUDA machine tests/gpu runs it
 interpreted = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA here: tests/gpu/test_cuda_graphs.py")
 PROMPTS = [[256, *range(300, 305)], [256, *range(310, 321)], [256, *range(330, 333)]]
-GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+GREEDY = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
 
 
 def test_buckets_double_up_to_the_running_cap_and_a_batch_takes_the_smallest_that_holds_it():
@@ -57,15 +57,10 @@ def _cuda_runner(e: Engine) -> CudaRunner:
 
 
 @interpreted
-def test_the_triton_path_decodes_like_the_engines_cpu_path():
+def test_static_decode_steps_on_the_triton_path_give_the_cpu_paths_tokens_with_one_upload_each(monkeypatch):
+    # the reference: the engine's CPU path (C kernels, its own runner); the CUDA path's Triton
+    # kernels (interpreted) through the static buffers must give the very same greedy tokens
     ref = [r.output_token_ids for r in _engine(False).generate(PROMPTS, GREEDY)]
-    got = [r.output_token_ids for r in _engine(True).generate(PROMPTS, GREEDY)]
-    assert got == ref
-
-
-@interpreted
-def test_static_decode_steps_give_the_eager_runners_tokens_with_one_upload_per_step(monkeypatch):
-    eager = [r.output_token_ids for r in _engine(True).generate(PROMPTS, GREEDY)]
     e = _engine(True)
     runner = _cuda_runner(e)
     assert runner.graph_status == "off: device cpu is not CUDA" and runner.static_reason is None
@@ -73,7 +68,7 @@ def test_static_decode_steps_give_the_eager_runners_tokens_with_one_upload_per_s
     real = runner.buf.upload
     monkeypatch.setattr(runner.buf, "upload", lambda n: (uploads.append(n), real(n)))
     got = [r.output_token_ids for r in e.generate(PROMPTS, GREEDY)]
-    assert got == eager
+    assert got == ref
     # every decode step went through the static buffers (one upload each); the prompts ran eagerly
     assert runner.eager_decode_steps == len(uploads) >= GREEDY.max_tokens - 1
     assert runner.eager_steps >= 1 and runner.graph_replays == 0
@@ -100,11 +95,13 @@ def test_pad_rows_leave_the_real_rows_logits_and_kv_alone():
         runner.fill(batch, 8)  # the bucket a graph would replay: 5 pad rows
         runner.buf.upload(8)
         padded = runner._decode_forward(8)
-    assert torch.equal(padded[:3], alone)
-    pad_slots = set(range(e.num_kv_blocks * BS, (e.num_kv_blocks + 1) * BS))
+    # the CPU GEMM may split its work by the row count, so equal to fp32 rounding here; on CUDA the
+    # same batch replayed and eager is bit-identical (tests/gpu/test_cuda_graphs.py)
+    torch.testing.assert_close(padded[:3], alone, rtol=1e-5, atol=1e-5)
+    pad = slice(e.num_kv_blocks * BS, (e.num_kv_blocks + 1) * BS)
     for before, after in zip(k_before, e.model.k_cache, strict=True):
-        changed = {int(i) for i in (before != after).any(-1).any(-1).nonzero().flatten()}
-        assert changed <= pad_slots  # the pad rows wrote only the spare block
+        assert not torch.equal(before[pad], after[pad])  # the pad rows wrote the spare block...
+        torch.testing.assert_close(after[:pad.start], before[:pad.start], rtol=1e-5, atol=1e-5)  # ...alone
 
 
 def test_a_batch_of_one_attends_over_whole_blocks_so_its_shape_changes_per_block(monkeypatch):
