@@ -6,7 +6,9 @@ test_differential_transformers.py). Every head_dim 16/32/64/80/128 crossed with 
 embeddings, Llama-3 rope scaling and Qwen2 biases on alternating cases. Each: prompt logits of
 1, 64 and 300 tokens within 1e-4 of transformers (relative to the logits' scale, fp32), and a
 mixed batch prefilled in 24-token chunks whose greedy tokens match transformers' (up to a near-tie
-within the same tolerance), kernels on and off."""
+within the same tolerance), with the kernels of every ISA variant this CPU runs and with them off;
+and bf16 weights per variant within the stated bf16 tolerance (test_differential_transformers.py
+BF16_TOL) of transformers in fp32, greedy up to a near-tie within it."""
 
 from __future__ import annotations
 
@@ -61,13 +63,14 @@ def case(request, tmp_path_factory):
     return request.param, path, hf
 
 
-@pytest.mark.parametrize("kernels", ["kernels", "torch"])
+@pytest.mark.parametrize("kernels", [*diff.RUNNABLE_ISAS, "torch"])
 def test_grid_checkpoint_matches_transformers(case, kernels, monkeypatch):
     _, path, hf = case
     if kernels == "torch":
         monkeypatch.setenv("ZGTOOL_NO_KERNELS", "1")
     else:
         monkeypatch.delenv("ZGTOOL_NO_KERNELS", raising=False)
+        monkeypatch.setenv("ZGTOOL_KERNEL_ISA", kernels)
     engine = diff._engine(path)
     for ids in diff._prompts(engine.model.spec.vocab_size, [1, 64, 300]):
         ours = diff._prompt_logits(engine, ids)
@@ -80,3 +83,22 @@ def test_grid_checkpoint_matches_transformers(case, kernels, monkeypatch):
     batched = diff._engine(path, max_num_batched_tokens=24).generate(prompts, diff.GREEDY)
     for prompt, out in zip(prompts, batched, strict=True):
         diff.assert_greedy_matches(hf, prompt, out.output_token_ids)
+
+
+@pytest.mark.parametrize("isa", diff.RUNNABLE_ISAS)
+def test_grid_checkpoint_in_bf16_is_within_the_stated_tolerance(case, isa, monkeypatch):
+    _, path, hf = case
+    monkeypatch.delenv("ZGTOOL_NO_KERNELS", raising=False)
+    monkeypatch.setenv("ZGTOOL_KERNEL_ISA", isa)
+    engine = diff._engine(path, dtype="bfloat16")
+    for ids in diff._prompts(engine.model.spec.vocab_size, [1, 64, 300]):
+        ours = diff._prompt_logits(engine, ids)
+        with torch.no_grad():
+            ref = hf(torch.tensor([ids])).logits[0].float()
+        assert torch.isfinite(ours).all()
+        err = (ours - ref).abs().max().item()
+        assert err < diff.BF16_TOL * (ref.max() - ref.min()).item(), (len(ids), err)
+    prompts = diff._prompts(engine.model.spec.vocab_size, [1, 9, 33, 120])
+    batched = diff._engine(path, dtype="bfloat16", max_num_batched_tokens=24).generate(prompts, diff.GREEDY)
+    for prompt, out in zip(prompts, batched, strict=True):
+        diff.assert_greedy_matches(hf, prompt, out.output_token_ids, tol=diff.BF16_TOL, of_range=True)
