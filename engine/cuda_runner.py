@@ -166,6 +166,7 @@ class CudaRunner(HandbackRunner):
         hidden = self.model.forward(self.buf.dev_field("ids", n), self._decode_meta(n))
         return self.model.logits(hidden)
 
+    @torch.inference_mode()
     def capture(self) -> str:
         """One CUDA graph per bucket, largest first, sharing one memory pool: the status line."""
         pool = None
