@@ -17,7 +17,8 @@ on the host (the engine's per-token time: schedule, the step, postprocess) and w
 p50/p99 step time, tok/s = B / p50, % of both roofline figures, the GPU clocks before and after.
 Beside it, in the same run, transformers on the very same weights (copied out of our model) with
 `cache_implementation="static"` and `torch.compile(mode="reduce-overhead")` (`--hf-batches`,
-llama-1b only), and TTFT of cold (never cached) 512-token prompts.
+llama-1b only; its step time from the gaps between the tokens one generate call streams), and TTFT
+of cold (never cached) 512-token prompts.
 
     python bench/gpu_roofline.py [--presets llama-1b,llama-8b] [--batches 1,16,64] [--steps 64]
                                  [--hf-batches 1,16] [--cuda-graphs on|off]
@@ -234,27 +235,37 @@ def hf_compiled_peer(model: Any) -> Any:
     return hf
 
 
+class _Stamps:
+    """A transformers streamer that only notes when each token arrived (generate hands it every
+    token as it is sampled, after a device-to-host copy)."""
+
+    def __init__(self) -> None:
+        self.times_s: list[float] = []
+
+    def put(self, value: Any) -> None:
+        self.times_s.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
 def hf_decode(hf: Any, batch: int, new_tokens: int, vocab: int) -> dict[str, float]:
-    """Per decode step of the compiled peer: (t(8 + n tokens) - t(8 tokens)) / n, CUDA events, after
-    two warm-up generations at this batch (compiles and captures)."""
+    """The compiled peer's decode step: p50/p99 of the gaps between consecutive tokens of one
+    generate call (one length throughout: a static cache of another length would compile again),
+    after two warm-up calls at this batch (compile, CUDA-graph capture)."""
     import torch
 
     ids = torch.tensor(prompts(batch, PROMPT_LEN, vocab, seed=2), device="cuda")
-    gen = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
-
-    def timed(n: int) -> float:
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        hf.generate(ids, max_new_tokens=n, min_new_tokens=n, **gen)
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1)
-
+    gen = dict(do_sample=False, pad_token_id=0, eos_token_id=None, max_new_tokens=new_tokens,
+               min_new_tokens=new_tokens)
     with torch.inference_mode():
         for _ in range(2):
-            timed(8 + new_tokens)
-        step_ms = (timed(8 + new_tokens) - timed(8)) / new_tokens
-    return {"hf_step_ms": step_ms, "hf_tok_s": batch / (step_ms / 1e3)}
+            hf.generate(ids, **gen)
+        stamps = _Stamps()
+        hf.generate(ids, streamer=stamps, **gen)
+    gaps_ms = [(b - a) * 1e3 for a, b in zip(stamps.times_s[2:], stamps.times_s[3:], strict=False)]
+    step_ms = statistics.median(gaps_ms)
+    return {"hf_step_ms": step_ms, "hf_step_ms_p99": pct(gaps_ms, 99), "hf_tok_s": batch / (step_ms / 1e3)}
 
 
 def preset_rows(preset: str, args: argparse.Namespace, device: str, bw: float | None,
