@@ -64,9 +64,14 @@ class Engine:
         from zgtool.engine.weights import load_model
 
         self.config = cfg = config or EngineConfig()
+        from zgtool.engine.runner import weights_oom
+
         self.device, self.dtype, torch_dtype = kvpool.pick_device_dtype(cfg, torch)
         # cast per tensor: no fp32 copy; on CUDA a dummy model's weights are made on the device
-        loaded = load_model(cfg.model, seed=cfg.seed, dtype=torch_dtype, device=self.device)
+        try:
+            loaded = load_model(cfg.model, seed=cfg.seed, dtype=torch_dtype, device=self.device)
+        except torch.OutOfMemoryError:
+            raise weights_oom(cfg.model, self.device) from None
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         elif loaded.spec is not None and loaded.spec.hidden_size <= 256:
@@ -91,7 +96,10 @@ class Engine:
 
             spec = loaded.spec
             self.max_model_len = min(cfg.max_model_len or spec.max_position_embeddings, spec.max_position_embeddings)
-            self.model = LlamaModel(spec, loaded.weights, torch.device(self.device), torch_dtype, cfg.deterministic)
+            try:
+                self.model = LlamaModel(spec, loaded.weights, torch.device(self.device), torch_dtype, cfg.deterministic)
+            except torch.OutOfMemoryError:
+                raise weights_oom(cfg.model, self.device) from None
             self.kv_bytes_per_block = self.model.kv_bytes_per_block(cfg.block_size)
             self.num_kv_blocks = kvpool.num_blocks(cfg, self.kv_bytes_per_block, self.max_model_len, torch)
             # the device's runner, chosen once; it allocates the KV pool (a CUDA runner's pad block too)

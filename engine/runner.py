@@ -106,6 +106,14 @@ class ModelRunner:
         return sampled
 
 
+def weights_oom(model: str, device: str) -> Exception:
+    """Out of device memory for the weights at start-up: one line for the CLI (exit 4)."""
+    from zgtool.engine.errors import ModelUnavailable
+
+    return ModelUnavailable(f"out of {device.split(':')[0].upper()} memory loading the weights of {model!r}: the "
+                            "model does not fit this device (the KV pool comes after it: --kv-memory-mb sizes that)")
+
+
 def make_runner(model: LlamaModel, cfg: EngineConfig, num_blocks: int, max_model_len: int) -> ModelRunner:
     """The runner for the model's device, chosen once at start-up, after the KV pool is allocated:
     on CUDA engine/cuda_runner.py (static buffers, device sampling, graphs unless cfg.cuda_graphs is
