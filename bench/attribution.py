@@ -45,10 +45,12 @@ def free_port() -> int:
 
 def split(urls: list[str], model: str, c: int, n: int, otlp_port: int | None) -> dict[str, Any]:
     from zgtool.commands.latency import run
+    from zgtool.commands.latency_options import parse_split_options
 
     with redirect_stdout(StringIO()):   # the JSON result is returned; keep stdout for the summary
-        return run(urls, requests=n, concurrency=c, warmup=2, stream=False, max_tokens="8", api="openai",
-                   model=model, as_json=True, otlp_listen=str(otlp_port) if otlp_port else None)
+        return run(parse_split_options(urls, requests=n, concurrency=c, warmup=2, stream=False, max_tokens="8",
+                                       api="openai", model=model, as_json=True,
+                                       otlp_listen=str(otlp_port) if otlp_port else None))
 
 
 def summarise(result: dict[str, Any], names: list[str]) -> dict[str, Any]:

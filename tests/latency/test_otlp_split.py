@@ -14,6 +14,7 @@ import pytest
 
 from engine.server.tracing import export_body, make_span, parse_traceparent
 from zgtool.commands.latency import run
+from zgtool.commands.latency_options import parse_split_options
 
 
 def _free_port() -> int:
@@ -80,8 +81,8 @@ def span_only_server() -> Iterator[tuple[str, int]]:
 
 def test_every_request_gets_the_engine_phases_of_the_span_in_its_trace(span_only_server: tuple[str, int]) -> None:
     url, otlp_port = span_only_server
-    result = run([url], requests=6, warmup=0, stream=False, api="openai", model="m", as_json=True,
-                 otlp_listen=str(otlp_port))
+    result = run(parse_split_options([url], requests=6, warmup=0, stream=False, api="openai", model="m",
+                                     as_json=True, otlp_listen=str(otlp_port)))
     (target,) = result["data"]["targets"]
     ok = [s for s in target["samples"] if s["ok"]]
     assert len(ok) == 6
@@ -102,5 +103,5 @@ def test_a_taken_port_is_a_usage_error(span_only_server: tuple[str, int]) -> Non
     url, _ = span_only_server
     port = int(url.rsplit(":", 1)[1])
     with pytest.raises(UsageError, match="--otlp-listen"):
-        run([url], requests=1, warmup=0, stream=False, api="openai", model="m", as_json=True,
-            otlp_listen=str(port))
+        run(parse_split_options([url], requests=1, warmup=0, stream=False, api="openai", model="m",
+                                as_json=True, otlp_listen=str(port)))

@@ -66,10 +66,11 @@ def traced_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 
 def test_20_requests_joined_to_their_vllm_spans(traced_vllm: tuple[str, int]) -> None:
     from zgtool.commands.latency import run
+    from zgtool.commands.latency_options import parse_split_options
 
     url, otlp_port = traced_vllm
-    result = run([url], requests=20, warmup=1, stream=False, max_tokens="8", api="openai", model="smollm2",
-                 as_json=True, otlp_listen=str(otlp_port))
+    result = run(parse_split_options([url], requests=20, warmup=1, stream=False, max_tokens="8", api="openai",
+                                     model="smollm2", as_json=True, otlp_listen=str(otlp_port)))
     (target,) = result["data"]["targets"]
     ok = [s for s in target["samples"] if s["ok"]]
     assert len(ok) == 20

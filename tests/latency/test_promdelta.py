@@ -116,10 +116,11 @@ def engine() -> Iterator[tuple[str, list[float]]]:
 
 def test_latency_split_joins_each_requests_histogram_delta(engine: tuple[str, list[float]]) -> None:
     from zgtool.commands.latency import run
+    from zgtool.commands.latency_options import parse_split_options
 
     url, observed = engine
-    result = run([url], requests=5, warmup=1, stream=False, api="openai", model="m", as_json=True,
-                 vllm_metrics=url + "/metrics")
+    result = run(parse_split_options([url], requests=5, warmup=1, stream=False, api="openai", model="m",
+                                     as_json=True, vllm_metrics=url + "/metrics"))
     ok = [s for s in result["data"]["targets"][0]["samples"] if s["ok"]]
     assert len(ok) == 5
     # the warm-up request and each block's connection warm-up are served but not measured

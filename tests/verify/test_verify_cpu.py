@@ -59,7 +59,7 @@ def test_a_pid_that_does_not_lead_its_group_counts_only_itself_and_its_children(
     import sys
     import time
 
-    from zgtool.commands.latency import _cpu_groups
+    from zgtool.commands.latency_options import cpu_groups as _cpu_groups
     from zgtool.latency.schedule.cputime import members
 
     # a parent (not a group leader: it shares this test's group) with one child that burns CPU

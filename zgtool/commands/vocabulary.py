@@ -1,0 +1,151 @@
+"""The CLI vocabulary: how the options every measuring command shares are spelled, in which unit, with
+which default, and the rules that join them. Each command builds its typer options from here, so `-n` is
+always the number of requests, `-o` always the result file and `--timeout-s` always seconds.
+
+Spellings (tests/cli/test_option_vocabulary.py holds them):
+
+    -n --requests      measured requests (a count)          -c --concurrency   requests in flight
+    -o --output        the JSON result file (verify: a folder, -o --out; dcgm watch: -o --record)
+    --json             the JSON result on stdout            --csv DIR          tables as CSV files in DIR
+    -q --quiet         no live progress on stderr            -k --insecure      no TLS verification
+    --cacert FILE      a CA bundle                           --timeout-s S      seconds (old --timeout: hidden)
+    --config FILE      zgtool.toml with named targets        --api / --model    what to request
+    --otlp-endpoint URL  OTel metrics export (OTLP/HTTP)
+
+Each factory returns a typer.Option declaration: the command gives its default and, where its meaning
+is narrower than the shared one, its own help text; the shared help text is the default. Cross-option
+rules shared by several commands (the old --timeout spelling, -k with --cacert) are functions here, each
+owning its error text; a command's own checks live in its options module's parse function.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+REQUESTS = ("-n", "--requests")
+CONCURRENCY = ("-c", "--concurrency")
+OUTPUT = ("-o", "--output")
+INSECURE = ("-k", "--insecure")
+QUIET = ("-q", "--quiet")
+TIMEOUT_S = "--timeout-s"
+TIMEOUT_OLD = "--timeout"            # the old spelling: still parsed, hidden from --help
+CSV = "--csv"
+JSON = "--json"
+CONFIG = "--config"
+CACERT = "--cacert"
+API = "--api"
+MODEL = "--model"
+OTLP_ENDPOINT = "--otlp-endpoint"
+
+APIS = ("anthropic", "openai")
+
+HELP_JSON = "Print the JSON result to stdout."
+HELP_OUTPUT = "Write the JSON result to this file."
+HELP_CSV = "Also write every summary table as CSV files into DIR."
+HELP_QUIET = "No live progress line on stderr."
+HELP_INSECURE = "Do not verify TLS certificates."
+HELP_CACERT = "CA bundle for a self-signed target."
+HELP_CONFIG = "zgtool.toml with named targets."
+HELP_TIMEOUT_S = "Per-request timeout, seconds."
+HELP_TIMEOUT_OLD = "Old name of --timeout-s."
+HELP_OTLP_ENDPOINT = ("Export the OTel GenAI client metrics (gen_ai.client.*) over OTLP/HTTP to URL (a collector's "
+                      "base URL or its /v1/metrics).")
+
+
+def requests(default: int | None, help: str) -> Any:
+    return typer.Option(default, *REQUESTS, help=help)
+
+
+def concurrency(default: Any, help: str) -> Any:
+    return typer.Option(default, *CONCURRENCY, help=help)
+
+
+def output(help: str = HELP_OUTPUT) -> Any:
+    return typer.Option(None, *OUTPUT, help=help)
+
+
+def as_json(help: str = HELP_JSON) -> Any:
+    return typer.Option(False, JSON, help=help)
+
+
+def csv_dir(help: str = HELP_CSV) -> Any:
+    return typer.Option(None, CSV, metavar="DIR", help=help)
+
+
+def quiet(help: str = HELP_QUIET) -> Any:
+    return typer.Option(False, *QUIET, help=help)
+
+
+def insecure(help: str = HELP_INSECURE) -> Any:
+    return typer.Option(False, *INSECURE, help=help)
+
+
+def cacert(help: str = HELP_CACERT) -> Any:
+    return typer.Option(None, CACERT, help=help)
+
+
+def config(help: str = HELP_CONFIG) -> Any:
+    return typer.Option(None, CONFIG, help=help)
+
+
+def api(help: str) -> Any:
+    return typer.Option(None, API, help=help)
+
+
+def model(help: str) -> Any:
+    return typer.Option(None, MODEL, help=help)
+
+
+def timeout_s(default: float | None, help: str = HELP_TIMEOUT_S) -> Any:
+    return typer.Option(default, TIMEOUT_S, help=help)
+
+
+def timeout_old() -> Any:
+    """The old --timeout, hidden; timeout_from() prefers it when given."""
+    return typer.Option(None, TIMEOUT_OLD, hidden=True, help=HELP_TIMEOUT_OLD)
+
+
+def otlp_endpoint(help: str = HELP_OTLP_ENDPOINT) -> Any:
+    return typer.Option(None, OTLP_ENDPOINT, metavar="URL", help=help)
+
+
+def timeout_from(timeout_s: float, old: float | None) -> float:
+    """--timeout-s, or the old spelling --timeout when that was given."""
+    return old if old is not None else timeout_s
+
+
+def positive_timeout(timeout_s: float, old: float | None = None) -> float:
+    """timeout_from(), refused unless > 0 seconds."""
+    from zgtool.errors import UsageError
+
+    value = timeout_from(timeout_s, old)
+    if not value > 0:
+        raise UsageError(f"--timeout-s must be > 0 seconds, not {value}")
+    return value
+
+
+def tls_verify(insecure: bool, cacert: Path | None) -> bool | str:
+    """-k / --cacert into one setting: True (system CAs), False (-k) or the bundle's path; they exclude
+    each other and the bundle must exist (zgtool.tlsverify owns the error texts)."""
+    from zgtool.tlsverify import verify_setting
+
+    return verify_setting(insecure, cacert)
+
+
+def check_api(api: str | None) -> str | None:
+    from zgtool.errors import UsageError
+
+    if api is not None and api not in APIS:
+        raise UsageError(f"--api must be anthropic or openai, not {api!r}")
+    return api
+
+
+def check_csv_dir(csv_dir: Path | None) -> Path | None:
+    from zgtool.errors import UsageError
+
+    if csv_dir is not None and csv_dir.exists() and not csv_dir.is_dir():
+        raise UsageError(f"--csv {csv_dir} exists and is not a folder")
+    return csv_dir
