@@ -167,3 +167,22 @@ def test_top_k_and_top_p_keep_only_the_allowed_tokens_and_temperature_follows_so
     freq = torch.bincount(free, minlength=5).float() / 4000
     assert (freq - probs).abs().max() < 0.03  # 4000 draws: a binomial sd of at most 0.008
     assert sample_on_device(x[:3], [SP(temperature=1.0, top_k=1)] * 3, [None] * 3).tolist() == [0, 0, 0]
+
+
+def test_a_kv_pool_that_does_not_fit_is_one_line_naming_the_budget_and_the_flag(monkeypatch):
+    from zgtool.engine.errors import ModelUnavailable  # the CLI's exit 4 (a missing capability)
+    from zgtool.engine.runner import make_runner
+
+    e = _engine(False)
+    assert e.model is not None
+
+    def oom(*_a):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 GiB")
+
+    monkeypatch.setattr(e.model, "allocate_kv", oom)
+    cfg = EngineConfig(model="dummy:tiny", kv_memory_bytes=96 << 30)
+    with pytest.raises(ModelUnavailable) as err:
+        make_runner(e.model, cfg, 1000, 1024)
+    msg = str(err.value)
+    assert "\n" not in msg and "--kv-memory-mb" in msg and "MiB (1000 blocks" in msg
+    assert e.model.k_cache == []  # nothing half-allocated is kept
