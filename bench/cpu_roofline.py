@@ -12,6 +12,7 @@
    alike), the bytes of weights one token reads (every layer projection, its scales and the
    lm_head), and so the achieved GB/s of weights read and its share of the measured read bandwidth;
    then each variant's bf16 / fp32 and int8 / fp32 tok/s ratio (median of the per-round ratios);
+   --dtypes may add int8-a8 (int8 weights and per-row int8 activations: vpdpbusd on avx512bf16);
 3. where a token's time goes: the layers' one C call, the lm_head + argmax call, and the Python
    around them (the engine step minus those two), and a separate microbenchmark of the paged
    attention over the run's average context (the share of the layers' call spent reading the KV).
@@ -34,6 +35,7 @@ import torch
 from zgtool.engine import Engine, EngineConfig, SamplingParams
 from zgtool.engine import cpu_kernels as ck
 from zgtool.engine.config import server_threads
+from zgtool.engine.quant import INT8_ACTIVATIONS_ENV
 
 BUF_FLOATS = 64 * 2**20  # 256 MB per array
 
@@ -118,8 +120,14 @@ class Subject:
 
     def __init__(self, model_name: str, dtype: str, threads: int, tokens: int) -> None:
         self.model_name, self.dtype, self.threads = model_name, dtype, threads
-        self.eng = Engine(EngineConfig(model=model_name, dtype=dtype, device="cpu", num_threads=threads,
-                                       max_num_seqs=4, enable_prefix_caching=False))
+        # "int8-a8": int8 weights with the activations quantised per row too (engine/quant.py, opt-in)
+        if dtype == "int8-a8":
+            os.environ[INT8_ACTIVATIONS_ENV] = "1"
+        try:
+            self.eng = Engine(EngineConfig(model=model_name, dtype=dtype.removesuffix("-a8"), device="cpu",
+                                           num_threads=threads, max_num_seqs=4, enable_prefix_caching=False))
+        finally:
+            os.environ.pop(INT8_ACTIVATIONS_ENV, None)
         model = self.eng.model
         self.step, self.layers = Timer(self.eng, "step"), Timer(model, "_layers_one_call")
         self.lm_head = Timer(model, "greedy_tokens")
@@ -190,7 +198,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="smollm2,dummy:small")
-    ap.add_argument("--dtypes", default="float32,bfloat16,int8")
+    ap.add_argument("--dtypes", default="float32,bfloat16,int8",
+                    help="any of float32, bfloat16, int8 and int8-a8 (int8 with per-row int8 activations)")
     ap.add_argument("--isas", default=",".join(v.name for v in ck.VARIANTS if v.cpu_flags <= ck.cpu_flags()),
                     help="kernel ISA variants (default: every one this CPU runs)")
     args = ap.parse_args()

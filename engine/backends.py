@@ -157,9 +157,13 @@ class Int8Linear(LinearMethod):
 
     name = "c-int8-gemm"
 
-    def __init__(self, dequant_rows: int | None, dequantized: Callable[[Int8Weight], torch.Tensor]) -> None:
+    def __init__(self, dequant_rows: int | None, dequantized: Callable[[Int8Weight], torch.Tensor],
+                 quantise_activations: bool = False) -> None:
         self.dequant_rows = dequant_rows
         self.dequantized = dequantized
+        self.quantise_activations = quantise_activations  # engine/quant.py INT8_ACTIVATIONS_ENV
+        if quantise_activations:
+            self.name = "c-int8-w8a8-gemm"
 
     def prepare(self, m: torch.Tensor) -> torch.Tensor:
         return quantize_linear(m)  # type: ignore[return-value]  # an Int8Weight, applied by apply()
@@ -167,7 +171,7 @@ class Int8Linear(LinearMethod):
     def apply(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         if self.dequant_rows is not None and x.shape[0] >= self.dequant_rows:
             return F.linear(x, self.dequantized(w), b)  # type: ignore[arg-type]
-        return int8_linear(x, w, b)  # type: ignore[arg-type]
+        return int8_linear(x, w, b, self.quantise_activations)  # type: ignore[arg-type]
 
 
 class TiledLinear(LinearMethod):

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from zgtool.engine.model import LlamaModel
 
 # the torch dtype of each weight element step_layers takes (ZG_W_* in zg_kernels.h)
-WEIGHT_DTYPES = {ck.W_F32: torch.float32, ck.W_BF16: torch.bfloat16, ck.W_INT8: torch.int8}
+WEIGHT_DTYPES = {ck.W_F32: torch.float32, ck.W_BF16: torch.bfloat16, ck.W_INT8: torch.int8, ck.W_INT8A8: torch.int8}
 
 
 class CpuStep:

@@ -56,7 +56,7 @@ log = logging.getLogger("zgtool.engine.kernels")
 
 CSRC = Path(__file__).parent / "csrc"
 HEADER = "zg_kernels.h"
-SOURCES = ("pool.c", "gemm.c", "attention.c", "glue.c", "step.c")
+SOURCES = ("pool.c", "gemm.c", "gemm_vnni.c", "attention.c", "glue.c", "step.c")
 LIB_NAME = "zg_kernels.so"
 
 # -ffp-contract=off: gcc would otherwise fuse an output's epilogue (sum * scale + bias) into an FMA
@@ -84,9 +84,9 @@ _AVX2 = ("-mavx2", "-mfma")
 _AVX512 = _AVX2 + ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq")
 # best first: the first the CPU supports is chosen (ZGTOOL_KERNEL_ISA forces one)
 VARIANTS = (
-    IsaVariant("avx512bf16", _AVX512 + ("-mavx512bf16",),
-               frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}),
-               "16-lane GEMMs, bf16 weights on vdpbf16ps"),
+    IsaVariant("avx512bf16", _AVX512 + ("-mavx512bf16", "-mavx512vnni"),
+               frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_vnni"}),
+               "16-lane GEMMs, bf16 weights on vdpbf16ps, int8 x int8 on vpdpbusd"),
     IsaVariant("avx512", _AVX512, frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}),
                "16-lane GEMMs"),
     IsaVariant("avx2", _AVX2, frozenset({"avx2", "fma"}), "8-lane GEMMs"),
@@ -121,7 +121,7 @@ class LayerPtrs(ctypes.Structure):
 _P, _I64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
 # the projections' weight element (ZG_W_* in zg_kernels.h)
-W_F32, W_INT8, W_BF16 = 0, 1, 2
+W_F32, W_INT8, W_BF16, W_INT8A8 = 0, 1, 2, 3
 
 
 class StepArgs(ctypes.Structure):
@@ -141,6 +141,8 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "f32_gemm": (None, [_P, _I64, _I64, _P, _P, _P, _P, _I64, _I64]),
     "bf16_gemm": (None, [_P, _I64, _I64, _P, _P, _P, _P, _I64, _I64]),
     "kernel_isa": (ctypes.c_char_p, []),
+    "w8a8_gemm": (None, [_P, _I64, _I64, _P, _P, _P, _P, _I64, _I64]),
+    "w8a8_vnni": (_I64, [_I64]),
     "paged_decode_attention": (None, [_P, _P, _P, _P, _I64, _P, _I64, _I64, _I64, _I64, _I64, _F32, _P, _P, _I64]),
     "add_rms_norm": (None, [_P, _P, _P, _F32, _I64, _I64, _P]),
     "silu_mul": (None, [_P, _I64, _I64, _P]),
@@ -484,6 +486,26 @@ def f32_gemm(x: torch.Tensor, w: torch.Tensor, ones: torch.Tensor, bias: torch.T
     y = torch.empty(m, n, dtype=torch.float32)
     library().f32_gemm(x.data_ptr(), m, k, w.data_ptr(), ones.data_ptr(), None if bias is None else bias.data_ptr(),
                        y.data_ptr(), n, torch.get_num_threads())
+    return y
+
+
+def w8a8_gemm(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] fp32, quantised per row to int8 on the fly, times int8 w [N, K] with fp32 scale [N]
+    (+ bias) -> [M, N] fp32 (lossy: engine/quant.py's int8 with activations quantised too).
+    vpdpbusd where the variant has AVX512-VNNI and K % 64 == 0, else the same products in fp32."""
+    _need("w8a8_gemm", "x", x, torch.float32, (None, None), contiguous=False)
+    m, k = x.shape
+    _need("w8a8_gemm", "w", w, torch.int8, (None, k))
+    n = w.shape[0]
+    _need("w8a8_gemm", "scale", scale, torch.float32, (n,))
+    if bias is not None:
+        _need("w8a8_gemm", "bias", bias, torch.float32, (n,))
+    if k % 8:
+        raise KernelArgumentError(f"w8a8_gemm: K={k} (K % 8 == 0 needed)")
+    x = _dense(x)
+    y = torch.empty(m, n, dtype=torch.float32)
+    library().w8a8_gemm(x.data_ptr(), m, k, w.data_ptr(), scale.data_ptr(), None if bias is None else bias.data_ptr(),
+                        y.data_ptr(), n, torch.get_num_threads())
     return y
 
 

@@ -11,6 +11,7 @@ bench/engine_throughput.py for the measured price).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -45,9 +46,9 @@ from zgtool.engine.backends import (
     TransposedTorchLinear,
 )
 from zgtool.engine.cpu_forward import CpuStep
-from zgtool.engine.cpu_kernels import W_BF16, W_F32, W_INT8
+from zgtool.engine.cpu_kernels import W_BF16, W_F32, W_INT8, W_INT8A8
 from zgtool.engine.presets import ModelSpec
-from zgtool.engine.quant import WEIGHT_INT8, Int8Weight, quantize_linear
+from zgtool.engine.quant import INT8_ACTIVATIONS_ENV, WEIGHT_INT8, Int8Weight, quantize_linear
 
 # AttnMeta, build_attn_meta and PREFILL_KERNEL_WORK live in engine/attention.py (re-exported for callers)
 __all__ = ["DET_TILE", "PREFILL_KERNEL_WORK", "AttnMeta", "LlamaModel", "PrefillMeta", "build_attn_meta"]
@@ -132,6 +133,8 @@ class LlamaModel:
         self.device = device
         # int8: the projections and lm_head are quantized; everything else computes in fp32
         self.quantized = dtype == WEIGHT_INT8
+        # opt-in: the int8 projections' activations quantised per row too (engine/quant.py)
+        self.int8_activations = self.quantized and os.environ.get(INT8_ACTIVATIONS_ENV, "") not in ("", "0")
         if self.quantized:
             if device.type != "cpu":
                 from zgtool.engine.errors import ModelLoadError
@@ -214,7 +217,8 @@ class LlamaModel:
                 down=wt(m + "down_proj.weight"),
             ))
         # the C-kernel step glue: pointer tables, step_layers' arguments, scratch buffers, greedy argmax
-        self.cpu = CpuStep(self, W_INT8 if self.quantized else W_BF16 if self.bf16_weights else W_F32)
+        self.cpu = CpuStep(self, W_INT8A8 if self.int8_activations else W_INT8 if self.quantized
+                           else W_BF16 if self.bf16_weights else W_F32)
         self._kv_generation = 0
         # what is switched on, from the plan (the A/B benches and kernel tests may switch a piece off
         # through the properties below, which choose the backends again)
@@ -270,7 +274,8 @@ class LlamaModel:
         """The projections' layout at load: int8 weights; [out, in] for the C fp32 GEMM; [in, out] for
         MKL's mm when fp32 runs on torch on CPU; [out, in] for F.linear everywhere else."""
         if self.quantized:
-            return Int8Linear(None if self.deterministic else INT8_DEQUANT_ROWS, self._dequantized)
+            return Int8Linear(None if self.deterministic else INT8_DEQUANT_ROWS, self._dequantized,
+                              self.int8_activations)
         if self.bf16_weights and self._lm_ones is not None:
             return Bf16KernelLinear(self._lm_ones)
         if self._lm_ones is not None and self.plan.gemm_off is None:

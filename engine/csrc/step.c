@@ -10,6 +10,7 @@
 static void gemm_any(int64_t wtype, const float *x, int64_t M, int64_t K, const void *w, const float *scale,
                      const float *bias, float *y, int64_t N, int64_t nt) {
     if (wtype == ZG_W_INT8) w8_gemm(x, M, K, (const int8_t *)w, scale, bias, y, N, nt);
+    else if (wtype == ZG_W_INT8A8) w8a8_gemm(x, M, K, (const int8_t *)w, scale, bias, y, N, nt);
     else if (wtype == ZG_W_BF16) bf16_gemm(x, M, K, (const uint16_t *)w, scale, bias, y, N, nt);
     else f32_gemm(x, M, K, (const float *)w, scale, bias, y, N, nt);
 }

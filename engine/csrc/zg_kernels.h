@@ -11,6 +11,7 @@
 #define ZG_W_F32 0
 #define ZG_W_INT8 1
 #define ZG_W_BF16 2
+#define ZG_W_INT8A8 3   /* int8 weights, activations quantised per row (w8a8_gemm) */
 
 /* One decoder layer's weights and KV cache for step_layers (fp32, int8 or bf16 weights as the
    step's wtype says, per-channel scales: ones for fp32 and bf16; qkv_bias may be NULL). */
@@ -50,6 +51,12 @@ typedef struct {
 void w8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
 void f32_gemm(const float *x, int64_t M, int64_t K, const float *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
 void bf16_gemm(const float *x, int64_t M, int64_t K, const uint16_t *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
+
+/* w8_gemm's weights times x quantised per row to int8 on the fly (lossy); vpdpbusd where the
+   variant has AVX512-VNNI and K % 64 == 0 (w8a8_vnni(K) says whether), else the same quantised
+   products in fp32 */
+void w8a8_gemm(const float *x, int64_t M, int64_t K, const int8_t *w, const float *scale, const float *bias, float *y, int64_t N, int64_t nt);
+int64_t w8a8_vnni(int64_t K);
 
 /* the instruction-set variant this library was built for: "avx2", "avx512" or "avx512bf16" */
 const char *kernel_isa(void);

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from zgtool.engine import Engine, EngineConfig, SamplingParams
+from zgtool.engine import cpu_kernels as ck
 from zgtool.engine.cpu_kernels import cpu_has_avx2_fma, w8_gemm
 from zgtool.engine.quant import Int8Weight, quantize_linear
 
@@ -137,3 +138,47 @@ def test_long_prefills_take_the_dequantized_mkl_path_with_the_same_result(tmp_pa
     via_mkl = _prefill_logits(e, ids)
     monkeypatch.setattr(model_mod, "INT8_DEQUANT_ROWS", 10**9)  # every row through the int8 kernel
     torch.testing.assert_close(_prefill_logits(e, ids), via_mkl, rtol=1e-4, atol=1e-4)
+
+
+RUNNABLE_ISAS = [v.name for v in ck.VARIANTS if v.cpu_flags <= ck.cpu_flags()]
+
+
+@pytest.mark.parametrize("isa", RUNNABLE_ISAS)
+@pytest.mark.parametrize("k", [64, 96, 576])
+def test_w8a8_gemm_equals_the_per_row_quantised_product_in_every_variant(isa: str, k: int,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ck.ISA_ENV, isa)
+    g = torch.Generator().manual_seed(k)
+    w = quantize_linear(torch.randn(70, k, generator=g) * 0.05)
+    x = torch.randn(6, k, generator=g)
+    x[3] = 0.0  # a zero row: scale 1, output = bias
+    bias = torch.randn(70, generator=g)
+    sx = (x.abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-30)
+    sx[3] = 1.0
+    xq = torch.round(x / sx).clamp(-127, 127)
+    ref = ((xq.double() @ w.q.double().t()) * sx.double() * w.scale.double() + bias.double()).float()
+    got = ck.w8a8_gemm(x, w.q, w.scale, bias)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+    assert torch.equal(ck.w8a8_gemm(x[2:3], w.q, w.scale, bias)[0], got[2])  # rows never mix
+    assert bool(ck.library().w8a8_vnni(k)) == (isa == "avx512bf16" and k % 64 == 0)
+
+
+def test_int8_with_quantised_activations_tracks_fp32_and_names_its_gemm(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from zgtool.engine.quant import INT8_ACTIVATIONS_ENV
+
+    path = str(_qwen2_checkpoint(tmp_path / "qwen2"))
+    f32 = Engine(EngineConfig(model=path, dtype="float32", device="cpu"))
+    monkeypatch.setenv(INT8_ACTIVATIONS_ENV, "1")
+    a8 = Engine(EngineConfig(model=path, dtype="int8", device="cpu"))
+    assert a8.model is not None and a8.model.backends["linear"] == "c-int8-w8a8-gemm"
+    assert a8.model.backend_name == "c-kernels" and a8.model.backends["lm_head"] == "c-int8-gemm"
+    ids = [256, *range(300, 340)]
+    ref, got = _prefill_logits(f32, ids), _prefill_logits(a8, ids)
+    # stated tolerance: int8 weights and per-row int8 activations, within 2x weight-only int8's
+    assert (got - ref).abs().max() <= 2 * LOGIT_REL_TOL * ref.abs().max()
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    prompts = [[256, *range(300, 300 + n)] for n in (3, 17, 40)]
+    together = a8.generate(prompts, greedy)
+    assert together[2].output_token_ids[:1] == f32.generate(ids, greedy).output_token_ids[:1]
+    assert [r.output_token_ids for r in together] == [a8.generate(p, greedy).output_token_ids for p in prompts]

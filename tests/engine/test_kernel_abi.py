@@ -79,7 +79,8 @@ def test_struct_fields_match_the_header(struct: str, binding: type[ctypes.Struct
 
 def test_weight_element_constants_match_the_header() -> None:
     found = dict(re.findall(r"#define ZG_W_(\w+) (\d+)", _header()))
-    assert {k: int(v) for k, v in found.items()} == {"F32": ck.W_F32, "INT8": ck.W_INT8, "BF16": ck.W_BF16}
+    assert {k: int(v) for k, v in found.items()} == {"F32": ck.W_F32, "INT8": ck.W_INT8, "BF16": ck.W_BF16,
+                                                     "INT8A8": ck.W_INT8A8}
 
 
 RUNNABLE = [v.name for v in ck.VARIANTS if v.cpu_flags <= ck.cpu_flags()]

@@ -32,7 +32,8 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_best_variant_the_flags_allow_is_chosen() -> None:
     assert ck.choose_variant(AVX2_ONLY).name == "avx2"
     assert ck.choose_variant(ALL512).name == "avx512"
-    assert ck.choose_variant(ALL512 | {"avx512_bf16"}).name == "avx512bf16"
+    assert ck.choose_variant(ALL512 | {"avx512_bf16"}).name == "avx512"  # vpdpbusd too: needs avx512_vnni
+    assert ck.choose_variant(ALL512 | {"avx512_bf16", "avx512_vnni"}).name == "avx512bf16"
     with pytest.raises(ck.KernelsUnavailable, match="lacks AVX2/FMA"):
         ck.choose_variant(frozenset({"sse2", "avx"}))
 
@@ -42,7 +43,7 @@ def test_a_forced_variant_the_cpu_lacks_is_refused_with_the_missing_flags(monkey
     with pytest.raises(ck.KernelsUnavailable, match="ZGTOOL_KERNEL_ISA=avx512bf16: this CPU lacks avx512_bf16"):
         ck.choose_variant(ALL512)
     monkeypatch.setenv(ck.ISA_ENV, "avx2")
-    assert ck.choose_variant(ALL512 | {"avx512_bf16"}).name == "avx2"  # a lesser variant may be forced
+    assert ck.choose_variant(ALL512 | {"avx512_bf16", "avx512_vnni"}).name == "avx2"  # a lesser one may be forced
     monkeypatch.setenv(ck.ISA_ENV, "sse9")
     with pytest.raises(ck.KernelsUnavailable, match="expected one of avx512bf16, avx512, avx2"):
         ck.choose_variant(ALL512)
@@ -72,7 +73,7 @@ def test_a_variant_is_never_loaded_on_a_cpu_lacking_its_flags(forced: str, tmp_p
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["status"].startswith(f"off: ZGTOOL_KERNEL_ISA={forced}: this CPU lacks avx512")
-    assert out["direct"].startswith("the avx512bf16 kernels need avx512_bf16, avx512bw")  # the guard before dlopen
+    assert out["direct"].startswith("the avx512bf16 kernels need avx512_bf16, avx512_vnni, avx512bw")  # the guard before dlopen
     assert out["maps"] == []  # no kernel library was mapped into the process
 
 
