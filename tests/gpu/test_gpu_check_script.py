@@ -122,3 +122,24 @@ def test_gateway_tax_summary_reads_a_latency_split_sweep():
     # direct: 100 gaps a request, (110 - 10) / 100 = 1 ms a token; nginx: (122 - 12) / 100 = 1.1 ms
     assert row["path"] == "nginx" and row["ttft_tax_ms"] == 2.0 and row["engine_tpot_ms"] == 1.0
     assert row["tpot_tax_ms"] == pytest.approx(0.1) and row["tpot_tax_share_pct"] == pytest.approx(10.0)
+
+
+def test_gpu_check_status_says_target_missed_when_every_stage_ran_but_a_target_did_not(tmp_path):
+    (tmp_path / "pytest_gpu.xml").write_text('<testsuite><testcase classname="t" name="a" time="1"/></testsuite>')
+    target = {"what": "llama-1b batch 1 % of roofline", "target": 50, "value": 31.5, "met": False}
+    (tmp_path / "gpu_roofline.txt").write_text("table\n" + json.dumps({"bench": "gpu_roofline", "target_met": False,
+                                                                         "targets": [target]}))
+    (tmp_path / "gateway_tax").mkdir()
+    (tmp_path / "gateway_tax" / "gateway_tax.json").write_text(json.dumps({"bench": "gateway_tax", "rows": []}))
+    script = str(ROOT / "scripts/gpu_check_summary.py")
+    proc = subprocess.run([sys.executable, script, str(tmp_path), "0", "0", "1", "2", "3", "0", "0", "4"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert summary["ok"] is True and summary["status"] == "target_missed" and summary["target_met"] is False
+    assert summary["targets_missed"] == ["llama-1b batch 1 % of roofline: 31.50 vs 50"]
+    assert "TARGET MISSED" in proc.stdout and "target missed: llama-1b batch 1" in proc.stdout
+    # a stage that failed is a failed check, whatever the targets
+    proc = subprocess.run([sys.executable, script, str(tmp_path), "0", "1", "1", "2", "3", "0", "0", "4"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and json.loads((tmp_path / "gpu_check.json").read_text())["status"] == "failed"
