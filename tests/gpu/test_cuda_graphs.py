@@ -83,3 +83,26 @@ def test_out_of_gpu_memory_at_start_names_the_budget_and_exits_4():
     assert proc.returncode == 4, proc.stdout + proc.stderr
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "--kv-memory-mb" in err[0] and "MiB" in err[0], proc.stderr
+
+
+def test_the_sdpa_fallback_at_batch_one_changes_shape_per_block_not_per_token(monkeypatch):
+    """The issue's suspect: at batch 1 the SDPA decode trimmed K/V to the exact context, a new shape
+    (and, with cuDNN, a new graph) every token. Now it attends over whole blocks with a mask."""
+    e = _engine(False)
+    assert e.model is not None
+    e.model.triton_layers = False  # the fallback without triton: torch SDPA over gathered blocks
+    e.runner.static_reason = "the test's SDPA fallback"  # its metadata per step, as without triton
+    lengths: list[int] = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, k, v, *args, **kwargs):
+        if q.shape[-2] == 1:
+            lengths.append(k.shape[-2])
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    prompt = [256, 300, 301]
+    e.generate(prompt, GREEDY)
+    per_step = lengths[::e.spec.num_layers]
+    ctx = [len(prompt) + 1 + i for i in range(len(per_step))]
+    assert per_step == [-(-c // 16) * 16 for c in ctx]
