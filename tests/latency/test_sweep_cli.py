@@ -17,7 +17,7 @@ from zgtest import run_zgtool, wait_until
 
 from zgtool.errors import ExitCode
 
-PROXY = Path(__file__).parent / "delay_proxy.py"
+PROXY = Path(__file__).resolve().parents[2] / "bench" / "peerlib" / "delayhop.py"   # the one delay proxy (head mode)
 PATHS = ("--api", "anthropic", "--model", "null")       # no detection round-trips: the runs stay short
 
 
@@ -61,7 +61,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def proxy(engine: str) -> Iterator[str]:
-    """A gateway that holds each request 2 ms (busy wait) before forwarding it: whole-body answers only."""
+    """A gateway that holds each request 2 ms before forwarding it (bench/peerlib/delayhop.py, head mode)."""
     proc = subprocess.Popen([sys.executable, str(PROXY), "--upstream", engine.split("://", 1)[1],
                              "--delay-ms", "2"], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
