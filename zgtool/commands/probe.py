@@ -1,14 +1,18 @@
 """`zgtool probe tcp|tls|headers|stream TARGET` and `zgtool probe --target NAME` (all four).
 
-Wiring only: the probes live in zgtool.probes.*, rendering in zgtool.probes.render.
+Wiring only: the probes live in zgtool.probes.*, rendering in zgtool.probes.render. Every probe command
+turns its shared options into one ProbeOptions (parse_probe_options owns their checks).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
+
+from zgtool.commands import vocabulary as vocab
 
 TARGET_HELP = "A target name from zgtool.toml (see `zgtool targets`) or a URL."
 EXAMPLES = """
@@ -21,181 +25,201 @@ Examples:
 """
 
 
-def _target(spec: str, config: Path | None, api: str | None, model: str | None) -> Any:
+# -- the declarations shared by the probe commands (zgtool.commands.vocabulary) ---------------------------
+CONFIG = vocab.config(help="zgtool.toml to read.")
+API = vocab.api(help="anthropic | openai (overrides the target's).")
+MODEL = vocab.model(help="Model name to request (overrides the target's).")
+JSON = vocab.as_json(help="Print the versioned JSON result to stdout.")
+OUTPUT = vocab.output(help="Write the JSON result to FILE.")
+TIMEOUT_S = vocab.timeout_s(10.0, help="Per-step network timeout, seconds.")
+STREAM_TIMEOUT_S = vocab.timeout_s(30.0, help="Network timeout per read, seconds.")
+TIMEOUT_OLD = vocab.timeout_old()
+INSECURE = vocab.insecure(help="Do not verify the TLS certificate.")
+METHOD = typer.Option(None, "--method", help="Send METHOD instead of the API request.")
+PATH = typer.Option(None, "--path", help="Request PATH instead of the API endpoint.")
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What every probe shares: the target (a name or URL, resolved by resolve()), what to ask it, how
+    long to wait, and where the result goes."""
+
+    target: str | None = None
+    config: Path | None = None
+    api: str | None = None
+    model: str | None = None
+    timeout_s: float = 10.0
+    insecure: bool = False
+    as_json: bool = False
+    out: Path | None = None
+
+    def resolve(self, *, with_api: bool = True) -> Any:
+        from zgtool.targets import resolve
+
+        assert self.target is not None
+        return resolve(self.target, self.config, api=self.api if with_api else None,
+                       model=self.model if with_api else None)
+
+    def emit(self, kind: str, data: Any, target: Any, renderer: Any) -> None:
+        from zgtool.output import console, emit_result
+        from zgtool.results import make_result
+
+        result = make_result(kind, data, target=target.public() if target is not None else None)
+        if not self.as_json:
+            renderer(data, console)
+        emit_result(result, as_json=self.as_json, out=self.out)
+
+
+def parse_probe_options(target: str | None = None, *, config: Path | None = None, api: str | None = None,
+                        model: str | None = None, as_json: bool = False, out: Path | None = None,
+                        timeout: float = 10.0, timeout_old: float | None = None, insecure: bool = False,
+                        needs_target: str | None = None, read: Path | None = None,
+                        read_excludes: str | None = None) -> ProbeOptions:
+    """The shared options -> ProbeOptions. `needs_target`: the command's words when neither a TARGET nor
+    --read was given; `read_excludes`: its words when --read came with what it excludes (a TARGET, --pcap)."""
     from zgtool.errors import UsageError
-    from zgtool.targets import resolve
 
-    if api is not None and api not in ("anthropic", "openai"):
-        raise UsageError(f"--api must be anthropic or openai, not {api!r}")
-    return resolve(spec, config, api=api, model=model)
-
-
-def _emit(kind: str, data: Any, target: Any, renderer: Any, as_json: bool, out: Path | None) -> None:
-    from zgtool.output import console, emit_result
-    from zgtool.results import make_result
-
-    result = make_result(kind, data, target=target.public() if target is not None else None)
-    if not as_json:
-        renderer(data, console)
-    emit_result(result, as_json=as_json, out=out)
+    timeout_s = vocab.positive_timeout(timeout, timeout_old)
+    if read is not None and read_excludes is not None:
+        raise UsageError(read_excludes)
+    if read is None and target is None and needs_target is not None:
+        raise UsageError(needs_target)
+    return ProbeOptions(target=target, config=config, api=vocab.check_api(api), model=model, timeout_s=timeout_s,
+                        insecure=insecure, as_json=as_json, out=out)
 
 
-def _check_timeout(timeout: float, old: float | None = None) -> float:
-    """--timeout-s, or the old spelling --timeout (hidden) when that was given."""
+def probe_root(
+    ctx: typer.Context,
+    target: str = typer.Option(None, "--target", help="Run every probe on this target. " + TARGET_HELP),
+    config: Path = CONFIG, api: str = API, model: str = MODEL, as_json: bool = JSON, out: Path = OUTPUT,
+    timeout: float = TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD, insecure: bool = INSECURE,
+    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request for the stream probe."),
+) -> None:
+    """Run one probe (tcp, tls, headers, stream), or all of them with --target NAME."""
+    if ctx.invoked_subcommand is not None:
+        return
+    opts = parse_probe_options(target, config=config, api=api, model=model, as_json=as_json, out=out,
+                               timeout=timeout, timeout_old=timeout_old, insecure=insecure,
+                               needs_target="name a probe (tcp, tls, headers, stream) or pass --target NAME "
+                                            "to run them all")
+    from zgtool.probes.combined import probe_all
+    from zgtool.probes.render import render_all
+
+    t = opts.resolve()
+    opts.emit("probe.all", probe_all(t, timeout_s=opts.timeout_s, insecure=opts.insecure, max_tokens=max_tokens),
+              t, render_all)
+
+
+def probe_tcp_cmd(
+    target: str = typer.Argument(None, help=TARGET_HELP + " Not needed with --read."),
+    read: Path = typer.Option(None, "--read", help="Analyse every TCP stream of an existing pcap/pcapng."),
+    allow_truncated: bool = typer.Option(False, "--allow-truncated",
+                                         help="With --read: analyse the complete records of a truncated capture "
+                                              "(noted) instead of exiting 2."),
+    pcap: Path = typer.Option(None, "--pcap", help="Save the live capture to this pcap file."),
+    require_capture: bool = typer.Option(False, "--require-capture",
+                                         help="Exit 4 instead of falling back when capture is not permitted."),
+    iface: str = typer.Option(None, "--iface", help="Capture interface (default: the route's)."),
+    method: str = METHOD, path: str = PATH, config: Path = CONFIG, api: str = API, model: str = MODEL,
+    as_json: bool = JSON, out: Path = OUTPUT, timeout: float = TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD,
+) -> None:
+    """Capture the connection and first request (SYN/SYN-ACK RTT, TTL/hops, options, retransmissions)."""
+    from zgtool.probes import render
+
+    opts = parse_probe_options(target, config=config, api=api, model=model, as_json=as_json, out=out,
+                               timeout=timeout, timeout_old=timeout_old, read=read,
+                               read_excludes="--read analyses a capture file; do not also give a TARGET or --pcap"
+                               if target is not None or pcap is not None else None,
+                               needs_target="probe tcp needs a TARGET (name or URL) or --read FILE")
+    if read is not None:
+        from zgtool.probes.pcap import analyse_packets, read_capture
+
+        analysis = analyse_packets(read_capture(read, allow_truncated=allow_truncated), source=str(read), mode="read")
+        opts.emit("probe.tcp", analysis, None, render.render_pcap)
+        return
+    from zgtool.probes.tcp import probe_tcp
+
+    t = opts.resolve()
+    result = probe_tcp(t, timeout_s=opts.timeout_s, pcap_out=pcap, require_capture=require_capture, iface=iface,
+                       method=method, path=path)
+    opts.emit("probe.tcp", result, t, render.render_tcp)
+
+
+def probe_tls_cmd(
+    target: str = typer.Argument(..., help=TARGET_HELP),
+    sni: str = typer.Option(None, "--sni", help="Server name to send (default: the URL's host)."),
+    config: Path = CONFIG, as_json: bool = JSON, out: Path = OUTPUT, timeout: float = TIMEOUT_S,
+    timeout_old: float | None = TIMEOUT_OLD,
+) -> None:
+    """TLS version, cipher, ALPN, certificate, handshake time and a JA4S-style fingerprint."""
+    from zgtool.probes import render
+    from zgtool.probes.tls import probe_tls
+
+    opts = parse_probe_options(target, config=config, as_json=as_json, out=out, timeout=timeout,
+                               timeout_old=timeout_old)
+    t = opts.resolve(with_api=False)
+    opts.emit("probe.tls", probe_tls(t, timeout_s=opts.timeout_s, sni=sni), t, render.render_tls)
+
+
+def probe_headers_cmd(
+    target: str = typer.Argument(None, help=TARGET_HELP + " Not needed with --read."),
+    read: Path = typer.Option(None, "--read", help="Analyse recorded responses instead: a HAR file, "
+                                                    "`curl -sD-` or `curl -v` output, or raw header text."),
+    method: str = METHOD, path: str = PATH,
+    no_error_probe: bool = typer.Option(False, "--no-error-probe",
+                                        help="Do not send the one malformed request that shows who parses "
+                                             "requests first."),
+    config: Path = CONFIG, api: str = API, model: str = MODEL, as_json: bool = JSON, out: Path = OUTPUT,
+    timeout: float = TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD, insecure: bool = INSECURE,
+) -> None:
+    """One minimal request (and one malformed one); every response header matched against the signature
+    database, plus behavioural evidence of a hop when the headers are silent."""
+    from zgtool.probes import render
+
+    opts = parse_probe_options(target, config=config, api=api, model=model, as_json=as_json, out=out,
+                               timeout=timeout, timeout_old=timeout_old, insecure=insecure, read=read,
+                               read_excludes="--read analyses a recorded file; do not also give a TARGET"
+                               if target is not None else None,
+                               needs_target="probe headers needs a TARGET (name or URL) or --read FILE")
+    if read is not None:
+        from zgtool.probes.headerfile import read_headers_file
+
+        opts.emit("probe.headers", read_headers_file(read), None, render.render_headers_read)
+        return
+    from zgtool.probes.headers import probe_headers
+
+    t = opts.resolve()
+    result = probe_headers(t, method=method, path=path, timeout_s=opts.timeout_s, insecure=opts.insecure,
+                           probe_errors=not no_error_probe)
+    opts.emit("probe.headers", result, t, render.render_headers)
+
+
+def probe_stream_cmd(
+    target: str = typer.Argument(..., help=TARGET_HELP),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request."),
+    config: Path = CONFIG, api: str = API, model: str = MODEL, as_json: bool = JSON, out: Path = OUTPUT,
+    timeout: float = STREAM_TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD, insecure: bool = INSECURE,
+) -> None:
+    """Stream one answer, time every chunk, and flag a buffering intermediary."""
     from zgtool.errors import UsageError
+    from zgtool.probes import render
+    from zgtool.probes.stream import probe_stream
 
-    timeout = old if old is not None else timeout
-    if not timeout > 0:
-        raise UsageError(f"--timeout-s must be > 0 seconds, not {timeout}")
-    return timeout
+    opts = parse_probe_options(target, config=config, api=api, model=model, as_json=as_json, out=out,
+                               timeout=timeout, timeout_old=timeout_old, insecure=insecure)
+    if max_tokens < 1:
+        raise UsageError(f"--max-tokens must be >= 1, not {max_tokens}")
+    t = opts.resolve()
+    result = probe_stream(t, max_tokens=max_tokens, timeout_s=opts.timeout_s, insecure=opts.insecure)
+    opts.emit("probe.stream", result, t, render.render_stream)
 
 
 def register(app: typer.Typer) -> None:
     probe_app = typer.Typer(help="Is there a gateway between you and the model, what is it, what does it cost?"
                             + EXAMPLES)
-
-    config_opt = typer.Option(None, "--config", help="zgtool.toml to read.")
-    api_opt = typer.Option(None, "--api", help="anthropic | openai (overrides the target's).")
-    model_opt = typer.Option(None, "--model", help="Model name to request (overrides the target's).")
-    json_opt = typer.Option(False, "--json", help="Print the versioned JSON result to stdout.")
-    out_opt = typer.Option(None, "-o", "--output", help="Write the JSON result to FILE.")
-    timeout_opt = typer.Option(10.0, "--timeout-s", help="Per-step network timeout, seconds.")
-    old_timeout_opt = typer.Option(None, "--timeout", hidden=True, help="Old name of --timeout-s.")
-    insecure_opt = typer.Option(False, "-k", "--insecure", help="Do not verify the TLS certificate.")
-
-    @probe_app.callback(invoke_without_command=True)
-    def probe_root(
-        ctx: typer.Context,
-        target: str = typer.Option(None, "--target", help="Run every probe on this target. " + TARGET_HELP),
-        config: Path = config_opt, api: str = api_opt, model: str = model_opt,
-        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt, timeout_old: float | None = old_timeout_opt,
-        insecure: bool = insecure_opt,
-        max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request for the stream probe."),
-    ) -> None:
-        """Run one probe (tcp, tls, headers, stream), or all of them with --target NAME."""
-        if ctx.invoked_subcommand is not None:
-            return
-        from zgtool.errors import UsageError
-
-        if target is None:
-            raise UsageError("name a probe (tcp, tls, headers, stream) or pass --target NAME to run them all")
-        timeout = _check_timeout(timeout, timeout_old)
-        from zgtool.probes.combined import probe_all
-        from zgtool.probes.render import render_all
-
-        t = _target(target, config, api, model)
-        _emit("probe.all", probe_all(t, timeout_s=timeout, insecure=insecure, max_tokens=max_tokens), t,
-              render_all, as_json, out)
-
-    @probe_app.command("tcp")
-    def probe_tcp_cmd(
-        target: str = typer.Argument(None, help=TARGET_HELP + " Not needed with --read."),
-        read: Path = typer.Option(None, "--read", help="Analyse every TCP stream of an existing pcap/pcapng."),
-        allow_truncated: bool = typer.Option(False, "--allow-truncated",
-                                             help="With --read: analyse the complete records of a truncated capture "
-                                                  "(noted) instead of exiting 2."),
-        pcap: Path = typer.Option(None, "--pcap", help="Save the live capture to this pcap file."),
-        require_capture: bool = typer.Option(False, "--require-capture",
-                                             help="Exit 4 instead of falling back when capture is not permitted."),
-        iface: str = typer.Option(None, "--iface", help="Capture interface (default: the route's)."),
-        method: str = typer.Option(None, "--method", help="Send METHOD instead of the API request."),
-        path: str = typer.Option(None, "--path", help="Request PATH instead of the API endpoint."),
-        config: Path = config_opt, api: str = api_opt, model: str = model_opt,
-        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt, timeout_old: float | None = old_timeout_opt,
-    ) -> None:
-        """Capture the connection and first request (SYN/SYN-ACK RTT, TTL/hops, options, retransmissions)."""
-        from zgtool.errors import UsageError
-        from zgtool.probes import render
-
-        timeout = _check_timeout(timeout, timeout_old)
-        if read is not None:
-            if target is not None or pcap is not None:
-                raise UsageError("--read analyses a capture file; do not also give a TARGET or --pcap")
-            from zgtool.probes.pcap import analyse_packets, read_capture
-
-            analysis = analyse_packets(read_capture(read, allow_truncated=allow_truncated), source=str(read),
-                                       mode="read")
-            _emit("probe.tcp", analysis, None, render.render_pcap, as_json, out)
-            return
-        if target is None:
-            raise UsageError("probe tcp needs a TARGET (name or URL) or --read FILE")
-        from zgtool.probes.tcp import probe_tcp
-
-        t = _target(target, config, api, model)
-        result = probe_tcp(t, timeout_s=timeout, pcap_out=pcap, require_capture=require_capture,
-                           iface=iface, method=method, path=path)
-        _emit("probe.tcp", result, t, render.render_tcp, as_json, out)
-
-    @probe_app.command("tls")
-    def probe_tls_cmd(
-        target: str = typer.Argument(..., help=TARGET_HELP),
-        sni: str = typer.Option(None, "--sni", help="Server name to send (default: the URL's host)."),
-        config: Path = config_opt, as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt, timeout_old: float | None = old_timeout_opt,
-    ) -> None:
-        """TLS version, cipher, ALPN, certificate, handshake time and a JA4S-style fingerprint."""
-        from zgtool.probes import render
-        from zgtool.probes.tls import probe_tls
-
-        timeout = _check_timeout(timeout, timeout_old)
-        t = _target(target, config, None, None)
-        _emit("probe.tls", probe_tls(t, timeout_s=timeout, sni=sni), t, render.render_tls, as_json, out)
-
-    @probe_app.command("headers")
-    def probe_headers_cmd(
-        target: str = typer.Argument(None, help=TARGET_HELP + " Not needed with --read."),
-        read: Path = typer.Option(None, "--read", help="Analyse recorded responses instead: a HAR file, "
-                                                        "`curl -sD-` or `curl -v` output, or raw header text."),
-        method: str = typer.Option(None, "--method", help="Send METHOD instead of the API request."),
-        path: str = typer.Option(None, "--path", help="Request PATH instead of the API endpoint."),
-        no_error_probe: bool = typer.Option(False, "--no-error-probe",
-                                            help="Do not send the one malformed request that shows who parses "
-                                                 "requests first."),
-        config: Path = config_opt, api: str = api_opt, model: str = model_opt,
-        as_json: bool = json_opt, out: Path = out_opt, timeout: float = timeout_opt, timeout_old: float | None = old_timeout_opt,
-        insecure: bool = insecure_opt,
-    ) -> None:
-        """One minimal request (and one malformed one); every response header matched against the signature
-        database, plus behavioural evidence of a hop when the headers are silent."""
-        from zgtool.errors import UsageError
-        from zgtool.probes import render
-
-        timeout = _check_timeout(timeout, timeout_old)
-        if read is not None:
-            if target is not None:
-                raise UsageError("--read analyses a recorded file; do not also give a TARGET")
-            from zgtool.probes.headerfile import read_headers_file
-
-            _emit("probe.headers", read_headers_file(read), None, render.render_headers_read, as_json, out)
-            return
-        if target is None:
-            raise UsageError("probe headers needs a TARGET (name or URL) or --read FILE")
-        from zgtool.probes.headers import probe_headers
-
-        t = _target(target, config, api, model)
-        result = probe_headers(t, method=method, path=path, timeout_s=timeout, insecure=insecure,
-                               probe_errors=not no_error_probe)
-        _emit("probe.headers", result, t, render.render_headers, as_json, out)
-
-    @probe_app.command("stream")
-    def probe_stream_cmd(
-        target: str = typer.Argument(..., help=TARGET_HELP),
-        max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request."),
-        config: Path = config_opt, api: str = api_opt, model: str = model_opt,
-        as_json: bool = json_opt, out: Path = out_opt,
-        timeout: float = typer.Option(30.0, "--timeout-s", help="Network timeout per read, seconds."),
-        timeout_old: float | None = typer.Option(None, "--timeout", hidden=True, help="Old name of --timeout-s."),
-        insecure: bool = insecure_opt,
-    ) -> None:
-        """Stream one answer, time every chunk, and flag a buffering intermediary."""
-        from zgtool.errors import UsageError
-        from zgtool.probes import render
-        from zgtool.probes.stream import probe_stream
-
-        timeout = _check_timeout(timeout, timeout_old)
-        if max_tokens < 1:
-            raise UsageError(f"--max-tokens must be >= 1, not {max_tokens}")
-        t = _target(target, config, api, model)
-        result = probe_stream(t, max_tokens=max_tokens, timeout_s=timeout, insecure=insecure)
-        _emit("probe.stream", result, t, render.render_stream, as_json, out)
-
+    probe_app.callback(invoke_without_command=True)(probe_root)
+    probe_app.command("tcp")(probe_tcp_cmd)
+    probe_app.command("tls")(probe_tls_cmd)
+    probe_app.command("headers")(probe_headers_cmd)
+    probe_app.command("stream")(probe_stream_cmd)
     app.add_typer(probe_app, name="probe")
