@@ -1,6 +1,7 @@
 """Can one client's requests harm another's? 16 victim streams beside each hostile request class.
 
     .venv/bin/python bench/isolation.py [--model dummy:tiny] [--path direct|stack] [--rounds 3]
+        [--classes none|a,b] [--checks tenancy,silence,freeze] [--freeze-model smollm2]
 
 Per class (poison parameters, huge messages, long stops, a saturating second key, KV pressure on a
 small pool) the hostile load runs continuously while 16 greedy victim streams (both APIs) run
@@ -12,6 +13,12 @@ client reading coalesced events makes quiet ITLs tiny); "engine's" ITL is from t
 per-token times and TTFT (the zgtool-timing SSE comment). The last line is one JSON
 object; the exit status is 1 when anything was lost.
 On a shared CPU, read the ratios, not the absolute times.
+
+``--checks`` adds issue 37's measurements (bench/isolation_fronts.py): ``tenancy`` (a free key's
+TTFT beside a pro key's 32 streams, direct and through the keyed stack side by side), ``silence``
+(the longest silence of 32 streams on --kv-memory-mb 1 against the keepalive interval) and
+``freeze`` (a victim's stream time and /health beside four 7 MB prompts vs alone, on
+--freeze-model); each is one more row, and a "checks" object in the JSON line.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reliability"))
 from victims import Outcome, Victim, dumps_raw, lost, send, victims  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import isolation_fronts  # noqa: E402
 
 from zgtool.gateway.supervisor import LocalStack, StackConfig  # noqa: E402
 from zgtool.stats import percentile  # noqa: E402
@@ -220,9 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--path", choices=("direct", "stack"), default="direct")
     ap.add_argument("--rounds", type=int, default=3, help="victim rounds per class (16 streams each)")
     ap.add_argument("--kv-memory-mb", type=int, default=1, help="pool of the KV-pressure engine")
-    ap.add_argument("--classes", default=",".join(c.name for c in CLASSES))
+    ap.add_argument("--classes", default=",".join(c.name for c in CLASSES), help="'none': only --checks")
+    ap.add_argument("--checks", default="", help="tenancy,silence,freeze (issue 37; bench/isolation_fronts.py)")
+    ap.add_argument("--freeze-model", default="smollm2", help="the model of the freeze check")
     args = ap.parse_args(argv)
     wanted = [c for c in CLASSES if c.name in args.classes.split(",")]
+    checks = [c for c in args.checks.split(",") if c]
+    unknown = set(checks) - {"tenancy", "silence", "freeze"}
+    if unknown:
+        ap.error(f"--checks: unknown {sorted(unknown)}")
     rows: dict[str, dict[str, Any]] = {}
     leftover: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="zg-isolation-") as tmp:
@@ -244,11 +260,38 @@ def main(argv: list[str] | None = None) -> int:
                     rows[hc.name] = _row(res, quiet)
                     print(_line(hc.name, rows[hc.name]), flush=True)
                 leftover[qname] = _kv_used(direct)
+        checked = _run_checks(checks, args.model, args.freeze_model, Path(tmp))
     total_lost = sum(r["requests_lost"] for r in rows.values())
     print(json.dumps({"bench": "isolation", "model": args.model, "path": args.path, "victims": N_VICTIMS,
                       "rounds": args.rounds, "classes": rows, "kv_blocks_used_after": leftover,
-                      "requests_lost": total_lost}))
+                      "requests_lost": total_lost, "checks": checked}))
     return 1 if total_lost else 0
+
+
+def _run_checks(checks: list[str], model: str, freeze_model: str, tmp: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "tenancy" in checks:
+        r = out["tenancy"] = isolation_fronts.tenancy(model, tmp / "tenancy")
+        print(f"tenancy          free key TTFT beside 32 pro streams: direct median {r['direct_ttft_ms']['median']} ms "
+              f"(max {r['direct_ttft_ms']['max']}), keyed stack median {r['stack_ttft_ms']['median']} ms "
+              f"(max {r['stack_ttft_ms']['max']}): stack/direct x{r['stack_over_direct_median']} (goal <= 2)",
+              flush=True)
+    if "silence" in checks:
+        r = out["silence"] = isolation_fronts.silence(model, tmp / "silence")
+        on, off = r["keepalive"], r["no_keepalive"]
+        print(f"silence          {r['streams']} streams on --kv-memory-mb 1: longest silence {on['longest_silence_s']} s "
+              f"with keepalives every {r['keepalive_s']} s (goal <= {r['goal_s']} s; median of each stream's longest "
+              f"{on['median_longest_silence_s']} s), {off['longest_silence_s']} s without (median "
+              f"{off['median_longest_silence_s']} s); statuses {on['statuses']} / {off['statuses']}", flush=True)
+    if "freeze" in checks:
+        r = out["freeze"] = isolation_fronts.freeze(freeze_model, tmp / "freeze")
+        b, f = r["beside"], r["flood"]
+        print(f"freeze           {freeze_model} victim {r['victim_alone_s']} s alone (/health max "
+              f"{r['health_max_ms_alone']} ms); beside four 7 MB prompts {b['victim_s']} s (x{b['victim_ratio']}, "
+              f"goal <= 1.5), /health max {b['health_max_ms']} ms (goal < 100); beside the four resent for its whole "
+              f"run (a flood, {f['hostile_answered']} answered) {f['victim_s']} s (x{f['victim_ratio']}), "
+              f"/health max {f['health_max_ms']} ms", flush=True)
+    return out
 
 
 def _line(name: str, r: dict[str, Any]) -> str:
