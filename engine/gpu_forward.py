@@ -1,5 +1,6 @@
 """The CUDA compute path (issue 35): a step's layers on the Triton kernels (engine/triton_kernels.py)
-beside cuBLAS GEMMs: RMSNorm fused with the residual add, RoPE fused with the KV write, decodes on
+beside cuBLAS GEMMs: RMSNorm fused with the residual add, RoPE fused with the KV write, SiLU with
+the gate-up product, decodes on
 the paged decode kernel (engine/attention.py TritonPagedAttention), prompt chunks on flash SDPA.
 
 Chosen once at load by LlamaModel (engine/model.py) where the device is CUDA and triton imports;
@@ -13,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from zgtool.engine.attention import AttnMeta
 
@@ -28,7 +28,7 @@ class TritonLayers:
         self.m = model
 
     def __call__(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
-        from zgtool.engine.triton_kernels import add_rms_norm, rope_kv_write
+        from zgtool.engine.triton_kernels import add_rms_norm, rope_kv_write, silu_mul
 
         m = self.m
         eps = m.spec.rms_norm_eps
@@ -43,7 +43,5 @@ class TritonLayers:
                               meta.slot_mapping, kc, vc)
             att = m.attention.attend(q, kc, vc, meta)
             h = add_rms_norm(x, m.linear(att.reshape(t, -1), lw.o), lw.post_norm, eps)
-            gu = m.linear(h, lw.gate_up)
-            i = gu.shape[1] // 2
-            delta = m.linear(F.silu(gu[:, :i]).mul_(gu[:, i:]), lw.down)
+            delta = m.linear(silu_mul(m.linear(h, lw.gate_up)), lw.down)
         return add_rms_norm(x, delta, m.norm, eps)

@@ -1,5 +1,5 @@
 """Triton kernels for the CUDA step (issue 35): paged decode attention over the block table,
-RMSNorm fused with the residual add, RoPE fused with the KV write.
+RMSNorm fused with the residual add, RoPE fused with the KV write, SiLU fused with the up product.
 
 Importing this module imports triton (it ships with CUDA torch; the CPU test suite installs it
 through the `test` extra and runs these kernels in Triton's interpreter, TRITON_INTERPRET=1, on CPU
@@ -169,3 +169,29 @@ def rope_kv_write(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, cos: tor
             qkv, cos, sin_signed, positions, slots, q, k_cache, v_cache, qkv.stride(0),
             NH=num_heads, NKV=num_kv_heads, D=d, D_PAD=triton.next_power_of_2(d))
     return q
+
+
+@triton.jit
+def _silu_mul_kernel(gu_ptr, out_ptr, inter, stride_gu, BLOCK: tl.constexpr):
+    """out[t] = silu(gate[t]) * up[t] for gu = [gate | up]; silu rounded to the dtype before the
+    product, as torch's F.silu(gate).mul_(up) does."""
+    t = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = c < inter
+    g = tl.load(gu_ptr + t * stride_gu + c, mask=m, other=0.0).to(tl.float32)
+    u = tl.load(gu_ptr + t * stride_gu + inter + c, mask=m, other=0.0).to(tl.float32)
+    a = (g / (1.0 + tl.exp(-g))).to(out_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + t * inter + c, (a * u).to(out_ptr.dtype.element_ty), mask=m)
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """gu [T, 2I] (gate | up, columns contiguous) -> silu(gate) * up [T, I], one pass."""
+    t, two_i = gu.shape
+    inter = two_i // 2
+    if gu.stride(1) != 1 or two_i % 2:
+        raise ValueError(f"silu_mul: gu {tuple(gu.shape)} must be [T, 2I] with contiguous columns")
+    out = torch.empty((t, inter), dtype=gu.dtype, device=gu.device)
+    if t:
+        block = min(1024, triton.next_power_of_2(inter))
+        _silu_mul_kernel[(t, triton.cdiv(inter, block))](gu, out, inter, gu.stride(0), BLOCK=block)
+    return out

@@ -130,3 +130,12 @@ def test_rope_kv_write_rotates_q_and_k_and_writes_the_pool_at_each_slot(tokens, 
     torch.testing.assert_close(q.cpu(), ref_q, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(kc_dev.cpu(), kc, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(vc_dev.cpu(), vc, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("rows", "inter", "dtype"), [(1, 128, torch.float32), (3, 1408, torch.float32),
+                                                      (2, 200, torch.bfloat16)])
+def test_silu_mul_equals_silu_of_gate_times_up(rows, inter, dtype):
+    gu = torch.randn(rows, 2 * inter, generator=torch.Generator().manual_seed(inter)).to(dtype).to(DEV)
+    ref = F.silu(gu.cpu()[:, :inter]).mul_(gu.cpu()[:, inter:])
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1.6e-2}
+    torch.testing.assert_close(tk.silu_mul(gu).cpu(), ref, **tol)
