@@ -39,7 +39,9 @@ class IdlePool:
     def add(self, conn: Any, client: str) -> None:
         """``conn`` (it has ``.transport``) now waits for its next request."""
         self._all[conn] = client
-        mine = self._by_client.setdefault(client, OrderedDict())
+        mine = self._by_client.get(client)     # (setdefault would build a dict per response)
+        if mine is None:
+            mine = self._by_client[client] = OrderedDict()
         mine[conn] = None
         while len(mine) > self.max_per_client:
             oldest = next(iter(mine))
