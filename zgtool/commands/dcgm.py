@@ -7,9 +7,17 @@ Wiring only: measurement lives in zgtool.dcgm.*, imported inside the commands so
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+from zgtool.commands import vocabulary as vocab
+
+if TYPE_CHECKING:
+    from zgtool.dcgm.defrag import DefragRequest
+    from zgtool.dcgm.watch import WatchConfig
 
 WATCH_HELP_RAW = """Watch the five GPU golden metrics per GPU, with sparkline history and alert rules.
 
@@ -71,94 +79,144 @@ WATCH_HELP = _reflow(WATCH_HELP_RAW) + WATCH_EXAMPLES
 DEFRAG_HELP = _reflow(DEFRAG_HELP_RAW) + DEFRAG_EXAMPLES
 
 
+@dataclass(frozen=True)
+class DcgmOptions:
+    """One `dcgm watch`, every option checked: the source to open, the rules, how long, where the result goes."""
+
+    source: dict[str, Any]               # open_source keywords: endpoint/prometheus/engine/nvml, selector, verify
+    config: WatchConfig
+    rules: tuple[Any, ...]
+    as_json: bool = False
+    record: Path | None = None
+    fail_on_alert: bool = False
+
+
+def parse_dcgm_options(*, endpoint: str | None = None, prometheus: str | None = None, selector: str = "",
+                       engine: str | None = None, nvml: bool = False, interval: float = 1.0,
+                       duration: float | None = None, once: bool = False, as_json: bool = False,
+                       record: Path | None = None, rules_file: Path | None = None, no_rules: bool = False,
+                       fail_on_alert: bool = False, insecure: bool = False, cacert: Path | None = None) -> DcgmOptions:
+    from zgtool.dcgm.rules import load_rules
+    from zgtool.dcgm.watch import WatchConfig
+    from zgtool.errors import UsageError
+
+    if no_rules and rules_file is not None:
+        raise UsageError("--rules and --no-rules exclude each other")
+    config = WatchConfig(interval_s=interval, duration_s=duration, once=once)
+    rules = () if no_rules else tuple(load_rules(rules_file))
+    source = {"endpoint": endpoint, "prometheus": prometheus, "engine": engine, "nvml": nvml, "selector": selector,
+              "verify": vocab.tls_verify(insecure, cacert)}
+    return DcgmOptions(source=source, config=config, rules=rules, as_json=as_json, record=record,
+                       fail_on_alert=fail_on_alert)
+
+
+def watch_cmd(
+    endpoint: str = typer.Option(None, "--endpoint", help="dcgm-exporter URL (…:9400/metrics)."),
+    prometheus: str = typer.Option(None, "--prometheus", help="Prometheus server URL (HTTP query API)."),
+    selector: str = typer.Option("", "--selector",
+                                 help='Extra PromQL label matchers for --prometheus, e.g. Hostname=~"gpu-.*".'),
+    engine: str = typer.Option(None, "--engine", help="zgtool engine URL (reads its /metrics)."),
+    nvml: bool = typer.Option(False, "--nvml", help="Local GPUs through NVML (nvidia-ml-py)."),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between samples."),
+    duration: float = typer.Option(None, "--duration", help="Stop after this many seconds."),
+    once: bool = typer.Option(False, "--once", help="Take one sample, print it and exit."),
+    as_json: bool = vocab.as_json(help="Print the dcgm.watch result as JSON (no live table)."),
+    record: Path = typer.Option(None, "--record", "-o", help="Write the dcgm.watch timeline result here."),
+    rules_file: Path = typer.Option(None, "--rules", help="Rules TOML (default: the shipped rules)."),
+    no_rules: bool = typer.Option(False, "--no-rules", help="Evaluate no rules."),
+    fail_on_alert: bool = typer.Option(False, "--fail-on-alert", help="Exit 1 if any rule fired."),
+    insecure: bool = typer.Option(False, "--insecure", "-k", help=vocab.HELP_INSECURE),
+    cacert: Path = vocab.cacert(help="CA bundle for a self-signed https source."),
+) -> None:
+    run_watch(parse_dcgm_options(**locals()))
+
+
+def run_watch(opts: DcgmOptions) -> None:
+    from zgtool.dcgm.sources import open_source
+    from zgtool.dcgm.watch import result_data, watch
+    from zgtool.errors import VerdictFailed
+    from zgtool.output import console, emit_result
+    from zgtool.results import make_result
+
+    rules = list(opts.rules)
+    source = open_source(**opts.source)
+    try:
+        if opts.as_json or opts.config.once:
+            state = watch(source, rules, opts.config)
+        else:
+            state = _watch_live(source, rules, opts.config)
+    finally:
+        source.close()
+    if opts.config.once and not opts.as_json:
+        from zgtool.dcgm.render import watch_table
+
+        console.print(watch_table(state))
+    result = make_result("dcgm.watch", result_data(state), target=state.source)
+    emit_result(result, as_json=opts.as_json, out=opts.record)
+    if opts.fail_on_alert and state.evaluator.history:
+        fired = sorted({a.rule for a in state.evaluator.history})
+        raise VerdictFailed(f"alerts fired: {', '.join(fired)}")
+
+
+@dataclass(frozen=True)
+class DefragOptions:
+    """One `defrag`: the request to the engine's admin endpoint and where the result goes."""
+
+    request: DefragRequest
+    as_json: bool = False
+    out: Path | None = None
+
+
+def parse_defrag_options(*, engine: str, dry_run: bool = False, drop_prefix_cache: bool = False,
+                         admin_key: str | None = None, timeout: float = 60.0, timeout_old: float | None = None,
+                         as_json: bool = False, out: Path | None = None, insecure: bool = False,
+                         cacert: Path | None = None) -> DefragOptions:
+    from zgtool.dcgm.defrag import ADMIN_KEY_ENV, DefragRequest
+
+    key = admin_key or os.environ.get(ADMIN_KEY_ENV) or None
+    url = engine if "://" in engine else "http://" + engine
+    return DefragOptions(DefragRequest(url, dry_run=dry_run, drop_prefix_cache=drop_prefix_cache, admin_key=key,
+                                       timeout_s=vocab.timeout_from(timeout, timeout_old),
+                                       verify=vocab.tls_verify(insecure, cacert)), as_json=as_json, out=out)
+
+
+def defrag_cmd(
+    engine: str = typer.Option(..., "--engine", help="zgtool engine URL, e.g. http://127.0.0.1:8000."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Report what would be done; change nothing."),
+    drop_prefix_cache: bool = typer.Option(False, "--drop-prefix-cache",
+                                           help="Also drop evictable prefix-cache blocks."),
+    admin_key: str = typer.Option(None, "--admin-key", help="Admin key (default: $ZGTOOL_ADMIN_KEY).",
+                                  show_default=False),
+    timeout: float = vocab.timeout_s(60.0, help="Seconds to wait for the engine."),
+    timeout_old: float | None = vocab.timeout_old(),
+    as_json: bool = vocab.as_json(help="Print the defrag result as JSON."),
+    out: Path = vocab.output(help="Write the defrag result here."),
+    insecure: bool = typer.Option(False, "--insecure", "-k", help=vocab.HELP_INSECURE),
+    cacert: Path = vocab.cacert(help="CA bundle for a self-signed engine (serve --tls)."),
+) -> None:
+    run_defrag_command(parse_defrag_options(**locals()))
+
+
+def run_defrag_command(opts: DefragOptions) -> None:
+    from zgtool.dcgm.defrag import run_defrag
+    from zgtool.output import console, emit_result
+    from zgtool.results import make_result
+
+    data = run_defrag(opts.request)
+    if not opts.as_json:
+        from zgtool.dcgm.render import defrag_table
+
+        console.print(defrag_table(data))
+    result = make_result("defrag", data, command=_redacted_command(), target={"url": opts.request.engine_url})
+    emit_result(result, as_json=opts.as_json, out=opts.out)
+
+
 def register(app: typer.Typer) -> None:
     dcgm_app = typer.Typer(help="GPU golden metrics from dcgm-exporter, Prometheus, NVML or the engine.",
                            no_args_is_help=True)
-
-    @dcgm_app.command("watch", help=WATCH_HELP)
-    def watch_cmd(
-        endpoint: str = typer.Option(None, "--endpoint", help="dcgm-exporter URL (…:9400/metrics)."),
-        prometheus: str = typer.Option(None, "--prometheus", help="Prometheus server URL (HTTP query API)."),
-        selector: str = typer.Option("", "--selector",
-                                     help='Extra PromQL label matchers for --prometheus, e.g. Hostname=~"gpu-.*".'),
-        engine: str = typer.Option(None, "--engine", help="zgtool engine URL (reads its /metrics)."),
-        nvml: bool = typer.Option(False, "--nvml", help="Local GPUs through NVML (nvidia-ml-py)."),
-        interval: float = typer.Option(1.0, "--interval", help="Seconds between samples."),
-        duration: float = typer.Option(None, "--duration", help="Stop after this many seconds."),
-        once: bool = typer.Option(False, "--once", help="Take one sample, print it and exit."),
-        as_json: bool = typer.Option(False, "--json", help="Print the dcgm.watch result as JSON (no live table)."),
-        record: Path = typer.Option(None, "--record", "-o", help="Write the dcgm.watch timeline result here."),
-        rules_file: Path = typer.Option(None, "--rules", help="Rules TOML (default: the shipped rules)."),
-        no_rules: bool = typer.Option(False, "--no-rules", help="Evaluate no rules."),
-        fail_on_alert: bool = typer.Option(False, "--fail-on-alert", help="Exit 1 if any rule fired."),
-        insecure: bool = typer.Option(False, "--insecure", "-k", help="Do not verify TLS certificates."),
-        cacert: Path = typer.Option(None, "--cacert", help="CA bundle for a self-signed https source."),
-    ) -> None:
-        from zgtool.dcgm.rules import load_rules
-        from zgtool.dcgm.sources import open_source
-        from zgtool.dcgm.watch import WatchConfig, result_data, watch
-        from zgtool.errors import UsageError, VerdictFailed
-        from zgtool.output import console, emit_result
-        from zgtool.results import make_result
-
-        if no_rules and rules_file is not None:
-            raise UsageError("--rules and --no-rules exclude each other")
-        config = WatchConfig(interval_s=interval, duration_s=duration, once=once)
-        rules = [] if no_rules else load_rules(rules_file)
-        from zgtool.tlsverify import verify_setting
-
-        source = open_source(endpoint=endpoint, prometheus=prometheus, engine=engine, nvml=nvml,
-                             selector=selector, verify=verify_setting(insecure, cacert))
-        try:
-            if as_json or once:
-                state = watch(source, rules, config)
-            else:
-                state = _watch_live(source, rules, config)
-        finally:
-            source.close()
-        if once and not as_json:
-            from zgtool.dcgm.render import watch_table
-
-            console.print(watch_table(state))
-        result = make_result("dcgm.watch", result_data(state), target=state.source)
-        emit_result(result, as_json=as_json, out=record)
-        if fail_on_alert and state.evaluator.history:
-            fired = sorted({a.rule for a in state.evaluator.history})
-            raise VerdictFailed(f"alerts fired: {', '.join(fired)}")
-
+    dcgm_app.command("watch", help=WATCH_HELP)(watch_cmd)
     app.add_typer(dcgm_app, name="dcgm")
-
-    @app.command("defrag", help=DEFRAG_HELP)
-    def defrag_cmd(
-        engine: str = typer.Option(..., "--engine", help="zgtool engine URL, e.g. http://127.0.0.1:8000."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Report what would be done; change nothing."),
-        drop_prefix_cache: bool = typer.Option(False, "--drop-prefix-cache",
-                                               help="Also drop evictable prefix-cache blocks."),
-        admin_key: str = typer.Option(None, "--admin-key", help="Admin key (default: $ZGTOOL_ADMIN_KEY).",
-                                      show_default=False),
-        timeout: float = typer.Option(60.0, "--timeout-s", help="Seconds to wait for the engine."),
-        timeout_old: float | None = typer.Option(None, "--timeout", hidden=True, help="Old name of --timeout-s."),
-        as_json: bool = typer.Option(False, "--json", help="Print the defrag result as JSON."),
-        out: Path = typer.Option(None, "-o", "--output", help="Write the defrag result here."),
-        insecure: bool = typer.Option(False, "--insecure", "-k", help="Do not verify TLS certificates."),
-        cacert: Path = typer.Option(None, "--cacert", help="CA bundle for a self-signed engine (serve --tls)."),
-    ) -> None:
-        from zgtool.dcgm.defrag import ADMIN_KEY_ENV, DefragRequest, run_defrag
-        from zgtool.output import console, emit_result
-        from zgtool.results import make_result
-        from zgtool.tlsverify import verify_setting
-
-        key = admin_key or os.environ.get(ADMIN_KEY_ENV) or None
-        url = engine if "://" in engine else "http://" + engine
-        data = run_defrag(DefragRequest(url, dry_run=dry_run, drop_prefix_cache=drop_prefix_cache,
-                                        admin_key=key, timeout_s=timeout if timeout_old is None else timeout_old,
-                                        verify=verify_setting(insecure, cacert)))
-        if not as_json:
-            from zgtool.dcgm.render import defrag_table
-
-            console.print(defrag_table(data))
-        result = make_result("defrag", data, command=_redacted_command(), target={"url": url})
-        emit_result(result, as_json=as_json, out=out)
+    app.command("defrag", help=DEFRAG_HELP)(defrag_cmd)
 
 
 def _redacted_command() -> str:
