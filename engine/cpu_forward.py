@@ -49,13 +49,13 @@ class CpuStep:
         """(weights, per-channel scales) pointers of one projection, checked: the step's weight
         element, contiguous on the CPU, and a scale per output channel."""
         if isinstance(w, Int8Weight):
-            want, t, scale = torch.int8, w.q, w.scale
+            t, scale = w.q, w.scale
         else:
             assert isinstance(w, torch.Tensor) and ones is not None
-            want, t, scale = WEIGHT_DTYPES[self.wtype], w, ones
+            t, scale = w, ones
         ck._need("step_layers", name, t, WEIGHT_DTYPES[self.wtype], (None, None))
         ck._need("step_layers", f"{name} scale", scale, torch.float32, (None,))
-        if scale.numel() < t.shape[0] or t.dtype != want:
+        if scale.numel() < t.shape[0]:
             raise ck.KernelArgumentError(f"step_layers: {name} [{t.shape[0]}, ...] {t.dtype} with "
                                          f"{scale.numel()} scales (needs one per output channel)")
         return t.data_ptr(), scale.data_ptr()

@@ -75,6 +75,11 @@ def test_attention_and_rope_refuse_what_they_cannot_read(case: str, call: Callab
     ("int8 gate_up", lambda: ck.silu_mul(torch.zeros(2, 64, dtype=torch.int8)), "gate_up"),
     ("dequant into fp16", lambda: ck.w8_dequant(torch.zeros(8, 64, dtype=torch.int8), torch.ones(8),
                                                 torch.zeros(8, 64, dtype=torch.float16)), "out"),
+    ("bf16 gemm over fp32 weights", lambda: ck.bf16_gemm(torch.randn(2, 64), torch.randn(8, 64), torch.ones(8)), "w"),
+    ("bf16 activations", lambda: ck.bf16_gemm(torch.randn(2, 64).bfloat16(), torch.randn(8, 64).bfloat16(),
+                                              torch.ones(8)), "x"),
+    ("w8a8 over bf16 weights", lambda: ck.w8a8_gemm(torch.randn(2, 64), torch.randn(8, 64).bfloat16(),
+                                                    torch.ones(8)), "w"),
 ])
 def test_gemms_and_glue_refuse_what_they_cannot_read(case: str, call: Callable[[], object], named: str) -> None:
     with pytest.raises(ck.KernelArgumentError, match=rf"\b{named} must be"):
@@ -103,3 +108,33 @@ def test_nonfinite_rows_agrees_with_torch_isfinite(n: int) -> None:
 def test_nonfinite_rows_refuses_fp16() -> None:
     with pytest.raises(ck.KernelArgumentError, match="x must be"):
         ck.nonfinite_rows(torch.zeros(2, 8, dtype=torch.float16))
+
+
+def _step_model(dtype: str) -> tuple[object, object]:
+    from zgtool.engine import Engine, EngineConfig
+    from zgtool.engine.model import build_attn_meta
+
+    e = Engine(EngineConfig(model="dummy:tiny", dtype=dtype, device="cpu", block_size=16))
+    meta = build_attn_meta([0, 1], [0, 1], [], [], [], [(0, 2, [0], 0)], 16, torch.device("cpu"))
+    return e.model, meta
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_the_one_call_step_checks_every_tensor_before_the_call(dtype: str) -> None:
+    model, meta = _step_model(dtype)
+    x = torch.randn(2, model.spec.hidden_size)  # type: ignore[attr-defined]
+    assert model._layers_one_call(x.clone(), meta).shape == x.shape  # type: ignore[attr-defined]
+    bad = dict(vars(meta))
+    bad["positions"] = meta.positions.to(torch.int32)  # type: ignore[attr-defined]
+    with pytest.raises(ck.KernelArgumentError, match="step_layers: positions must be"):
+        model._layers_one_call(x.clone(), type(meta)(**bad))  # type: ignore[attr-defined]
+    with pytest.raises(ck.KernelArgumentError, match="step_layers: x must be"):
+        model._layers_one_call(x.double(), meta)  # type: ignore[attr-defined]
+
+
+def test_a_layer_weight_of_another_element_is_refused_before_the_step() -> None:
+    model, meta = _step_model("bfloat16")
+    model.layers[0].o = model.layers[0].o.float()  # type: ignore[attr-defined]
+    model.cpu._ptrs_key = -1  # type: ignore[attr-defined]
+    with pytest.raises(ck.KernelArgumentError, match="step_layers: o must be a contiguous torch.bfloat16"):
+        model._layers_one_call(torch.randn(2, model.spec.hidden_size), meta)  # type: ignore[attr-defined]
