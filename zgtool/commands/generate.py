@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         raw: bool = typer.Option(False, "--raw", help="Feed the prompt as is, without the chat template."),
         deterministic: bool = typer.Option(False, "--deterministic", help="Batch-invariant mode."),
         device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
-        dtype: str = typer.Option("auto", "--dtype", help="auto (bfloat16 on CUDA and on CPUs with native bf16, else float32) | float32 | bfloat16 | int8 (CPU: int8 weights, fp32 activations; lossy)"),
+        dtype: str = typer.Option("auto", "--dtype", help="auto (bfloat16 on CUDA; on CPU bf16 weights where the C kernels run, else float32) | float32 | bfloat16 | int8 (CPU: int8 weights, fp32 activations; lossy)"),
         num_threads: int = typer.Option(None, "--num-threads", help="torch compute threads (default: all CPUs)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
     ) -> None:

@@ -21,7 +21,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port", help="0 picks a free port (printed at start-up)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (bfloat16 on CUDA and on CPUs with native bf16, else float32) | float32 | bfloat16 | float16 | int8 (CPU: int8 weights, fp32 activations; lossy)"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bfloat16 on CUDA; on CPU bf16 weights where the C kernels run, else float32) | float32 | bfloat16 | float16 | int8 (CPU: int8 weights, fp32 activations; lossy)"),
     num_threads: int = typer.Option(None, "--num-threads", help="Compute threads (default: all CPUs on machines of up to 4; above, all but one, left to the I/O loop)."),
     max_model_len: int = typer.Option(None, "--max-model-len", help="Context cap (default: the model's)."),
     max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="Running-batch cap."),

