@@ -139,3 +139,58 @@ def test_silu_mul_equals_silu_of_gate_times_up(rows, inter, dtype):
     ref = F.silu(gu.cpu()[:, :inter]).mul_(gu.cpu()[:, inter:])
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1.6e-2}
     torch.testing.assert_close(tk.silu_mul(gu).cpu(), ref, **tol)
+
+
+
+# run in a fresh process: under TRITON_INTERPRET (this module's process) triton.language is patched
+# for the interpreter and the compiler cannot run beside it
+_AOT = """
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from zgtool.engine import triton_kernels as tk
+
+c = "constexpr"
+for dt, arch, n in (("bf16", 90, 4), ("fp32", 90, 1)):  # fp32: the decode kernel's exact ("ieee") dots
+  kernels = [
+      (tk._paged_decode_kernel,
+       {"q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "tables_ptr": "*i64", "ctx_ptr": "*i64",
+        "out_ptr": f"*{dt}", "stride_qt": "i32", "stride_qh": "i32", "stride_ot": "i32", "stride_oh": "i32",
+        "stride_tab": "i32", "scale": "fp32", "KVH": c, "GROUP": c, "D": c, "G_PAD": c, "D_PAD": c, "BS": c,
+        "BLOCK_N": c},
+       {"KVH": 8, "GROUP": 4, "D": 80, "G_PAD": 16, "D_PAD": 128, "BS": 16, "BLOCK_N": tk.BLOCK_N}),
+      (tk._add_rms_norm_kernel,
+       {"x_ptr": f"*{dt}", "delta_ptr": f"*{dt}", "w_ptr": f"*{dt}", "h_ptr": f"*{dt}", "n_cols": "i32",
+        "eps": "fp32", "HAS_DELTA": c, "BLOCK": c}, {"HAS_DELTA": True, "BLOCK": 4096}),
+      (tk._rope_kv_kernel,
+       {"qkv_ptr": f"*{dt}", "cos_ptr": f"*{dt}", "sin_ptr": f"*{dt}", "pos_ptr": "*i64", "slot_ptr": "*i64",
+        "q_ptr": f"*{dt}", "k_ptr": f"*{dt}", "v_ptr": f"*{dt}", "stride_qkv": "i32", "NH": c, "NKV": c, "D": c,
+        "D_PAD": c}, {"NH": 32, "NKV": 8, "D": 128, "D_PAD": 128}),
+      (tk._silu_mul_kernel, {"gu_ptr": f"*{dt}", "out_ptr": f"*{dt}", "inter": "i32", "stride_gu": "i32",
+                             "BLOCK": c}, {"BLOCK": 1024}),
+  ]
+  for fn, sig, consts in kernels[:n]:
+      k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", arch, 32))
+      assert k.asm["cubin"], fn
+      print("compiled", dt, arch, fn.fn.__name__)
+"""
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_for_the_gpus_we_measure_on_without_one(tmp_path):
+    """Ahead of time for sm_90 (H100/H200), with triton's own ptxas: the device run finds no kernel
+    that the interpreter accepted and the compiler does not."""
+    import subprocess
+    import sys
+
+    import triton
+
+    if "nvidia" not in getattr(triton.backends, "backends", {}):
+        pytest.skip("this triton has no NVIDIA backend")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = env.get("TRITON_DEFAULT_FP_FUSION", "1")
+    env["TRITON_CACHE_DIR"] = str(tmp_path)  # compiled here and now, never a cached binary
+    proc = subprocess.run([sys.executable, "-c", _AOT], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("compiled") == 5
