@@ -26,11 +26,13 @@ DEFINITIONS: dict[str, str] = {
     "ttft_ms": "request start (incl. any DNS/connect/TLS) -> first content token of a stream (non-empty "
                "delta.content / text_delta; a role-only or empty first delta is not one) (vLLM TTFT)",
     "client_lag_ms": "how much earlier than measured a request's first byte, first content token or last byte "
-                     "may have arrived: 0 when each came in a read of one segment or ended its read (kernel "
-                     "receive times). A figure unsure by over 0.2 ms is listed in samples[].unvouched and left "
-                     "out of its stats; an unsure ttfb/ttft/total flags the request (lagged, counted as num_lagged)",
+                     "may have arrived: 0 when the kernel's own time of that byte was had (the packet clock's "
+                     "segment, or a read of one segment). A figure unsure by over 0.2 ms (no kernel time for it) "
+                     "is listed in samples[].unvouched and left out of its stats; an unsure ttfb/ttft/total flags "
+                     "the request (lagged, counted as num_lagged)",
     "total_ms": "request start -> response body complete (vLLM E2EL)",
-    "itl_ms": "every gap between successive content deltas, pooled over requests (vLLM ITL)",
+    "itl_ms": "every gap between successive content deltas whose both ends are vouched for, pooled over "
+              "requests (vLLM ITL)",
     "tpot_ms": "(total_ms - ttft_ms) / (output_tokens - 1) per request, None when output_tokens <= 1 (vLLM TPOT)",
     "server parts": "Server-Timing durations (engine queue/prefill/decode/detok/safety/total, gateway gw_*) "
                     "from the header and, for streams, the timing event; engine_other = total - engine parts",
@@ -138,10 +140,11 @@ class RequestSample:
     server_timing: dict[str, float] = field(default_factory=dict)
     request_id: str | None = None
     first_byte_out_ms: float | None = None   # request start -> its first byte handed to the kernel
-    rx_clock: str = "client"            # "kernel": receive times are the socket's own timestamps
+    rx_clock: str = "client"            # "packet": every point's own segment; "kernel": the socket's timestamps
     client_lag_ms: float | None = None  # how much earlier than measured its points may have arrived
     lagged: bool = False                # client_lag_ms over the tolerance: ttfb, ttft or total not vouched for
     unvouched: list[str] = field(default_factory=list)  # figures unsure by > 0.2 ms: left out of their stats
+    itl_left_out: int = 0               # token gaps with an end not vouched for: left out of itl_ms
     trace_id: str | None = None         # the W3C traceparent's trace id this request carried (32 hex)
     engine: EngineTiming | None = None  # the engine's own timing, from whichever adapter applied
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms

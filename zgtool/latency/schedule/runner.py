@@ -152,6 +152,20 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
                     hooks: Sequence[RequestHook | None] | None = None,
                     open_loop: OpenLoopLog | None = None,
                     on_sample: Callable[[RequestSample], None] | None = None) -> list[list[RequestSample]]:
+    """Samples per target (same order as `targets`), each sorted by request index, measured with the packet
+    clock on the targets' ports where this process may open one (zgtool.latency.wire.pktclock; why not is
+    kept in pktclock.CURRENT.why_not and said once in the result's notes)."""
+    from zgtool.latency.wire.pktclock import running
+
+    with running(sorted({t.port for t in targets})):
+        return _measure(targets, cfg, progress, cpu, hooks, open_loop, on_sample)
+
+
+def _measure(targets: Sequence[Target], cfg: SplitConfig,
+             progress: Progress | None = None, cpu: CpuWatch | None = None,
+             hooks: Sequence[RequestHook | None] | None = None,
+             open_loop: OpenLoopLog | None = None,
+             on_sample: Callable[[RequestSample], None] | None = None) -> list[list[RequestSample]]:
     """Samples per target (same order as `targets`), each sorted by request index.
 
     With cfg.rate_rps or cfg.schedule_s each block is sent open-loop (zgtool.latency.schedule.openloop) on its

@@ -24,8 +24,10 @@ from zgtool.latency.attribution.adapters import Evidence, attach
 from zgtool.latency.attribution.servertiming import timing_from_headers
 from zgtool.latency.config import SplitConfig
 from zgtool.latency.records import RequestSample
+from zgtool.latency.wire.pktclock import CURRENT
+from zgtool.latency.wire.resolve import fill_points
 from zgtool.latency.wire.stream_reader import Points, read_stream
-from zgtool.latency.wire.transport import LAG_FLAG_NS, MARKS, make_pool
+from zgtool.latency.wire.transport import MARKS, make_pool
 from zgtool.targets import Target
 
 _CONNECT = ("connection.connect_tcp.started", "connection.connect_tcp.complete")
@@ -35,7 +37,6 @@ _SEND_DONE = "http11.send_request_body.complete"
 _HEADERS_DONE = "http11.receive_response_headers.complete"
 _BODY_DONE = "http11.receive_response_body.complete"
 _ERROR_BODY_LIMIT = 64 * 1024
-HEADLINE = ("ttfb_ms", "ttft_ms", "total_ms")     # figures whose doubt flags the request
 ERROR_DETAIL_CHARS = 300
 
 
@@ -224,7 +225,7 @@ class Session:
         if m.first_write_ns is not None:
             sample.first_byte_out_ms = (m.first_write_ns - t0) / 1e6
         if m.reads:
-            _fill_points(sample, self.points, t0)
+            fill_points(sample, self.points, t0, m, CURRENT.clock)
         if sample.connect_ms is not None and m.connect_start_ns is not None and m.connect_end_ns is not None:
             sample.connect_ms = (m.connect_end_ns - m.connect_start_ns) / 1e6
         sample.ok = sample.error is None
@@ -280,34 +281,6 @@ def _fill_phases(s: RequestSample, rec: _Trace, t0: int, end_ns: int, content_ns
         n = s.output_tokens if s.output_tokens else len(content_ns)
         if n > 1:
             s.tpot_ms = (s.total_ms - s.ttft_ms) / (n - 1)
-
-
-def _fill_points(s: RequestSample, points: Points, t0: int) -> None:
-    """The response's points from the socket's marks: first byte, head complete and first body byte from
-    the request's first byte out; the first token of any kind from the request's start, like ttft_ms.
-    A point in a read that merged several segments, before that read's last byte, is only known to lie
-    between the last time the client saw nothing unread and the read's time: that slack over LAG_FLAG_NS
-    puts the figure in `unvouched` (left out of its stats); an unvouched ttfb, ttft or total flags the
-    request (`lagged`, client_lag_ms the largest of their slacks)."""
-    m = MARKS
-    out = m.first_write_ns
-    slack = {"ttfb_ms": m.first_lag_ns, "total_ms": m.end_slack[-1]}
-    if out is not None and m.first_read_ns is not None:
-        s.ttfb_ms = (m.first_read_ns - out) / 1e6
-    for name, point in (("ttfb_headers_ms", m.head_point), ("ttfb_body_ms", m.body_point)):
-        if point is not None and out is not None:
-            setattr(s, name, (point[0] - out) / 1e6)
-            slack[name] = point[1]
-    for name, seen in (("ttft_any_ms", points.any), ("ttft_ms", points.content)):
-        found = m.point(seen.read, at_end=seen.at_end) if seen is not None else None
-        if found is not None:
-            setattr(s, name, (found[0] - t0) / 1e6)
-            slack[name] = found[1]
-    s.unvouched = [name for name, ns in slack.items() if ns > LAG_FLAG_NS]
-    lag = max(ns for name, ns in slack.items() if name in HEADLINE)
-    s.rx_clock = "kernel" if m.kernel_rx else "client"
-    s.client_lag_ms = lag / 1e6
-    s.lagged = lag > LAG_FLAG_NS
 
 
 def error_detail(raw: bytes) -> str | None:

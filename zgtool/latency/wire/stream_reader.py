@@ -22,6 +22,7 @@ from typing import Any
 from zgtool.http.sse import Event, SSEParser
 from zgtool.latency.attribution.adapters import Evidence
 from zgtool.latency.attribution.servertiming import TIMING_KEYS, parse_timing_event
+from zgtool.latency.wire.pktclock import CURRENT
 from zgtool.latency.wire.transport import MARKS
 
 CONTENT, ANY = "content", "any"
@@ -31,12 +32,14 @@ _BLOCK_END = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 @dataclass
 class Seen:
-    """Where a first token arrived: the response read that brought it (0-based) and whether its event
-    ended that read (its time is then the read's own, whatever else the read merged before it)."""
+    """Where a token arrived: the response read that brought it (0-based), whether its event ended that read
+    (its time is then the read's own, whatever else the read merged before it) and, when the packet clock
+    runs, the decoded body offset of the event's last byte (its own segment's time is then looked up)."""
 
     read: int
     ns: int
     at_end: bool
+    dec_end: int | None = None
 
 
 class Points:
@@ -45,16 +48,20 @@ class Points:
     def __init__(self) -> None:
         self.any: Seen | None = None
         self.content: Seen | None = None
+        self.tokens: list[Seen] = []        # every content event, in order (ITL)
 
-    def note(self, kind: str, read: int, ns: int, at_end: bool) -> None:
+    def note(self, kind: str, read: int, ns: int, at_end: bool, dec_end: int | None = None) -> None:
+        seen = Seen(read, ns, at_end, dec_end)
         if self.any is None:
-            self.any = Seen(read, ns, at_end)
-        if kind == CONTENT and self.content is None:
-            self.content = Seen(read, ns, at_end)
+            self.any = seen
+        if kind == CONTENT:
+            self.tokens.append(seen)
+            if self.content is None:
+                self.content = seen
 
     def more_bytes(self, read: int) -> None:
-        """More body bytes came in `read`: a first token seen in it did not end it."""
-        for seen in (self.any, self.content):
+        """More body bytes came in `read`: a token seen in it did not end it."""
+        for seen in (self.any, self.content, self.tokens[-1] if self.tokens else None):
             if seen is not None and seen.read == read:
                 seen.at_end = False
 
@@ -68,17 +75,22 @@ def read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int], points
     state: dict[str, Any] = {"tokens": None, "input": None, "done": False, "finished": False, "error": None}
     points = points if points is not None else Points()
     parser = SSEParser()
+    # with the packet clock, each event's own last byte is located (the parser is fed line by line)
+    decoded: int | None = 0 if CURRENT.clock is not None else None
     for chunk in chunks:
         read = MARKS.reads - 1
         now = MARKS.last_read_ns or perf_counter_ns()
         if chunk:
             points.more_bytes(read)
-        events = parser.feed(chunk)
         ends = chunk.endswith(_BLOCK_END)
-        for i, event in enumerate(events):
-            kind = handle_event(event, api, now, content_ns, parts, state, ev)
-            if kind is not None:
-                points.note(kind, read, now, ends and i == len(events) - 1)
+        for events, end, last in _pieces(parser, chunk, decoded is not None):
+            for i, event in enumerate(events):
+                kind = handle_event(event, api, now, content_ns, parts, state, ev)
+                if kind is not None:
+                    points.note(kind, read, now, ends and last and i == len(events) - 1,
+                                None if decoded is None else decoded + end - 1)
+        if decoded is not None:
+            decoded += len(chunk)
     if MARKS.reads and MARKS.reads - 1 in {s.read for s in (points.any, points.content) if s is not None}:
         points.more_bytes(MARKS.reads - 1)    # the body's end (chunked terminator) came in that read too
     if state["error"]:
@@ -88,6 +100,21 @@ def read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int], points
     if not (state["done"] or state["finished"]):
         return "stream_incomplete", parts, state["tokens"], state["input"]
     return None, parts, state["tokens"], state["input"]
+
+
+def _pieces(parser: SSEParser, chunk: bytes, by_line: bool) -> Iterable[tuple[list[Event], int, bool]]:
+    """(events, end offset in the chunk of the piece that completed them, whether it is the chunk's last piece):
+    the whole chunk at once, or line by line so that each event's last byte is known."""
+    if not by_line:
+        yield parser.feed(chunk), len(chunk), True
+        return
+    start, n = 0, len(chunk)
+    while start < n:
+        cut = min((i for i in (chunk.find(b"\n", start), chunk.find(b"\r", start)) if i >= 0), default=n - 1) + 1
+        if chunk[cut - 1:cut] == b"\r" and chunk[cut:cut + 1] == b"\n":
+            cut += 1                                  # a CRLF is one line end
+        yield parser.feed(chunk[start:cut]), cut, cut >= n
+        start = cut
 
 
 def handle_event(event: Event, api: str, now: int, content_ns: list[int], parts: dict[str, float],

@@ -21,7 +21,15 @@ import httpcore
 import httpcore._backends.sync
 from httpcore._exceptions import map_exceptions
 
+from zgtool.latency.wire.bodymap import BodyMap
+
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux; Python does not export it
+SO_TIMESTAMPING = getattr(socket, "SO_TIMESTAMPING", 37)
+# the kernel's time each send went to the device, keyed by byte (TX_SOFTWARE | SOFTWARE | OPT_ID | OPT_TSONLY)
+_TX_FLAGS = (1 << 1) | (1 << 4) | (1 << 7) | (1 << 11)
+_MSG_ERRQUEUE = 0x2000
+_RECVERR = {(socket.SOL_IP, 11), (socket.IPPROTO_IPV6, 25)}   # IP_RECVERR, IPV6_RECVERR: sock_extended_err
+_HEAD_LIMIT = 64 * 1024
 _TS_SPACE = socket.CMSG_SPACE(16)                            # one struct timespec
 _BYTES_RECEIVED_AT = 128                                     # struct tcp_info: tcpi_bytes_received (u64)
 _DATA_SEGS_IN_AT = 152                                       # struct tcp_info: tcpi_data_segs_in (u32)
@@ -73,7 +81,17 @@ class _Marks(threading.local):
 
     connect_start_ns: int | None = None
     connect_end_ns: int | None = None
-    first_write_ns: int | None = None
+    first_write_ns: int | None = None      # just before the request's first send call
+    send_return_ns: int | None = None      # when that call returned
+    tx_ns: int | None = None               # the kernel's time it went to the device (SO_TIMESTAMPING)
+    # where the request and its answer sit on the connection (plain TCP only): the packet clock's keys
+    conn: tuple[bytes, int, int] | None = None      # (server address, server port, client port)
+    up_offset: int | None = None           # the request's first byte in the client's byte stream
+    down_offset: int | None = None         # the answer's first byte in the server's byte stream
+    read_at: list[int]                     # per read, the answer offset of its first byte
+    rx_bytes: int = 0                      # answer bytes read so far
+    head: bytes = b""                      # the answer's head, for its transfer coding
+    body: BodyMap | None = None            # decoded body byte -> answer offset
     first_read_ns: int | None = None       # arrival of the response's first bytes
     last_read_ns: int | None = None        # arrival of the latest bytes read
     prev_return_ns: int | None = None      # when the previous read returned (or the request went out)
@@ -97,6 +115,8 @@ class _Marks(threading.local):
 
     def reset(self, *, has_body: bool) -> None:
         self.connect_start_ns = self.connect_end_ns = self.first_write_ns = self.first_read_ns = None
+        self.send_return_ns = self.tx_ns = self.conn = self.up_offset = self.down_offset = None
+        self.read_at, self.rx_bytes, self.head, self.body = [], 0, b"", None
         self.last_read_ns = self.prev_return_ns = None
         self.lag_ns, self.first_lag_ns, self.kernel_rx, self.reads = 0, 0, True, 0
         self.hold_headers, self.held = has_body, None
@@ -118,6 +138,32 @@ class _Marks(threading.local):
         self.end_slack.append(end_slack_ns)
         self.reads += 1
         self._note_head(data, arrival_ns, slack_ns, end_slack_ns)
+        self._note_offsets(data)
+
+    def _note_offsets(self, data: bytes) -> None:
+        """Answer offsets of this read and, past the head, of the body bytes it holds."""
+        start = self.rx_bytes
+        self.read_at.append(start)
+        self.rx_bytes += len(data)
+        if self.body is not None:
+            self.body.feed(data)
+            return
+        if len(self.head) >= _HEAD_LIMIT:
+            return
+        self.head += data[:_HEAD_LIMIT]
+        at = self.head.find(_HEAD_END)
+        if at < 0:
+            return
+        end = at + len(_HEAD_END)
+        chunked = b"transfer-encoding: chunked" in self.head[:end].lower()
+        self.head = self.head[:end]
+        self.body = BodyMap(end, chunked)
+        self.body.feed(data[end - start:])
+
+    def head_end(self) -> int | None:
+        """The answer offset of the head's last byte."""
+        return self.body.runs_raw[0] - 1 if self.body is not None and self.body.runs_raw else (
+            len(self.head) - 1 if self.head.endswith(_HEAD_END) else None)
 
     def _note_head(self, data: bytes, arrival_ns: int, slack_ns: int, end_slack_ns: int) -> None:
         if self.body_next:
@@ -196,8 +242,28 @@ def _on_loopback(sock: socket.socket) -> bool:
     return host == "::1" or host.startswith(("127.", "::ffff:127."))
 
 
+def _error_report(sock: socket.socket) -> tuple[int | None, int | None] | None:
+    """One transmit report from the socket's error queue: (kernel time on perf_counter, byte), None: none left."""
+    try:
+        _d, anc, _f, _a = sock.recvmsg(0, 512, _MSG_ERRQUEUE)
+    except OSError:
+        return None
+    key = ts = None
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPING and len(raw) >= 16:
+            sec, nsec = struct.unpack("qq", raw[:16])
+            ts = sec * 1_000_000_000 + nsec - (time_ns() - perf_counter_ns())
+        elif (level, kind) in _RECVERR and len(raw) >= 16:
+            key = struct.unpack_from("I", raw, 12)[0]        # sock_extended_err.ee_data: the byte
+    return ts, key
+
+
 class _TimedStream(httpcore._backends.sync.SyncStream):
     loopback: bool | None = None
+    sent: int = 0                  # bytes sent and received on this connection so far (plain TCP)
+    received: int = 0
+    tx_stamps: bool = False        # SO_TIMESTAMPING's transmit times are on
+    key: tuple[bytes, int, int] | None = None
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         m = MARKS
@@ -214,11 +280,46 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
             if m.first_write_ns is None:
                 if self._counts():
                     self._sync(m)     # nothing of the answer can be here yet: count from now
-                # before the call: the segment is on the wire ~0.05 ms later, while the return can
-                # be milliseconds late (the woken server preempts us inside send on a busy box), and
-                # what arrives meanwhile waits for our first read from the moment the request left
+                # the lower bound of every arrival: nothing of the answer can come before the call;
+                # the figures start at the kernel's own send time (resolved after the answer)
                 m.first_write_ns = m.prev_return_ns = perf_counter_ns()
+                m.up_offset, m.conn = self.sent, self._key()
+                super().write(buffer, timeout)
+                m.send_return_ns = perf_counter_ns()
+                self.sent += len(buffer)
+                if self.tx_stamps:
+                    m.tx_ns = self._tx_time(self.sent - 1)
+                return
         super().write(buffer, timeout)
+        self.sent += len(buffer)
+
+    def _key(self) -> tuple[bytes, int, int] | None:
+        """(server address, server port, client port) of a plain TCP connection: its packet clock key."""
+        if self.key is None and type(self._sock) is socket.socket:
+            from zgtool.latency.wire.pktclock import address_bytes
+
+            try:
+                peer, local = self._sock.getpeername(), self._sock.getsockname()
+                self.key = (address_bytes(peer[0]), int(peer[1]), int(local[1]))
+            except (OSError, ValueError, IndexError):
+                self.key = None
+        return self.key
+
+    def _tx_time(self, last_byte: int) -> int | None:
+        """The kernel's transmit time of the send whose last byte is `last_byte` (perf_counter clock), taking
+        every queued transmit report (an unread one would make the socket poll as in error)."""
+        found = None
+        sock = self._sock
+        timeout = sock.gettimeout()
+        sock.settimeout(0)         # a socket with a timeout would wait for one to come
+        try:
+            while (report := _error_report(sock)) is not None:
+                if report[0] is not None and report[1] == last_byte % 2**32:
+                    found = report[0]
+        finally:
+            sock.settimeout(timeout)
+        return found
+
 
     def _counts(self) -> bool:
         """Segments can be counted: a plain socket on loopback, where each send is one segment (no GRO,
@@ -236,7 +337,14 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         m = MARKS
         if not (m.armed and m.first_write_ns is not None):
-            return super().read(max_bytes, timeout)
+            data = super().read(max_bytes, timeout)
+            self.received += len(data)
+            return data
+        if m.down_offset is None:
+            m.down_offset = self.received
+        if self.tx_stamps:      # a transmit report left queued would make the socket poll as in error
+            tx = self._tx_time(self.sent - 1)
+            m.tx_ns = m.tx_ns if tx is None else tx
         sock = self._sock
         plain = type(sock) is socket.socket     # TLS reads go through the SSL object: no ancillary data
         count = self._counts()
@@ -259,6 +367,7 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
         wait1 = RUN_DELAY.ns()
         if not data:
             return data
+        self.received += len(data)
         arrival = kernel if kernel is not None and kernel <= return_ns else return_ns
         # every byte of this read arrived after `lower`: the last empty queue, else the last read
         lower = max(m.sync[0] if m.sync is not None else m.prev_return_ns or m.first_write_ns, m.first_write_ns)
@@ -318,13 +427,20 @@ class _ResolvedBackend(httpcore.SyncBackend):
             sock.connect((host, port))
             if MARKS.armed:
                 MARKS.connect_start_ns, MARKS.connect_end_ns = start, perf_counter_ns()
+            tx = True
+            try:        # transmit times: TCP takes the option once connected (its byte counter starts here)
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, _TX_FLAGS)
+            except OSError:
+                tx = False
         except TimeoutError as exc:
             sock.close()
             raise httpcore.ConnectTimeout(str(exc)) from exc
         except OSError as exc:
             sock.close()
             raise httpcore.ConnectError(str(exc)) from exc
-        return _TimedStream(sock)
+        stream = _TimedStream(sock)
+        stream.tx_stamps = tx
+        return stream
 
 
 def make_pool(ctx: ssl.SSLContext | None, *, keepalive: bool) -> httpcore.ConnectionPool:
