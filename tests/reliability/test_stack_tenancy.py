@@ -16,6 +16,8 @@ from zgtest import wait_until
 
 from zgtool.gateway.stack_keys import INTERNAL_TIER, engine_keys_toml
 from zgtool.gateway.supervisor import LocalStack, StackConfig
+from zgtool.http.errors import ConfigError
+from zgtool.http.keys import parse_keys
 
 FREE = "sk-ten-free"
 PRO = "sk-ten-pro"
@@ -45,6 +47,13 @@ def test_only_the_stacks_own_key_is_a_gateway_key_in_the_engines_keys_file(tmp_p
     doc = tomllib.loads(engine_keys_toml(keys, "sk-internal"))
     flags = {k["name"]: k.get("gateway", False) for k in doc["keys"]}
     assert flags == {"free": False, "pro": False, INTERNAL_TIER: True}
+
+
+def test_gateway_must_be_true_or_false() -> None:
+    doc = tomllib.loads(KEYS.replace("gateway = true", 'gateway = "yes"'))
+    with pytest.raises(ConfigError, match="gateway must be true or false"):
+        parse_keys(doc, "keys.toml")
+    assert [k.gateway for k in parse_keys(tomllib.loads(KEYS), "keys.toml").keys] == [False, True]
 
 
 @pytest.fixture(scope="module")

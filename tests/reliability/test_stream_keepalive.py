@@ -5,11 +5,14 @@ stream reader counts none of them as a token."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
 
+import anthropic
 import httpx
+import openai
 import pytest
 from zgtest import wait_until
 
@@ -37,6 +40,49 @@ def _body(api: str, max_tokens: int, text: str) -> tuple[str, dict]:
 def _running(direct: str) -> int:
     hint = httpx.get(direct + "/health", timeout=10).headers.get("x-gpu-load-hint", "{}")
     return int(json.loads(hint).get("running", 0))
+
+
+@contextlib.contextmanager
+def _seat_held(direct: str, hold_s: float) -> Iterator[None]:
+    """The engine's one seat held by a long stream for ``hold_s`` (several keepalive intervals),
+    then given up (the hang-up aborts it)."""
+    stop = threading.Event()
+
+    def blocker() -> None:
+        route, body = _body("openai", 1500, "blocker")
+        with httpx.stream("POST", direct + route, json=body, timeout=300) as r:
+            for _ in r.iter_raw():
+                if stop.is_set():
+                    return
+
+    t = threading.Thread(target=blocker)
+    t.start()
+    try:
+        wait_until(lambda: _running(direct) == 1, 60, "the blocker to hold the one seat")
+        threading.Timer(hold_s, stop.set).start()
+        yield
+    finally:
+        stop.set()
+        t.join(120)
+
+
+@pytest.mark.parametrize("path", ["direct", "pygw"])
+def test_the_official_sdks_stream_a_queued_answer_with_keepalives_unharmed(stack: LocalStack, path: str) -> None:
+    url, direct = stack.urls[path], stack.urls["direct"]
+    msgs = [{"role": "user", "content": "queued"}]
+    with _seat_held(direct, 1.5):
+        client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=300)
+        with client.messages.stream(model=MODEL, max_tokens=5, messages=msgs, extra_body={"ignore_eos": True}) as s:
+            kinds = [ev.type for ev in s]
+            final = s.get_final_message()
+    assert kinds[0] == "message_start" and "ping" not in kinds
+    assert final.usage.output_tokens == 5 and final.stop_reason == "max_tokens"
+    with _seat_held(direct, 1.5):
+        oai = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=300)
+        chunks = list(oai.chat.completions.create(model=MODEL, max_tokens=5, messages=msgs, stream=True,
+                                                  extra_body={"ignore_eos": True},
+                                                  stream_options={"include_usage": True}))
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
 
 
 @pytest.mark.parametrize("path", ["direct", "pygw"])
