@@ -1,17 +1,17 @@
-"""The engine's error tree, mapped once to HTTP statuses by the server
-(zgtool.engine.server.errors) and to exit code 2 at the CLI.
+"""The engine's error tree. Each class is answered over HTTP by one row of ENGINE_HTTP
+(zgtool.engine.server.errors) and, met at the command line, exits with one row of ENGINE_EXIT
+(zgtool.commands.engine_errors); docs/errors.md prints both tables (a test keeps them equal).
 
-    EngineError                     500 api_error
-    ├── InvalidRequest              400 invalid_request_error  (empty prompt, max_tokens < 1, ...)
-    │   └── ContextLengthExceeded   400 invalid_request_error  (names both counts)
-    ├── ModelNotFound               404 not_found_error        (unknown model string / path)
-    ├── ModelLoadError              500 (at start-up: missing files, unsupported architecture)
-    │   └── ModelUnavailable        a packaged model's package is missing or its file damaged (CLI exit 4)
-    ├── Overloaded                  529 overloaded_error       (KV pool and waiting queue saturated)
-    ├── SequenceFault               500 for the sequences named, only (non-finite logits, a step that
-    │                                   fails with one sequence in it): the rest of the batch goes on
-    └── EngineStopped               503 / 529                  (shutting down)
-"""
+    EngineError
+    ├── InvalidRequest              bad input (empty prompt, max_tokens < 1, ...)
+    │   └── ContextLengthExceeded   names both counts
+    ├── ModelNotFound               unknown model string / path
+    ├── ModelLoadError              at start-up: missing files, unsupported architecture
+    │   └── ModelUnavailable        a packaged model's package is missing or its file damaged
+    ├── Overloaded                  KV pool and waiting queue saturated
+    ├── SequenceFault               fails the sequences named, only (non-finite logits, a step that
+    │                               fails with one sequence in it): the rest of the batch goes on
+    └── EngineStopped               shutting down"""
 
 from __future__ import annotations
 

@@ -10,9 +10,10 @@
     any other exception          -> 1  a bug: "please report", traceback with --debug
     Ctrl-C (SIGINT)              -> 130, one line, also when the command drained and returned
 
-Engine errors (zgtool.engine.errors) are mapped to HTTP statuses in the server and to
-UsageError at the CLI boundary. The HTTP kit's own errors (zgtool.http.errors.KitError: a bad
-keys or TOML file) are mapped here: exit 2, one line, like a UsageError.
+Engine errors (zgtool.engine.errors) are mapped to HTTP statuses in the server and, met at the
+command line, to this tree by zgtool.commands.engine_errors. The HTTP kit's own errors
+(zgtool.http.errors.KitError: a bad keys or TOML file) are mapped here: exit 2, one line, like a
+UsageError. docs/errors.md has every class's row (a test keeps it equal to the code).
 """
 
 from __future__ import annotations

@@ -28,18 +28,43 @@ types (see zgtool.http.errors).
 
 from __future__ import annotations
 
+from zgtool.engine.api.common import ParamError
 from zgtool.engine.errors import (
     ContextLengthExceeded,
     EngineError,
     EngineStopped,
     InvalidRequest,
+    ModelLoadError,
     ModelNotFound,
+    ModelUnavailable,
     Overloaded,
+    SequenceFault,
 )
 from zgtool.http.errors import ApiError, KitError
 
 HttpError = ApiError          # the engine's name for the kit's error answer
 RETRY_AFTER_OVERLOADED_S = 1
+
+# Every class of the engine's error tree -> (HTTP status, Anthropic error type): the one table.
+# to_http_error answers with it; docs/errors.md prints it (tests/structure/test_error_mapping.py
+# checks every class has exactly one row, here and there).
+ENGINE_HTTP: dict[type[EngineError], tuple[int, str]] = {
+    EngineError: (500, "api_error"),
+    InvalidRequest: (400, "invalid_request_error"),
+    ParamError: (400, "invalid_request_error"),
+    ContextLengthExceeded: (400, "invalid_request_error"),
+    ModelNotFound: (404, "not_found_error"),
+    ModelLoadError: (500, "api_error"),
+    ModelUnavailable: (500, "api_error"),
+    Overloaded: (529, "overloaded_error"),
+    SequenceFault: (500, "api_error"),
+    EngineStopped: (529, "overloaded_error"),
+}
+
+
+def engine_http(exc: EngineError) -> tuple[int, str]:
+    """The (status, error type) of an engine error: its class's row, or its nearest listed base's."""
+    return next(ENGINE_HTTP[c] for c in type(exc).__mro__ if c in ENGINE_HTTP)
 
 
 class ServeStartupError(Exception):
@@ -80,19 +105,20 @@ def to_http_error(exc: BaseException) -> HttpError:
     """Every exception a handler can raise becomes an HttpError here, and only here."""
     if isinstance(exc, HttpError):
         return exc
-    if isinstance(exc, ContextLengthExceeded):
-        return HttpError(400, "invalid_request_error", str(exc), code="context_length_exceeded")
-    if isinstance(exc, InvalidRequest):
-        return HttpError(400, "invalid_request_error", str(exc), param=getattr(exc, "param", None),
-                         code=getattr(exc, "code", None))
-    if isinstance(exc, ModelNotFound):
-        return HttpError(404, "not_found_error", str(exc), code="model_not_found", param="model")
-    if isinstance(exc, Overloaded):
-        return overloaded(str(exc) or "Overloaded")
-    if isinstance(exc, EngineStopped):
-        return overloaded("the server is shutting down; retry on another replica")
     if isinstance(exc, EngineError):
-        return HttpError(500, "api_error", f"engine error: {exc}")
+        status, kind = engine_http(exc)
+        if isinstance(exc, ContextLengthExceeded):
+            return HttpError(status, kind, str(exc), code="context_length_exceeded")
+        if isinstance(exc, InvalidRequest):
+            return HttpError(status, kind, str(exc), param=getattr(exc, "param", None),
+                             code=getattr(exc, "code", None))
+        if isinstance(exc, ModelNotFound):
+            return HttpError(status, kind, str(exc), code="model_not_found", param="model")
+        if isinstance(exc, Overloaded):
+            return overloaded(str(exc) or "Overloaded")
+        if isinstance(exc, EngineStopped):
+            return overloaded("the server is shutting down; retry on another replica")
+        return HttpError(status, kind, f"engine error: {exc}")
     if isinstance(exc, KitError):  # the kit's own error (a bad keys file met while serving)
         return HttpError(exc.status, None, str(exc))
     return HttpError(500, "api_error", f"internal server error ({type(exc).__name__}); see the server log")

@@ -32,18 +32,17 @@ def register(app: typer.Typer) -> None:
         from zgtool.extras import require_extra
 
         require_extra("generate")
-        from zgtool.engine.errors import EngineError, ModelUnavailable
-        from zgtool.errors import MissingCapability, UsageError
+        from zgtool.commands.engine_errors import cli_error
+        from zgtool.engine.errors import EngineError
+        from zgtool.errors import UsageError
 
         if num_threads is not None and num_threads < 1:
             raise UsageError("--num-threads must be >= 1")
         try:
             _run(model, prompt, max_tokens, temperature, top_p, top_k, seed, raw, deterministic, device, dtype,
                  num_threads, as_json)
-        except ModelUnavailable as exc:
-            raise MissingCapability(str(exc)) from exc
         except EngineError as exc:
-            raise UsageError(str(exc)) from exc
+            raise cli_error(exc) from exc
 
 
 def _prompt_ids(tok: Any, prompt: str, raw: bool) -> list[int]:

@@ -100,13 +100,10 @@ def serve(
 
 def startup_error(exc: Exception) -> Exception:
     """The server's start-up errors in the CLI's one error tree (exit 2 for a bad argument,
-    4 for what this machine lacks)."""
-    from zgtool.engine.server.errors import ModelLoadFailed, ServerNotStarted
-    from zgtool.errors import MissingCapability, UsageError
+    4 for what this machine lacks): zgtool.commands.engine_errors."""
+    from zgtool.commands.engine_errors import cli_error
 
-    if (isinstance(exc, ModelLoadFailed) and exc.missing) or isinstance(exc, ServerNotStarted):
-        return MissingCapability(str(exc))
-    return UsageError(str(exc))
+    return cli_error(exc)
 
 
 def _engine_args(cfg: object) -> tuple[str, ...]:

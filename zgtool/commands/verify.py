@@ -162,16 +162,14 @@ def _prepare_model(model: str, console: object) -> None:
 
     if model not in PACKAGED:
         return
-    from zgtool.engine.errors import EngineError, ModelUnavailable
+    from zgtool.commands.engine_errors import cli_error
+    from zgtool.engine.errors import EngineError
     from zgtool.engine.gguf_convert import ensure_converted
-    from zgtool.errors import MissingCapability, UsageError
 
     try:
         path = ensure_converted(model)
-    except ModelUnavailable as exc:
-        raise MissingCapability(str(exc)) from exc
     except EngineError as exc:
-        raise UsageError(str(exc)) from exc
+        raise cli_error(exc) from exc
     print_fn = getattr(console, "print", None)
     if print_fn is not None:
         print_fn(f"[dim]model {model}: {path}[/dim]")
