@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from peerlib.delayhop import Hop, start_hop
 from peerlib.rates import fmt_rate, rate
 
 from zgtool.latency.analysis.phases import analyse
@@ -55,7 +56,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 from engine_live import child  # noqa: E402  (the live-engine fixture the tests use)
 
-HOP = ROOT / "bench" / "peerlib" / "delayhop.py"
 # what a verdict headlines: the time outside the engine (the total only where that is unknown) and, on
 # streams, TTFT
 HEADLINE = ("outside_engine_ms", "ttft_ms")
@@ -67,24 +67,6 @@ MAX_TOKENS = 8
 # --- processes ------------------------------------------------------------------------------
 
 @dataclass
-class Hop:
-    url: str
-    log: Path | None
-    proc: subprocess.Popen[str]
-    read_at: int = 0
-
-    def new_lines(self) -> list[tuple[float, float]]:
-        """(hold ms, downstream ms) of every answer logged since the last call."""
-        if self.log is None:
-            return []
-        with self.log.open() as f:
-            f.seek(self.read_at)
-            text = f.read()
-            self.read_at = f.tell()
-        return [(float(a), float(b)) for a, b in (line.split() for line in text.splitlines() if line.strip())]
-
-
-@dataclass
 class Stack:
     model: str
     engine: str
@@ -92,19 +74,6 @@ class Stack:
     hop0b: Hop
     head: dict[float, Hop] = field(default_factory=dict)
     chunk: dict[float, Hop] = field(default_factory=dict)
-
-
-def start_hop(upstream: str, delay_ms: float, mode: str, logdir: Path, procs: list[subprocess.Popen[Any]]) -> Hop:
-    log = logdir / f"hop-{len(procs)}-{mode}-{delay_ms}.log"
-    log.touch()
-    args = [sys.executable, str(HOP), "--upstream", upstream.removeprefix("http://"), "--delay-ms", str(delay_ms),
-            "--mode", mode, "--log", str(log)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    procs.append(proc)
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line.startswith("PORT "):
-        raise SystemExit(f"delay hop did not start: {line!r}")
-    return Hop(f"http://127.0.0.1:{line.split()[1]}", log, proc)
 
 
 # --- one cell -------------------------------------------------------------------------------

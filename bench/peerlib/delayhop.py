@@ -12,15 +12,21 @@ transfer coding (SSE streams), forwarded frame by frame as they arrive.
          later frames by the delay plus whatever queued behind earlier holds.
 With --delay-ms 0 both modes run the same code with no hold: the baseline hop. Holds sleep to 0.3 ms
 before the deadline and spin the rest on perf_counter, so they are as exact as the clock.
-No zgtool import: it measures zgtool from outside.
+No zgtool import: it measures zgtool from outside. From Python, `start_hop()` runs it as a child
+process and `Hop.new_lines()` reads its --log (bench/verdict_calibration.py, bench/gate_calibration.py,
+the latency tests run the script by path).
 """
 
 from __future__ import annotations
 
 import argparse
 import socket
+import subprocess
+import sys
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter
 from typing import Any, BinaryIO
 
@@ -194,6 +200,44 @@ def main() -> None:
         conn, _ = srv.accept()
         threading.Thread(target=serve, args=(conn, (host, int(port)), args.delay_ms / 1e3, args.mode),
                          daemon=True).start()
+
+
+@dataclass
+class Hop:
+    """A running hop: its URL, its --log file and its process."""
+
+    url: str
+    log: Path | None
+    proc: subprocess.Popen[str]
+    read_at: int = 0
+
+    def new_lines(self) -> list[tuple[float, float]]:
+        """(hold ms, downstream ms) of every answer logged since the last call."""
+        if self.log is None:
+            return []
+        with self.log.open() as f:
+            f.seek(self.read_at)
+            text = f.read()
+            self.read_at = f.tell()
+        return [(float(a), float(b)) for a, b in (line.split() for line in text.splitlines() if line.strip())]
+
+
+def start_hop(upstream: str, delay_ms: float, mode: str, logdir: Path | None,
+              procs: list[subprocess.Popen[Any]]) -> Hop:
+    """This script as a child process in front of `upstream` (URL or host:port), in its own session, added
+    to `procs` (the caller stops them); with `logdir`, each answer's hold is logged there."""
+    log = logdir / f"hop-{len(procs)}-{mode}-{delay_ms}.log" if logdir is not None else None
+    args = [sys.executable, __file__, "--upstream", upstream.removeprefix("http://"), "--delay-ms", str(delay_ms),
+            "--mode", mode]
+    if log is not None:
+        log.touch()
+        args += ["--log", str(log)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    procs.append(proc)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith("PORT "):
+        raise SystemExit(f"delay hop did not start: {line!r}")
+    return Hop(f"http://127.0.0.1:{line.split()[1]}", log, proc)
 
 
 if __name__ == "__main__":
