@@ -38,6 +38,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reliability"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from engine_live import keys_toml  # noqa: E402  (the live-engine fixture the tests use)
 from victims import Outcome, Victim, dumps_raw, lost, send, victims  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,19 +51,7 @@ from zgtool.stats import percentile  # noqa: E402
 VICTIM_KEY = "sk-iso-victim"
 HOSTILE_KEY = "sk-iso-hostile"
 ADMIN_KEY = "sk-iso-admin"
-KEYS = f"""
-[tiers.open]
-[[keys]]
-name = "victim"
-tier = "open"
-key = "{VICTIM_KEY}"
-[[keys]]
-name = "hostile"
-tier = "open"
-key = "{HOSTILE_KEY}"
-[admin]
-keys = ["{ADMIN_KEY}"]
-"""
+KEYS = keys_toml({"victim": VICTIM_KEY, "hostile": HOSTILE_KEY}, (ADMIN_KEY,), tier="open")
 N_VICTIMS = 16
 
 
