@@ -1,6 +1,7 @@
 """Non-finite logits fail the requests they belong to with an engine error naming where the first
 non-finite value appeared ("non-finite logits in layer N"), never a token 0 (issue 26), on every
-compute backend: the C kernels, torch alone, int8; greedy (the C lm_head+argmax) and sampled."""
+compute backend: the C kernels (fp32 and bf16 weights), torch alone, int8; greedy (the C
+lm_head+argmax) and sampled."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from zgtool.engine.quant import Int8Weight
 PROMPTS = [[256, 5, 6, 7], [256, 8, 9, 10, 11, 12], [256, 13, 99, 14], [256, 15]]
 
 
-@pytest.fixture(params=["kernels-float32", "torch-float32", "kernels-int8"])
+@pytest.fixture(params=["kernels-float32", "torch-float32", "kernels-int8", "kernels-bfloat16"])
 def engine(request, monkeypatch) -> Engine:
     backend, dtype = request.param.split("-")
     if backend == "torch":
