@@ -48,8 +48,9 @@ class ByteTokenizer:
         self.eos_token_ids: tuple[int, ...] = (self.EOS,)
         self.bos_token_id: int | None = self.BOS
         self.max_token_chars: int | None = 1    # one token per byte: at least one per character
-        # every id's bytes, computed once: decode runs twice per generated token (detok.py)
-        self._pieces = tuple(self._piece(i) for i in range(vocab_size))
+        # every id's bytes, computed once: decode runs twice per generated token (detok.py); a dict,
+        # so an id outside the vocabulary (negative too) misses instead of indexing from the end
+        self._pieces = {i: self._piece(i) for i in range(vocab_size)}
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         ids = list(text.encode("utf-8"))
@@ -65,9 +66,9 @@ class ByteTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         table = self._pieces
-        if not ids or (min(ids) >= 0 and max(ids) < len(table)):
+        try:
             raw = b"".join([table[i] for i in ids])
-        else:     # ids outside the table: _piece's own answer (or error)
+        except (KeyError, TypeError):   # ids outside the table: _piece's own answer (or error)
             raw = b"".join(self._piece(i) for i in ids)
         return raw.decode("utf-8", errors="replace")
 
