@@ -6,7 +6,10 @@
    built with AVX512-BF16, vdpbf16ps on 32 bf16 pairs a step (K a multiple of 32; the
    activations rounded to bf16 in registers, as a bf16 model computes). The public functions
    pick the widest instance the shape allows; a shape never changes instance between calls, so
-   an output's arithmetic never depends on the batch. Which variant was built: kernel_isa(). */
+   an output's arithmetic never depends on the batch. Which variant was built: kernel_isa().
+   bf16 weights [3072, 576] (cache-resident: compute, not memory), 2 threads, a loaded 2-core
+   EPYC, ms, median of 5 (avx2 / avx512 / avx512bf16): 1 row 0.088 / 0.082 / 0.065; 16 rows
+   3.45 / 3.45 / 2.71; 64 rows 14.7 / 12.7 / 7.9 -- vdpbf16ps is why avx512bf16 ranks first. */
 #include "zg_simd.h"
 
 /* -- 8 lanes (AVX2) -------------------------------------------------------------------------- */
