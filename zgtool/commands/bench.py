@@ -153,11 +153,13 @@ def _fail_if_nothing_succeeded(result) -> None:  # noqa: ANN001 - BenchResult
 def write_k8s(opts: BenchOptions) -> None:
     from zgtool.errors import UsageError
     from zgtool.loadtest.bench import k8s_manifests
+    from zgtool.loadtest.config import BenchConfig
     from zgtool.loadtest.k8s import write_manifests
     from zgtool.output import console
 
     cfg, direct, gateway, config = opts.load, opts.direct, opts.gateway, opts.config
     parallelism, out_dir = opts.k8s, opts.k8s_out
+    assert isinstance(cfg, BenchConfig) and parallelism is not None, "parse_bench_options: --k8s is constant-rate"
     if not direct:
         raise UsageError("--k8s needs --direct TARGET (and --gateway TARGET): URLs the cluster's pods can reach")
     files = k8s_manifests(cfg, direct=_resolve(direct, config, cfg.api),

@@ -4,7 +4,7 @@ text (before k6 or the local stack starts)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -140,10 +140,10 @@ def parse_bench_options(
     load = _load(ramp=ramp and k8s is None, rate=rate, duration=duration, pre_vus=pre_vus, max_vus=max_vus,
                  scenarios=scenarios, together=together, api=api, payload=payload, arrivals=arrivals,
                  timeout_s=timeout_s, rates=rates, step=step, warmup=warmup, ttft_at_knee=ttft_at_knee)
-    where = {"direct": direct, "gateway": gateway, "start": start, "via": via, "model": model, "config": config,
-             "run_dir": run_dir, "progress": not (no_progress or quiet), "as_json": as_json, "out": out}
+    where = BenchOptions(load=load, direct=direct, gateway=gateway, start=start, via=via, model=model, config=config,
+                         run_dir=run_dir, progress=not (no_progress or quiet), as_json=as_json, out=out)
     if k8s is not None:
-        return BenchOptions(load=load, k8s=k8s, k8s_out=k8s_out, **where)
+        return replace(where, k8s=k8s, k8s_out=k8s_out)
     from zgtool.loadtest.k6bin import find_k6
 
     k6_path = find_k6(k6)
@@ -154,4 +154,4 @@ def parse_bench_options(
         from zgtool.otel_metrics import metrics_url
 
         metrics_url(otlp_endpoint)   # a bad URL is refused before k6 starts
-    return BenchOptions(load=load, k6=k6_path, csv_dir=csv_dir, otlp_endpoint=otlp_endpoint, segment=seg, **where)
+    return replace(where, k6=k6_path, csv_dir=csv_dir, otlp_endpoint=otlp_endpoint, segment=seg)
