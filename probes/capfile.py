@@ -127,6 +127,10 @@ class _CheckedPcapNg(_Checked, PcapNgReader):
 
     def _read_block_epb(self, block: bytes, size: int) -> Any:
         self._iface = struct.unpack(self.endian + "I", block[:4])[0] if len(block) >= 4 else 0
+        caplen = struct.unpack(self.endian + "I", block[12:16])[0] if len(block) >= 16 else 0
+        if 20 + caplen > len(block):  # scapy would hand on the shorter bytes as if they were the packet
+            raise self._corrupt(f"record {self.records + 1} at byte offset {self._block_offset} claims {caplen} "
+                                f"captured bytes in a {len(block) + 12}-byte block")
         return super()._read_block_epb(block, size)
 
     def _read_block_pkt(self, block: bytes, size: int) -> Any:

@@ -146,6 +146,17 @@ def test_a_pcapng_packet_naming_an_undescribed_interface_is_corrupt(tmp_path: Pa
         read_capture(path)
 
 
+def test_a_pcapng_packet_claiming_more_bytes_than_its_block_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "caplen.pcapng"
+    pcapng(path, 6, 0, [1, 2, 3], [ip for _, ip in handshake(False)])
+    data = bytearray(path.read_bytes())
+    first_epb = 28 + struct.unpack("<I", data[32:36])[0]               # after the 28-byte SHB and the IDB
+    data[first_epb + 20:first_epb + 24] = struct.pack("<I", 4000)      # caplen 4000 in a ~100-byte block
+    path.write_bytes(bytes(data))
+    with pytest.raises(UsageError, match=rf"corrupt: record 1 at byte offset {first_epb} claims 4000 captured bytes"):
+        read_capture(path)
+
+
 def test_a_modified_pcap_is_refused_with_the_conversion_to_run(tmp_path: Path) -> None:
     path = tmp_path / "modified.pcap"
     path.write_bytes(struct.pack("<IHHiIII", 0xA1B2CD34, 2, 4, 0, 0, 65535, 1))
