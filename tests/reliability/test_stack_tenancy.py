@@ -5,6 +5,7 @@ names in x-zgtool-tenant from that key alone, never from a client's."""
 
 from __future__ import annotations
 
+import json
 import threading
 import tomllib
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from zgtool.gateway.supervisor import LocalStack, StackConfig
 from zgtool.http.errors import ConfigError
 from zgtool.http.keys import parse_keys
 
+MODEL = "dummy:small"    # ~44M parameters: a 1,500-token stream holds its seat for many seconds
 FREE = "sk-ten-free"
 PRO = "sk-ten-pro"
 ADMIN = "sk-ten-admin"
@@ -60,14 +62,15 @@ def test_gateway_must_be_true_or_false() -> None:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     keys = tmp_path_factory.mktemp("keys") / "keys.toml"
     keys.write_text(KEYS)
-    cfg = StackConfig(model="dummy:tiny", paths=("stack",), pygw_keys=keys, pygw_policy="none",
+    cfg = StackConfig(model=MODEL, paths=("stack",), pygw_keys=keys, pygw_policy="none",
                       engine_args=("--max-num-seqs", "4"), run_dir=tmp_path_factory.mktemp("run"))
     with LocalStack(cfg) as st:
         yield st
 
 
-def _stream(url: str, key: str, max_tokens: int, events: list[tuple[str, str]], tag: str) -> None:
-    body = {"model": "dummy:tiny", "max_tokens": max_tokens, "stream": True, "temperature": 0, "ignore_eos": True,
+def _stream(url: str, key: str, max_tokens: int, events: list[tuple[str, str]], tag: str,
+            stop: threading.Event) -> None:
+    body = {"model": MODEL, "max_tokens": max_tokens, "stream": True, "temperature": 0, "ignore_eos": True,
             "messages": [{"role": "user", "content": f"{tag} says hello"}]}
     # every client names another tenant itself: pygw replaces the header with the key it authenticated
     headers = {"x-api-key": key, "x-zgtool-tenant": "free" if key == PRO else "pro"}
@@ -78,23 +81,35 @@ def _stream(url: str, key: str, max_tokens: int, events: list[tuple[str, str]], 
             if first and line.startswith("event: content_block_delta"):
                 events.append((tag, "first"))
                 first = False
+            if stop.is_set():
+                break       # hanging up aborts it
     events.append((tag, "done"))
+
+
+def _load(st: LocalStack) -> dict:
+    return json.loads(httpx.get(st.urls["direct"] + "/health", timeout=10).headers["x-gpu-load-hint"])
 
 
 def test_through_the_keyed_stack_a_second_key_is_served_while_the_first_fills_every_seat(stack: LocalStack) -> None:
     events: list[tuple[str, str]] = []
     url = stack.urls["stack"]
-    pro = [threading.Thread(target=_stream, args=(url, PRO, 400, events, f"pro{i}")) for i in range(8)]
+    stop = threading.Event()
+    pro = [threading.Thread(target=_stream, args=(url, PRO, 1500, events, f"pro{i}", stop)) for i in range(8)]
     for t in pro:
         t.start()
-    # the pro key holds every seat and has more waiting (4 of 8 streams started)
-    wait_until(lambda: sum(1 for e in events if e[1] == "first") >= 4, 60, "the pro key to fill every seat")
-    free = threading.Thread(target=_stream, args=(url, FREE, 4, events, "free"))
-    free.start()
-    free.join(120)
-    for t in pro:
-        t.join(120)
+    try:
+        # the pro key holds every seat and has more waiting
+        wait_until(lambda: (h := _load(stack))["running"] >= 4 and h["waiting"] >= 1, 60,
+                   "the pro key to fill every seat")
+        free = threading.Thread(target=_stream, args=(url, FREE, 4, events, "free", threading.Event()))
+        free.start()
+        free.join(120)
+    finally:
+        stop.set()        # the pro streams hang up once the free one is done (or the test failed)
+        for t in pro:
+            t.join(120)
     order = [e for e in events if e[1] in ("first", "done")]
     free_first = order.index(("free", "first"))
     pro_done = [i for i, (tag, what) in enumerate(order) if tag.startswith("pro") and what == "done"]
+    # one pro stream finishing would have freed a seat: the free key got one while all four were held
     assert len(pro_done) == 8 and free_first < min(pro_done), order
