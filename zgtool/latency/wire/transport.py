@@ -242,6 +242,9 @@ def _on_loopback(sock: socket.socket) -> bool:
     return host == "::1" or host.startswith(("127.", "::ffff:127."))
 
 
+_MAX_REPORTS = 256     # transmit reports read per send at most
+
+
 def _error_report(sock: socket.socket) -> tuple[int | None, int | None] | None:
     """One transmit report from the socket's error queue: (kernel time on perf_counter, byte), None: none left."""
     try:
@@ -255,6 +258,8 @@ def _error_report(sock: socket.socket) -> tuple[int | None, int | None] | None:
             ts = sec * 1_000_000_000 + nsec - (time_ns() - perf_counter_ns())
         elif (level, kind) in _RECVERR and len(raw) >= 16:
             key = struct.unpack_from("I", raw, 12)[0]        # sock_extended_err.ee_data: the byte
+    if ts is None and key is None:
+        return None        # a read with no report in it (seen through a hop): the queue holds none
     return ts, key
 
 
@@ -313,7 +318,9 @@ class _TimedStream(httpcore._backends.sync.SyncStream):
         timeout = sock.gettimeout()
         sock.settimeout(0)         # a socket with a timeout would wait for one to come
         try:
-            while (report := _error_report(sock)) is not None:
+            for _ in range(_MAX_REPORTS):      # bounded: a queue that never empties must not hang a run
+                if (report := _error_report(sock)) is None:
+                    break
                 if report[0] is not None and report[1] == last_byte % 2**32:
                     found = report[0]
         finally:
