@@ -103,12 +103,14 @@ class Live:
         raise AssertionError("no VmRSS")
 
 
+class EngineFailed(RuntimeError):
+    """An engine that did not start: a child that exited or never answered /health (its log in the message)."""
+
+
 @contextlib.contextmanager
-def in_process(tmp: Path, **overrides: Any) -> Iterator[Live]:
-    """The real app on uvicorn in a thread (its own uvloop), keyed so /admin/kv works."""
-    if "keys" not in overrides:
-        overrides["keys"] = write_keys(tmp)
-    cfg = ServeConfig(**{"model": "null", "host": "127.0.0.1", "port": 0, "grace_s": 2.0, **overrides})
+def serving(cfg: ServeConfig) -> Iterator[tuple[Built, Any, threading.Thread]]:
+    """`cfg`'s app on uvicorn in a thread (its own uvloop) on a bound socket: (built, server, thread) once it
+    has started; stopped and joined after."""
     sock = bind("127.0.0.1", 0)
     built = build(cfg, sock)
     server = make_server(built)
@@ -116,10 +118,11 @@ def in_process(tmp: Path, **overrides: Any) -> Iterator[Live]:
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "in-process server did not start"
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise EngineFailed("in-process server did not start")
         time.sleep(0.01)
     try:
-        yield Live(built.url, built=built, admin_key=ADMIN_KEY)
+        yield built, server, thread
     finally:
         server.should_exit = True
         thread.join(20)
@@ -127,17 +130,24 @@ def in_process(tmp: Path, **overrides: Any) -> Iterator[Live]:
         assert not thread.is_alive(), "server thread did not stop"
 
 
-class EngineFailed(RuntimeError):
-    """A child engine that exited or never answered /health (its log in the message)."""
+@contextlib.contextmanager
+def in_process(tmp: Path, **overrides: Any) -> Iterator[Live]:
+    """The real app on uvicorn in a thread (its own uvloop), keyed so /admin/kv works."""
+    if "keys" not in overrides:
+        overrides["keys"] = write_keys(tmp)
+    cfg = ServeConfig(**{"model": "null", "host": "127.0.0.1", "port": 0, "grace_s": 2.0, **overrides})
+    with serving(cfg) as (built, _server, _thread):
+        yield Live(built.url, built=built, admin_key=ADMIN_KEY)
 
 
 @contextlib.contextmanager
 def child(tmp: Path, *args: str, keyed: bool = True, model: str = "null", prefix: tuple[str, ...] = (),
-          health_timeout_s: float = 60.0) -> Iterator[Live]:
+          health_timeout_s: float = 60.0, log: Path | None = None) -> Iterator[Live]:
     """`zgtool serve --model MODEL ARGS` as a child process (after `prefix`, e.g. a taskset pin), logging to
-    TMP/serve.log (one engine per folder); yields once /health answers, always stopped (SIGTERM, then SIGKILL) and reaped."""
+    `log` (default TMP/serve.log: one engine per folder); yields once /health answers, always stopped
+    (SIGTERM, then SIGKILL) and reaped."""
     port = free_port()
-    log = tmp / "serve.log"
+    log = log or tmp / "serve.log"
     cmd = [*prefix, sys.executable, "-m", "zgtool", "serve", "--model", model, "--port", str(port), *args]
     if keyed:
         cmd += ["--keys", str(write_keys(tmp))]

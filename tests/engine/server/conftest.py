@@ -10,11 +10,8 @@ cannot import this file under --import-mode=importlib.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,10 +21,10 @@ from typing import Any
 
 import httpx
 import pytest
+from engine_live import child, serving  # the one live-engine fixture (tests/support)
 
 from zgtool.engine.server.config import ServeConfig
-from zgtool.engine.server.run import Built, bind, build, make_server
-from zgtool.http.net import free_port
+from zgtool.engine.server.run import Built
 
 ADMIN_KEY = "sk-test-admin"
 FREE_KEY = "sk-test-free"
@@ -122,60 +119,16 @@ class LiveServer:
 @contextlib.contextmanager
 def live_server(**overrides: Any) -> Iterator[LiveServer]:
     cfg = ServeConfig(**{"model": "null", "host": "127.0.0.1", "port": 0, "grace_s": 2.0, **overrides})
-    sock = bind("127.0.0.1", 0)
-    built = build(cfg, sock)
-    server = make_server(built)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("in-process server did not start")
-        time.sleep(0.01)
-    try:
+    with serving(cfg) as (built, server, thread):
         yield LiveServer(built.url, built, server, thread)
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
-        assert not thread.is_alive(), "server thread did not stop"
-
-
-ZGTOOL = [sys.executable, "-m", "zgtool"]
 
 
 @contextlib.contextmanager
 def serve_process(*args: str, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`zgtool serve --model null` as a child process; always stopped (and waited for)."""
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with log.open("wb") as fh:
-        proc = subprocess.Popen([*ZGTOOL, "serve", "--model", "null", "--port", str(port), *args],
-                                stdout=fh, stderr=subprocess.STDOUT, env=env)
-    scheme = "https" if "--tls" in args else "http"
-    url = f"{scheme}://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if httpx.get(url + "/health", verify=False, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not become healthy:\n{log.read_text()}")
-            time.sleep(0.1)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+    """`zgtool serve --model null` as a child process (tests/support/engine_live.py's); always stopped and reaped."""
+    with child(log.parent, *args, keyed=False, log=log) as live:
+        assert live.proc is not None
+        yield live.proc, live.url
 
 
 @pytest.fixture(scope="module")
