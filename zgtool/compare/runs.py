@@ -1,0 +1,89 @@
+"""Read latency-split result files and check they measured the same thing.
+
+Runs are compared path by path *by position* (the first target of every run is path 1, ...): the
+same stack measured on different nights usually has the same URLs, but `verify` and tests start
+their servers on free ports, so names are labels, not keys. Two runs differ in what they measured
+when the workload does (stream, prompt, output length, concurrency, dataset, open-loop rate) or
+when they have a different number of paths: `compare` then refuses with one line naming the
+difference (exit 2), because a between-run interval over different workloads means nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zgtool.errors import UsageError
+from zgtool.results import load_result
+
+KIND = "latency_split"
+# config fields that define the workload: a difference in any of them makes runs incomparable
+WORKLOAD_FIELDS = ("stream", "prompt", "prompt_chars", "max_tokens", "concurrency", "new_connection",
+                   "workload", "open_loop")
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    label: str                       # the file's stem, unique among the runs compared
+    created: str
+    config: dict[str, Any]
+    targets: tuple[dict[str, Any], ...]
+    differences: tuple[dict[str, Any], ...]
+
+    @property
+    def path_names(self) -> tuple[str, ...]:
+        return tuple(str(t.get("name", f"path {i + 1}")) for i, t in enumerate(self.targets))
+
+
+def load_run(path: Path) -> Run:
+    result = load_result(path)
+    kind = result.get("kind")
+    if kind != KIND:
+        raise UsageError(f"{path}: compare reads latency-split results, this one is {kind!r}")
+    data = result.get("data") or {}
+    targets = data.get("targets")
+    if not isinstance(targets, list) or not targets:
+        raise UsageError(f"{path}: a latency-split result with no targets")
+    return Run(path=path, label=path.stem, created=str(result.get("created", "")),
+               config=dict(data.get("config") or {}), targets=tuple(targets),
+               differences=tuple(data.get("differences") or ()))
+
+
+def _unique_labels(runs: list[Run]) -> list[Run]:
+    seen: dict[str, int] = {}
+    out = []
+    for run in runs:
+        n = seen.get(run.label, 0)
+        seen[run.label] = n + 1
+        if n:
+            run = Run(run.path, f"{run.label}#{n + 1}", run.created, run.config, run.targets, run.differences)
+        out.append(run)
+    return out
+
+
+def check_comparable(runs: list[Run]) -> None:
+    """UsageError naming the first difference that makes the runs incomparable."""
+    first = runs[0]
+    for run in runs[1:]:
+        if len(run.targets) != len(first.targets):
+            raise UsageError(f"{run.path} measured {len(run.targets)} path(s), {first.path} {len(first.targets)}: "
+                             "compare needs the same paths in every run")
+        for field in WORKLOAD_FIELDS:
+            a, b = first.config.get(field), run.config.get(field)
+            if a != b:
+                raise UsageError(f"{run.path} and {first.path} measured different workloads: "
+                                 f"{field} is {b!r} there and {a!r} here")
+
+
+def load_runs(paths: list[Path], baseline: Path | None) -> list[Run]:
+    """The runs in order, the baseline first (the first file when --baseline is not given)."""
+    if len(paths) + (baseline is not None and baseline not in paths) < 2:
+        raise UsageError("compare needs at least two result files")
+    ordered = list(paths)
+    if baseline is not None:
+        ordered = [baseline] + [p for p in paths if p.resolve() != baseline.resolve()]
+    runs = _unique_labels([load_run(p) for p in ordered])
+    check_comparable(runs)
+    return runs

@@ -1,0 +1,168 @@
+"""Across runs: each path's metrics with a between-run interval, the tax per hop per run, regressions.
+
+- Between-run interval (AIPerf's multi-run confidence): the t-interval over the runs' medians,
+  mean +/- t(0.975, k-1) * sd / sqrt(k). It needs k >= 2 runs; it says how much the figure moves
+  from one run to the next, which a single run's bootstrap interval cannot.
+- Tax per hop: each run's own paired difference (candidate path minus path 1, the run's
+  interleaved rounds), with its within-run interval, and the t-interval over those differences.
+- Regression table: each run against the baseline run, metric by metric. Two runs are separate
+  samples, so the interval combines the two medians' own intervals (normal approximation of each:
+  se = width / (2 * 1.96)); a change counts only when that interval excludes 0 and the change is
+  above the smallest effect that matters (max(0.2 ms, 2% of the baseline), the rule latency-split
+  uses).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist, fmean, stdev
+
+from zgtool.bootstrap import t_quantile
+from zgtool.compare.runs import Run
+
+LATENCY_METRICS = ("ttfb_ms", "ttft_ms", "itl_ms", "tpot_ms", "total_ms", "outside_engine_ms")
+THROUGHPUT_METRICS = ("request_rps", "output_tok_s")       # higher is better
+TAX_PHASES = ("total_ms", "ttft_ms", "outside_engine_ms")
+CONFIDENCE = 0.95
+_Z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
+
+
+def t_critical(df: int, confidence: float = CONFIDENCE) -> float:
+    """Two-sided Student t critical value: exact for 1 and 2 degrees of freedom, Cornish-Fisher above."""
+    p = 0.5 + confidence / 2
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    return t_quantile(p, df)
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    lo: float | None          # None with fewer than two values
+    hi: float | None
+    n: int
+
+
+def between_runs(values: list[float]) -> Interval:
+    if len(values) < 2:
+        v = values[0] if values else math.nan
+        return Interval(v, None, None, len(values))
+    m, sd = fmean(values), stdev(values)
+    half = t_critical(len(values) - 1) * sd / math.sqrt(len(values))
+    return Interval(m, m - half, m + half, len(values))
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    path: int                          # 0-based position of the path in every run
+    path_name: str                     # its name in the baseline run
+    metric: str
+    per_run: tuple[float | None, ...]  # each run's median (None: the run has no such figure)
+    across: Interval
+
+
+def _median(target: dict, metric: str) -> tuple[float | None, float | None, float | None]:
+    if metric in THROUGHPUT_METRICS:
+        v = (target.get("throughput") or {}).get(metric)
+        return (float(v) if isinstance(v, int | float) else None), None, None
+    phase = (target.get("phases") or {}).get(metric)
+    if not phase or not phase.get("count"):
+        return None, None, None
+    return float(phase["summary"]["p50"]), phase.get("median_lo"), phase.get("median_hi")
+
+
+def metric_rows(runs: list[Run]) -> list[MetricRow]:
+    rows = []
+    for i, name in enumerate(runs[0].path_names):
+        for metric in (*LATENCY_METRICS, *THROUGHPUT_METRICS):
+            per_run = tuple(_median(run.targets[i], metric)[0] for run in runs)
+            present = [v for v in per_run if v is not None]
+            if not present:
+                continue
+            rows.append(MetricRow(i, name, metric, per_run, between_runs(present)))
+    return rows
+
+
+@dataclass(frozen=True)
+class TaxRow:
+    candidate: int                     # path position (>= 1) against path 0
+    candidate_name: str
+    phase: str
+    per_run: tuple[tuple[float, float, float, str] | None, ...]   # (diff, lo, hi, verdict) per run
+    across: Interval                   # t-interval over the runs' differences
+
+
+def _difference(run: Run, candidate: int, phase: str) -> tuple[float, float, float, str] | None:
+    names = run.path_names
+    for d in run.differences:
+        if d.get("phase") == phase and d.get("baseline") == names[0] and d.get("candidate") == names[candidate]:
+            if d.get("diff_ms") is None or d.get("lo_ms") is None or d.get("hi_ms") is None:
+                return None
+            return float(d["diff_ms"]), float(d["lo_ms"]), float(d["hi_ms"]), str(d.get("verdict", ""))
+    return None
+
+
+def tax_rows(runs: list[Run]) -> list[TaxRow]:
+    rows = []
+    for j in range(1, len(runs[0].targets)):
+        for phase in TAX_PHASES:
+            per_run = tuple(_difference(run, j, phase) for run in runs)
+            present = [d[0] for d in per_run if d is not None]
+            if present:
+                rows.append(TaxRow(j, runs[0].path_names[j], phase, per_run, between_runs(present)))
+    return rows
+
+
+@dataclass(frozen=True)
+class Change:
+    run: str
+    path: int                  # 0-based position
+    path_name: str
+    metric: str
+    baseline: float
+    value: float
+    diff: float
+    lo: float | None
+    hi: float | None
+    verdict: str               # "regression" | "improvement" | "no change" | "no interval"
+
+
+def _smallest_effect(baseline: float) -> float:
+    return max(0.2, 0.02 * abs(baseline))
+
+
+def _verdict(diff: float, lo: float | None, hi: float | None, baseline: float, higher_is_better: bool) -> str:
+    if lo is None or hi is None:
+        return "no interval"
+    worse = (lo > 0) if not higher_is_better else (hi < 0)
+    better = (hi < 0) if not higher_is_better else (lo > 0)
+    big = abs(diff) >= _smallest_effect(baseline)
+    if worse and big:
+        return "regression"
+    if better and big:
+        return "improvement"
+    return "no change"
+
+
+def changes(runs: list[Run]) -> list[Change]:
+    """Every other run against the baseline (runs[0]), per path and metric."""
+    out = []
+    base = runs[0]
+    for run in runs[1:]:
+        for i, name in enumerate(base.path_names):
+            for metric in (*LATENCY_METRICS, *THROUGHPUT_METRICS):
+                b, b_lo, b_hi = _median(base.targets[i], metric)
+                v, v_lo, v_hi = _median(run.targets[i], metric)
+                if b is None or v is None:
+                    continue
+                diff = v - b
+                lo = hi = None
+                if None not in (b_lo, b_hi, v_lo, v_hi):
+                    se = math.hypot((b_hi - b_lo) / (2 * _Z), (v_hi - v_lo) / (2 * _Z))  # type: ignore[operator]
+                    lo, hi = diff - _Z * se, diff + _Z * se
+                out.append(Change(run.label, i, name, metric, b, v, diff, lo, hi,
+                                  _verdict(diff, lo, hi, b, metric in THROUGHPUT_METRICS)))
+    return out
