@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from engine_live import keys_toml
 from victims import (
     Case,
     Outcome,
@@ -34,15 +35,7 @@ from zgtool.gateway.supervisor import LocalStack, StackConfig
 MODEL = "dummy:tiny"
 ADMIN = "sk-fuzz-admin"
 USER = "sk-fuzz-user"
-KEYS = f"""
-[tiers.open]
-[[keys]]
-name = "user"
-tier = "open"
-key = "{USER}"
-[admin]
-keys = ["{ADMIN}"]
-"""
+KEYS = keys_toml({"user": USER}, (ADMIN,), tier="open")
 HOSTILE_TIMEOUT_S = 120.0   # "never a hang": generous, the suite shares two cores
 
 
