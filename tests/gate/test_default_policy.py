@@ -102,3 +102,14 @@ def test_no_default_rule_compares_percentiles_of_two_separate_runs() -> None:
         sides = parse_rule(rule.rule.text).sides()
         fields = [s for s in sides if any(c.isalpha() for c in s)]
         assert len(fields) <= 1, rule.name
+
+
+def test_the_gate_cli_exits_2_when_no_rule_applied_and_0_with_allow_empty(tmp_path: Path) -> None:
+    from zgtool.results import write_result
+
+    f = write_result(make_result("probe.headers", {"status": 200}), tmp_path / "probe.json")
+    r = run_zgtool("gate", f)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no rule applied to this result (kind probe.headers" in r.stderr and "--allow-empty" in r.stderr
+    assert "NOTHING JUDGED" in r.stdout
+    assert run_zgtool("gate", f, "--allow-empty").returncode == 0

@@ -70,9 +70,11 @@ def test_rule_on_a_missing_field_exits_2_naming_the_field(write, policy_file, cl
 def test_missing_field_with_skip_missing_is_a_skipped_row(write, policy_file, cli, k6_data):
     res = write("bench.json", "bench.k6", k6_data())
     pol = policy_file('[[rule]]\ncheck = "stack.http_req_duration.p95 < 5"\nskip_missing = true\n')
-    proc = cli("gate", "--policy", pol, res, "--json")
+    proc = cli("gate", "--policy", pol, res, "--json", "--allow-empty")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["data"]["rows"][0]["status"] == "skip"
+    # without --allow-empty a gate that judged nothing is no pass
+    assert cli("gate", "--policy", pol, res).returncode == 2
 
 
 def test_non_result_file_and_missing_policy_exit_2(tmp_path, write, cli, k6_data):

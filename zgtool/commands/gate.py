@@ -25,20 +25,27 @@ def register(app: typer.Typer) -> None:
             None, "--summary-md", help="Also write a Markdown summary, e.g. to \"$GITHUB_STEP_SUMMARY\" (appended)."
         ),
         junit: Path | None = typer.Option(None, "--junit", help="Also write JUnit XML (one testcase per check)."),
+        allow_empty: bool = typer.Option(
+            False, "--allow-empty", help="Exit 0 when no rule of the policy applied to the results (default: exit 2)."
+        ),
     ) -> None:
         """Check result files against a policy.
 
-        Exit 0 pass, 1 a gate breached, 2 a bad policy or input (unknown field, a baseline of another
-        kind or other targets), 5 the measurement is unreliable (a rule with category = "measurement"
-        failed, e.g. the load generator dropped iterations, or a run had no successful request).
+        The default policy reads any result: a two-target latency-split by position (the first target is
+        the baseline, the second the candidate, paired per round), a one-target run, verify's files, a
+        sweep, a k6 bench. Each PASS or FAIL line says why in words.
 
-        \b
+        Exit 0 pass, 1 a gate breached, 2 a bad policy or input (unknown field, a baseline of another
+        kind or other targets), or no rule applied to the results (unless --allow-empty), 5 the
+        measurement is unreliable (a rule with category = "measurement" failed, e.g. the load generator
+        dropped iterations, or every request of a run failed).
+
         Examples:
           zgtool latency-split http://base:8000 http://cand:8000 -n 200 -o pair.json
           zgtool gate pair.json --summary-md "$GITHUB_STEP_SUMMARY" --junit gate.xml
           zgtool gate --policy gates.toml reports/bench.json --baseline main.json --max-regression 15%
         """
-        run_gate(results, policy, baseline, max_regression, as_json, out, summary_md, junit)
+        run_gate(results, policy, baseline, max_regression, as_json, out, summary_md, junit, allow_empty)
 
 
 def run_gate(
@@ -50,11 +57,13 @@ def run_gate(
     out: Path | None,
     summary_md: Path | None = None,
     junit: Path | None = None,
+    allow_empty: bool = False,
 ) -> None:
     import math
 
     from zgtool.errors import MeasurementUnreliable, UsageError, VerdictFailed
     from zgtool.gate import LoadedResult, evaluate, load_policy, parse_percent
+    from zgtool.gate.evaluate import check_applied, unreliable_message
     from zgtool.gate.render import render_report
     from zgtool.output import console, emit_result, err_console
     from zgtool.results import load_result, make_result
@@ -75,9 +84,10 @@ def run_gate(
     emit_result(result, as_json=as_json, out=out)
     _write_ci_outputs(report, summary_md, junit)
     if report.verdict == "unreliable":
-        names = "; ".join(r.rule for r in report.unreliable_rows)
+        names = unreliable_message(report)
         also = f" ({len(report.breaches)} gate checks also breached)" if report.breaches else ""
         raise MeasurementUnreliable(f"gate: the measurement is unreliable, not judged: {names}{also}")
+    check_applied(report, loaded, allow_empty=allow_empty)
     if not report.passed:
         failed = report.counts.get("fail", 0)
         raise VerdictFailed(f"gate failed: {failed} of {len(report.rows)} checks breached ({report.policy})")
