@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -143,3 +144,59 @@ def wire_at(segs: list[tuple[int, int, int]], offset: int) -> int | None:
     """The earliest time a segment holding byte `offset` was seen."""
     ts = [t for a, b, t in segs if a <= offset < b]
     return min(ts) if ts else None
+
+
+@dataclass
+class WireRequest:
+    """One request and its answer as tcpdump saw them (seconds, the pcap's clock)."""
+
+    start: float                       # the request's first payload segment
+    resp_first: float | None = None
+    first_token: float | None = None   # the first segment holding a non-empty content delta
+    resp_last: float | None = None
+
+
+_RID = re.compile(rb"\r\nrequest-id: *([^\r\n]+)", re.I)
+_TOKEN = re.compile(rb'"delta":\{"content":"[^"]')
+
+
+def wire_requests(pcap: Path, server_ports: set[int]) -> dict[str, WireRequest]:
+    """Requests by the engine's request-id header (the capture must keep the head: -s 2048), in keep-alive
+    order per connection: a client payload starting with POST opens a request, the server's payloads until
+    the next one are its answer."""
+    from scapy.layers.inet import TCP
+    from scapy.utils import PcapReader
+
+    out: dict[str, WireRequest] = {}
+    cur: dict[tuple[int, int], WireRequest] = {}
+    high: dict[tuple[int, int, int], int] = {}      # (server, client, direction) -> highest sequence end seen
+    with PcapReader(str(pcap)) as r:
+        for p in r:
+            if TCP not in p:
+                continue
+            tcp = p[TCP]
+            payload = bytes(tcp.payload)
+            if not payload:
+                continue
+            t = float(p.time)
+            flow = (tcp.sport, tcp.dport, 0) if tcp.dport in server_ports else (tcp.dport, tcp.sport, 1)
+            end = (tcp.seq + len(payload)) % 2**32
+            if flow in high and (end - high[flow]) % 2**32 >= 2**31 or high.get(flow) == end:
+                continue                                 # a retransmission: the bytes came before
+            high[flow] = end
+            if tcp.dport in server_ports:
+                if payload.startswith(b"POST "):
+                    cur[(tcp.dport, tcp.sport)] = WireRequest(start=t)
+                continue
+            req = cur.get((tcp.sport, tcp.dport))
+            if req is None:
+                continue
+            if req.resp_first is None:
+                req.resp_first = t
+                m = _RID.search(payload)
+                if m:
+                    out[m.group(1).decode().strip()] = req
+            if req.first_token is None and _TOKEN.search(payload):
+                req.first_token = t
+            req.resp_last = t
+    return out

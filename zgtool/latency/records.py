@@ -169,6 +169,7 @@ class PhaseStats:
     median_hi: float | None
     waterfall_mean_ms: float | None    # mean contribution per ok request (absent = 0): sums to mean total
     ci_method: str = "linear"          # how median_lo/hi were drawn: log | linear, clipped at 0 | linear
+    of: int | None = None              # ok requests it could come from (count < of: figures left out)
 
 
 @dataclass
@@ -191,6 +192,7 @@ class PhaseDifference:
     hi_adj: float | None = None
     significant_adj: bool = False
     comparisons: int = 1               # m of the adjustment: candidates x family_size
+    note: str | None = None            # why there is no figure: "too few: k of n kept", "not measured: ..."
 
 
 @dataclass

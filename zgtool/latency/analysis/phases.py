@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from zgtool.bootstrap import LOWER, NOT_SIGNIFICANT, Difference, median_ci, median_difference
+from zgtool.bootstrap import LOWER, Difference, median_ci, median_difference
 from zgtool.latency.analysis import design
 from zgtool.latency.config import Slo, SplitConfig
 from zgtool.latency.records import (
@@ -26,6 +26,10 @@ from zgtool.latency.records import (
 )
 from zgtool.stats import percentile, summarize
 from zgtool.targets import Target
+
+MIN_FIGURES = 8                  # no interval (and no difference) from fewer figures than this
+NOT_MEASURED = "not measured"    # a verdict of its own: a side had no figure at all
+TOO_FEW = "too few"              # a side kept under MIN_FIGURES figures
 
 # connection set-up ends before the request's first byte, so it never overlaps the server's time;
 # sending does (a server may start its clock on the headers while the body is still being
@@ -156,11 +160,18 @@ def _phase_stats(name: str, values: list[float], groups: list[int], n_ok: int, w
                  cfg: SplitConfig) -> PhaseStats:
     # a latency's interval on log latency cannot go below 0, however few rounds widen it
     method = design.ci_method(values)
+    mean_contrib = None if waterfall_sum is None or not n_ok else waterfall_sum / n_ok
+    of = None if name == "itl_ms" else n_ok          # gaps are not requests
+    if len(values) < MIN_FIGURES:                     # no interval from so few: "too few: k of n kept"
+        return PhaseStats(name, len(values), summarize(values), None, None, mean_contrib, method, of)
     ci = median_ci(values, groups=groups, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed,
                    scale=design.bootstrap_scale(method))
     lo = ci.lo if ci.lo is None or method != design.CI_CLIPPED else max(0.0, ci.lo)
-    mean_contrib = None if waterfall_sum is None or not n_ok else waterfall_sum / n_ok
-    return PhaseStats(name, len(values), summarize(values), lo, ci.hi, mean_contrib, method)
+    return PhaseStats(name, len(values), summarize(values), lo, ci.hi, mean_contrib, method, of)
+
+
+def too_few(kept: int, of: int) -> str:
+    return f"too few: {kept} of {of} kept"
 
 
 def summarize_target(target: Target, samples: list[RequestSample], cfg: SplitConfig,
@@ -217,8 +228,16 @@ def differences(results: Sequence[TargetResult], cfg: SplitConfig) -> list[Phase
                 if not b:
                     b, gb = [0.0] * len(cand_ok), [s.round for s in cand_ok]
             if not a or not b:
-                # e.g. a gateway that hides the engine's Server-Timing: no figure, never a "saving"
-                out.append(PhaseDifference(phase, base.name, cand.name, None, None, None, NOT_SIGNIFICANT))
+                # e.g. a gateway that hides the engine's Server-Timing: no figure, never a "saving", and
+                # never "not significant" either: nothing was measured to compare
+                side = base.name if not a else cand.name
+                out.append(PhaseDifference(phase, base.name, cand.name, None, None, None, NOT_MEASURED,
+                                           note=f"not measured on {side}"))
+                continue
+            if phase != "itl_ms" and min(len(a), len(b)) < MIN_FIGURES:
+                k, n = (len(a), len(base_ok)) if len(a) <= len(b) else (len(b), len(cand_ok))
+                out.append(PhaseDifference(phase, base.name, cand.name, None, None, None, TOO_FEW,
+                                           note=too_few(k, n)))
                 continue
             # paired by round: both paths ran round r back to back, on the same machine state
             d = median_difference(a, b, baseline_groups=ga, candidate_groups=gb, confidence=cfg.confidence,
@@ -309,7 +328,7 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
 
 def clock_notes(samples: Sequence[list[RequestSample]]) -> list[str]:
     """Once per run: which clock the receive times came from, when it was not every segment's own."""
-    ok = [s for per_target in samples for s in per_target if s.ok]
+    ok = [s for per_target in samples for s in per_target if s.ok and s.first_byte_out_ms is not None]
     off = [s for s in ok if s.rx_clock != "packet"]
     if not off:
         return []

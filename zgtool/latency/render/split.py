@@ -10,6 +10,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from zgtool.latency.analysis.phases import MIN_FIGURES
 from zgtool.latency.analysis.phases import phase as find_phase
 from zgtool.latency.records import PhaseDifference, PhaseStats, SplitResult, TargetResult
 from zgtool.latency.render.fit import fits, natural_width, printed_text
@@ -89,17 +90,27 @@ def fmt_pm(value: float, lo: float | None, hi: float | None, *, signed: bool = F
 
 
 def fmt_p50(p: PhaseStats | None) -> str:
+    """The median and its interval; with how many of the ok requests it rests on when not all of them, and
+    no interval from under 8 figures ("too few: k of n kept")."""
     if p is None or p.summary.get("p50") is None:
         return "-"
-    return fmt_pm(p.summary["p50"], p.median_lo, p.median_hi)
+    s = fmt_pm(p.summary["p50"], p.median_lo, p.median_hi)
+    if p.count < MIN_FIGURES:
+        return f"{s} (too few: {p.count} of {p.of if p.of is not None else p.count} kept)"
+    return s if p.of is None or p.count >= p.of else f"{s} ({p.count}/{p.of})"
+
+
+SIGNIFICANT, NOT_SIGNIFICANT_MARK = "*", "n.s."
 
 
 def fmt_diff(d: PhaseDifference | None) -> Text:
-    """`+36.33 [+10.7, +92.4]`: red when higher, green when lower, dim when the interval contains 0."""
+    """`+36.33 [+10.7, +92.4] *`: red when higher, green when lower, dim when the interval contains 0; the
+    text marker (`*` significant, `n.s.` not) says the same in a pipe, a file or under NO_COLOR."""
     if d is None or d.diff_ms is None:
-        return Text("-", style="dim")
+        return Text(d.note if d is not None and d.note else "-", style="dim")
     style = {"higher": "red", "lower": "green"}.get(d.verdict, "dim")
-    return Text(fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True), style=style)
+    mark = SIGNIFICANT if d.verdict in ("higher", "lower") else NOT_SIGNIFICANT_MARK
+    return Text(f"{fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True)} {mark:<4}", style=style)
 
 
 def _bar(offset: float, width: float, scale: float, style: str, bar_width: int) -> Text:
@@ -294,8 +305,8 @@ def render(res: SplitResult, console: Console) -> None:
         blocks.append(Text(f"  {short[name]}: Server-Timing parts not attributed (overlap unknown): "
                            f"{', '.join(parts)}", style="dim"))
     blocks.append(Text("  ms; [lo, hi] = 95% bootstrap CI (a latency's on log latency or clipped at 0: never "
-                       "negative); a difference whose CI "
-                       "contains 0 is not significant (dim). TTFT/E2E from request start; ITL = every gap; TPOT = "
+                       "negative); * = significant (its CI excludes 0), n.s. = not significant (its CI "
+                       "contains 0). TTFT/E2E from request start; ITL = every gap; TPOT = "
                        "(E2E - TTFT)/(tokens - 1) (vLLM). Waterfall rows sum to the mean total; unattributed = "
                        "time no Server-Timing part or engine adapter explains.", style="dim"))
     console.print(Group(*blocks))
