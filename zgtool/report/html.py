@@ -118,7 +118,7 @@ def render(rs: ResultSet, *, title: str = "zgtool report") -> str:
     body = [f'<section id="{s.id}"><h2>{escape(s.title)}</h2>{s.body}</section>' for s in shown]
     if absent:
         nav += '<a href="#absent" class=off>Not in this report</a>'
-        items = "".join(f'<li id="absent-{s.id}"><b>{escape(s.title.split(":")[0])}</b>: {escape(s.missing)}</li>'
+        items = "".join(f'<li id="absent-{s.id}"><b>{escape(s.title.split(":")[0])}</b>: {escape(s.missing or "")}</li>'
                         for s in absent)
         body.append(f'<section id="absent"><h2>Not in this report</h2><ul class="missing">{items}</ul></section>')
     created = sorted(str(r.get("created")) for _, r in rs.results)
