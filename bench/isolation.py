@@ -275,12 +275,15 @@ def _run_checks(checks: list[str], model: str, freeze_model: str, tmp: Path) -> 
               f"{off['median_longest_silence_s']} s); statuses {on['statuses']} / {off['statuses']}", flush=True)
     if "freeze" in checks:
         r = out["freeze"] = isolation_fronts.freeze(freeze_model, tmp / "freeze")
-        b, f = r["beside"], r["flood"]
-        print(f"freeze           {freeze_model} victim {r['victim_alone_s']} s alone (/health max "
-              f"{r['health_max_ms_alone']} ms); beside four 7 MB prompts {b['victim_s']} s (x{b['victim_ratio']}, "
-              f"goal <= 1.5), /health max {b['health_max_ms']} ms (goal < 100); beside the four resent for its whole "
-              f"run (a flood, {f['hostile_answered']} answered) {f['victim_s']} s (x{f['victim_ratio']}), "
-              f"/health max {f['health_max_ms']} ms", flush=True)
+        b, f, a = r["beside"], r["flood"], r["health_ms_alone"]
+
+        def h(x: dict[str, Any]) -> str:
+            return f"/health p50 {x['p50']} p99 {x['p99']} max {x['max']} ms"
+
+        print(f"freeze           {freeze_model} victim {r['victim_alone_s']} s alone ({h(a)}); beside four 7 MB "
+              f"prompts {b['victim_s']} s (x{b['victim_ratio']}, goal <= 1.5; {h(b['health_ms'])}, goal < 100); "
+              f"beside the four resent for its whole run (a flood, {f['hostile_answered']} answered) {f['victim_s']} s "
+              f"(x{f['victim_ratio']}; {h(f['health_ms'])})", flush=True)
     return out
 
 
