@@ -1,0 +1,128 @@
+"""Figures kept or left out, and said so (issue 38): the decoded-body map behind each token's own segment, no
+interval from under 8 figures, and a side with no figure is "not measured" (pure functions, no network)."""
+
+from __future__ import annotations
+
+import random
+
+import h11
+import pytest
+
+from zgtool.latency.analysis.phases import MIN_FIGURES, NOT_MEASURED, TOO_FEW, analyse
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.records import RequestSample
+from zgtool.latency.render.split import fmt_diff, fmt_p50
+from zgtool.latency.wire.bodymap import BodyMap
+from zgtool.latency.wire.pktclock import bpf_program
+from zgtool.targets import Target
+
+
+def _chunked_answer(events: list[bytes]) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    # one event split over two chunks, one chunk with two events, a chunk extension: the shapes proxies write
+    chunks = [events[0][:7], events[0][7:], events[1] + events[2], *events[3:]]
+    body = b"".join(f"{len(c):x}".encode() + (b";ext=1" if i == 2 else b"") + b"\r\n" + c + b"\r\n"
+                    for i, c in enumerate(chunks))
+    return head + body + b"0\r\n\r\n"
+
+
+def _h11_body(raw: bytes) -> bytes:
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("host", "x")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(raw)
+    out = b""
+    while (ev := conn.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+        if isinstance(ev, h11.Data):
+            out += ev.data
+        if isinstance(ev, h11.EndOfMessage):
+            break
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_decoded_body_byte_maps_to_the_raw_byte_h11_decoded_it_from(seed: int) -> None:
+    events = [b'data: {"choices":[{"delta":{"content":"%d"}}]}\n\n' % i for i in range(6)]
+    raw = _chunked_answer(events)
+    decoded = _h11_body(raw)                       # the reference decoder
+    assert decoded == b"".join(events)
+    head_end = raw.index(b"\r\n\r\n") + 4
+    bm = BodyMap(head_end, chunked=True)
+    rng = random.Random(seed)
+    at = head_end
+    while at < len(raw):                           # fed in reads of any size, as the socket hands them over
+        step = rng.randint(1, 40)
+        bm.feed(raw[at:at + step])
+        at += step
+    assert bm.decoded == len(decoded)
+    for i, byte in enumerate(decoded):
+        off = bm.raw_of(i)
+        assert off is not None and raw[off] == byte
+    assert bm.raw_of(len(decoded)) is None
+
+
+def test_a_content_length_body_maps_verbatim() -> None:
+    bm = BodyMap(100, chunked=False)
+    bm.feed(b"abc")
+    bm.feed(b"de")
+    assert [bm.raw_of(i) for i in range(5)] == [100, 101, 102, 103, 104]
+
+
+def test_the_port_filter_is_a_well_formed_classic_bpf_program() -> None:
+    prog = bpf_program([8000, 8001])
+    assert len(prog) % 8 == 0
+    # every jump lands inside the program; the last two instructions return drop (0) and the snap length
+    n = len(prog) // 8
+    import struct
+
+    ins = [struct.unpack_from("HBBI", prog, 8 * i) for i in range(n)]
+    for i, (code, jt, jf, _k) in enumerate(ins):
+        if code & 0x07 == 0x05:                    # BPF_JMP
+            assert i + 1 + jt < n and i + 1 + jf < n
+    assert ins[-2] == (0x06, 0, 0, 0) and ins[-1][0] == 0x06 and ins[-1][3] > 0
+
+
+def _samples(name: str, ttft: list[float | None], unvouched_every: int = 0) -> list[RequestSample]:
+    out = []
+    for i, v in enumerate(ttft):
+        s = RequestSample(index=i, worker=0, round=i % 4, ok=True, ttfb_ms=1.0, total_ms=20.0 + i % 3,
+                          ttft_ms=v)
+        if unvouched_every and i % unvouched_every:
+            s.unvouched = ["ttft_ms"]
+        out.append(s)
+    return out
+
+
+def test_a_median_from_under_8_figures_has_no_interval_and_says_too_few() -> None:
+    cfg = SplitConfig(num_requests=16, stream=True, resamples=200)
+    targets = [Target("a", "http://127.0.0.1:1"), Target("b", "http://127.0.0.1:2")]
+    a = _samples("a", [5.0 + i % 3 for i in range(16)])
+    b = _samples("b", [7.0 + i % 3 for i in range(16)], unvouched_every=4)   # 4 of 16 kept
+    res = analyse(targets, [a, b], cfg)
+    tb = next(p for p in res.targets[1].phases if p.name == "ttft_ms")
+    assert tb.count == 4 < MIN_FIGURES and tb.median_lo is None and tb.median_hi is None
+    assert "too few: 4 of 16 kept" in fmt_p50(tb)
+    d = next(d for d in res.differences if d.phase == "ttft_ms")
+    assert d.diff_ms is None and d.verdict == TOO_FEW and d.note == "too few: 4 of 16 kept"
+    assert "too few: 4 of 16 kept" in fmt_diff(d).plain
+    ta = next(p for p in res.targets[0].phases if p.name == "ttft_ms")
+    assert ta.median_lo is not None and "(" not in fmt_p50(ta)        # all 16 kept: nothing to say
+
+
+def test_a_path_with_no_figure_is_not_measured_never_not_significant() -> None:
+    cfg = SplitConfig(num_requests=16, stream=True, resamples=200)
+    targets = [Target("a", "http://127.0.0.1:1"), Target("b", "http://127.0.0.1:2")]
+    res = analyse(targets, [_samples("a", [5.0] * 16), _samples("b", [None] * 16)], cfg)
+    d = next(d for d in res.differences if d.phase == "ttft_ms")
+    assert d.diff_ms is None and d.verdict == NOT_MEASURED and d.verdict != "not significant"
+    assert fmt_diff(d).plain == "not measured on b"
+
+
+def test_a_median_resting_on_some_of_the_requests_says_how_many() -> None:
+    cfg = SplitConfig(num_requests=16, stream=True, resamples=200)
+    targets = [Target("a", "http://127.0.0.1:1")]
+    samples = _samples("a", [5.0 + i % 3 for i in range(16)])
+    samples[0].unvouched = samples[8].unvouched = ["ttft_ms"]
+    res = analyse(targets, [samples], cfg)
+    p = next(p for p in res.targets[0].phases if p.name == "ttft_ms")
+    assert p.count == 14 and fmt_p50(p).endswith("(14/16)")
