@@ -11,27 +11,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from zgtest import run_zgtool, wait_until
+from engine_live import child
+from zgtest import run_zgtool
 
 from zgtool.errors import ExitCode
 
 PROXY = Path(__file__).resolve().parents[2] / "bench" / "peerlib" / "delayhop.py"   # the one delay proxy (head mode)
 PATHS = ("--api", "anthropic", "--model", "null")       # no detection round-trips: the runs stay short
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/health", timeout=1.0).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -45,18 +32,8 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("sweep-engine")
-    port = _free_port()
-    with (tmp / "serve.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", "null", "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp, text=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_until(lambda: proc.poll() is not None or _healthy(url), 90, "the null engine's /health")
-            assert proc.poll() is None, (tmp / "serve.log").read_text()[-500:]
-            yield url
-        finally:
-            _stop(proc)
+    with child(tmp_path_factory.mktemp("sweep-engine"), keyed=False, health_timeout_s=90) as live:
+        yield live.url
 
 
 @pytest.fixture(scope="module")
