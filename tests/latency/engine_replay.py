@@ -5,6 +5,11 @@
                                                 bytes of DIR/NAME.txt after its '#---' line, as recorded
     python engine_replay.py openai-only MODEL   speaks only GET /v1/models and POST /v1/chat/completions
                                                 (vLLM-style 404 JSON for anything else or another model)
+    python engine_replay.py listing-first MODEL ID...   a gateway in front of vLLM whose GET /v1/models lists
+                                                the IDs first (a wildcard, a broken model), then MODEL; a
+                                                request for an ID answers LiteLLM's 429 cooldown error, one for
+                                                MODEL the recorded vLLM answer (vllm_nonstream.txt);
+                                                MODEL "-": none listed, every listed one broken
 
 Binds 127.0.0.1 port 0 and prints "PORT <n>" once listening.
 """
@@ -81,6 +86,31 @@ class OpenAIOnly:
                 .encode() + body)
 
 
+class ListingFirst(OpenAIOnly):
+    """LiteLLM in front of vLLM as a new user meets it: its listing puts ids nobody serves first."""
+
+    def __init__(self, model: str, first: list[str]) -> None:
+        super().__init__(model)
+        self.first = first
+        self.vllm = recorded(Path(__file__).parent / "fixtures" / "engines" / "vllm_nonstream.txt")
+
+    def answer(self, method: str, path: str, body: bytes) -> bytes:
+        if method == "GET" and path == "/v1/models":
+            return _json_response(200, {"object": "list", "data": [
+                {"id": i, "object": "model", "created": 0, "owned_by": "openai"}
+                for i in [*self.first, *([self.model] if self.model != "-" else [])]]})
+        if method == "POST" and path == "/v1/chat/completions":
+            model = json.loads(body).get("model")
+            if model in self.first:
+                return _json_response(429, {"error": {
+                    "message": f"No deployments available for selected model. Try again in 5 seconds. Passed "
+                               f"model={model}. Received Model Group={model}", "type": "None", "param": "None",
+                    "code": "429"}}, "Too Many Requests")
+            if model == self.model:
+                return self.vllm
+        return super().answer(method, path, body)
+
+
 async def serve(answer: object) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -117,6 +147,8 @@ def main() -> None:
         asyncio.run(serve(answer))
     elif mode == "openai-only":
         asyncio.run(serve(OpenAIOnly(arg).answer))
+    elif mode == "listing-first":
+        asyncio.run(serve(ListingFirst(arg, sys.argv[3:]).answer))
     else:
         raise SystemExit(f"unknown mode {mode}")
 

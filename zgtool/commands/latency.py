@@ -72,19 +72,17 @@ def _resolve_targets(opts: SplitOptions, progress_note: dict[str, dict[str, str]
     the same target twice (an A/A run) gets distinct names. Detected API/models go into progress_note."""
     from dataclasses import replace
 
+    from zgtool.latency.wire.same_model import Detect, detect_targets
     from zgtool.targets import resolve
 
     resolved = []
     seen: dict[str, int] = {}
-    for spec in opts.targets:
-        t = resolve(spec, opts.config_file, api=opts.api, model=opts.model)
-        if "://" in spec and (opts.api is None or opts.model is None):
-            from zgtool.latency.wire.detect import detect
-
-            t, found = detect(t, api_known=opts.api is not None, model_known=opts.model is not None,
-                              timeout_s=opts.detect_timeout_s, verify=opts.split.verify)
-            if found is not None:
-                progress_note[t.name] = found.public()
+    how = Detect(api_known=opts.api is not None, model_known=opts.model is not None,
+                 timeout_s=opts.detect_timeout_s, verify=opts.split.verify)
+    asked = [(resolve(spec, opts.config_file, api=opts.api, model=opts.model), "://" in spec) for spec in opts.targets]
+    for t, found in detect_targets(asked, how):
+        if found is not None:
+            progress_note[t.name] = found.public()
         seen[t.name] = seen.get(t.name, 0) + 1
         if seen[t.name] > 1:
             t = replace(t, name=f"{t.name}#{seen[t.name]}")
@@ -118,8 +116,9 @@ class _Progress:
             self.bar.clear()
         while self.untold and not self.as_json:
             tname, found = self.untold.popitem()
+            engine = f"; engine {found['engine']} ({found['engine_evidence']})" if "engine" in found else ""
             err_console.print(f"{tname}: detected the {found['api']} API, model {found['model']!r} "
-                              f"({found['how']}); --api/--model override", highlight=False)
+                              f"({found['how']}){engine}; --api/--model override", highlight=False)
         self.bar.advance_to(sum(self.block_done.values()))
 
 
@@ -210,12 +209,22 @@ def _analyse(opts: SplitOptions, resolved: list[Target], samples: list[list[Requ
     return res
 
 
-def _render(res: SplitResult, data: dict, pwatch: Any) -> None:
-    """The terminal report: waterfall and table, the field's figures, where the engine phases came from."""
+def _render(res: SplitResult, data: dict, pwatch: Any, brief: bool = False) -> None:
+    """The terminal report: the verdict sentence first, then waterfall and table, the field's figures, where
+    the engine phases came from (--brief: the sentence and the side-by-side table only)."""
     from zgtool.latency.render.fieldlines import field_lines
-    from zgtool.latency.render.split import render
+    from zgtool.latency.render.headline import headline
+    from zgtool.latency.render.split import legend, render, short_names, side_by_side
     from zgtool.output import console
 
+    console.print(headline(res), highlight=False, soft_wrap=not console.is_terminal)
+    if brief:
+        if len(res.targets) > 1:
+            short = short_names([tr.name for tr in res.targets])
+            console.print(side_by_side(res, short, width=console.width))
+            if (lg := legend([tr.name for tr in res.targets], short)) is not None:
+                console.print(lg)
+        return
     render(res, console)
     for line in field_lines(res):
         console.print(line, style="dim", highlight=False)
@@ -238,12 +247,13 @@ def _render(res: SplitResult, data: dict, pwatch: Any) -> None:
 
 
 def _verdict(res: SplitResult) -> None:
-    """Exit 1 when a target answered nothing; exit 5 when the load generator fell behind its schedule."""
-    from zgtool.errors import MeasurementUnreliable, VerdictFailed
+    """Exit 5 when a target answered nothing (nothing was measured) or the load generator fell behind its
+    schedule: either way the run cannot judge the system."""
+    from zgtool.errors import MeasurementUnreliable
 
     dead = [t for t in res.targets if t.num_ok == 0]
     if dead:
-        raise VerdictFailed("; ".join(_all_failed(t) for t in dead))
+        raise MeasurementUnreliable("; ".join(_all_failed(t) for t in dead))
     behind = [t for t in res.targets if t.open_loop is not None and t.open_loop.load_generator_behind]
     if behind:
         raise MeasurementUnreliable("latency-split: the load generator fell behind its schedule, so the run does "
@@ -285,7 +295,7 @@ def run(opts: SplitOptions) -> dict:
         data["prefix_cache"] = pwatch.result()
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
     if not opts.as_json:
-        _render(res, data, pwatch)
+        _render(res, data, pwatch, opts.brief)
     emit_result(result, as_json=opts.as_json, out=opts.out)
     if opts.csv_dir is not None:
         from zgtool.csvout import write_csv
@@ -309,6 +319,6 @@ def register(app: typer.Typer) -> None:
         otlp_endpoint: str | None = o.OTLP_ENDPOINT, otlp_listen: str | None = o.OTLP_LISTEN,
         vllm_metrics: str | None = o.VLLM_METRICS, rate: str | None = o.RATE, arrivals: str = o.ARRIVALS,
         max_in_flight: int = o.MAX_IN_FLIGHT, point_s: float = o.POINT_S, dataset: str | None = o.DATASET,
-        speedup: float = o.SPEEDUP, metrics_url: str | None = o.METRICS_URL,
+        speedup: float = o.SPEEDUP, metrics_url: str | None = o.METRICS_URL, brief: bool = o.BRIEF,
     ) -> None:
         run(o.parse_split_options(**locals()))

@@ -60,11 +60,38 @@ class ProbeOptions:
         return resolve(self.target, self.config, api=self.api if with_api else None,
                        model=self.model if with_api else None)
 
-    def emit(self, kind: str, data: Any, target: Any, renderer: Any) -> None:
+    def resolve_detected(self) -> tuple[Any, Any]:
+        """The target, its API and model detected (zgtool.latency.wire.detect) when a bare URL comes without
+        --api/--model: a model only when a 1-token request with it succeeds, the engine behind named. The
+        detection is said on stderr (not with --json) and returned for the result."""
+        t = self.resolve()
+        assert self.target is not None
+        if "://" not in self.target or (self.api is not None and self.model is not None):
+            return t, None
+        from zgtool.errors import TargetUnreachable
+        from zgtool.latency.wire.detect import NotAnLlmApi, detect
+
+        try:
+            t, found = detect(t, api_known=self.api is not None, model_known=self.model is not None,
+                              timeout_s=self.timeout_s, verify=not self.insecure)
+        except (NotAnLlmApi, TargetUnreachable):
+            return t, None      # not an LLM API, or silent: the probe itself reports what it finds
+        if found is not None and not self.as_json:
+            from zgtool.output import err_console
+
+            engine = f"; engine {found.engine.label()} ({found.engine.evidence})" if found.engine else ""
+            err_console.print(f"detected the {found.api} API, model {found.model!r} ({found.how}){engine}; "
+                              "--api/--model override", highlight=False)
+        return t, found
+
+    def emit(self, kind: str, data: Any, target: Any, renderer: Any, detected: Any = None) -> None:
         from zgtool.output import console, emit_result
         from zgtool.results import make_result
 
-        result = make_result(kind, data, target=target.public() if target is not None else None)
+        public = target.public() if target is not None else None
+        if public is not None and detected is not None:
+            public = {**public, "detected": detected.public()}
+        result = make_result(kind, data, target=public)
         if not self.as_json:
             renderer(data, console)
         emit_result(result, as_json=self.as_json, out=self.out)
@@ -105,9 +132,9 @@ def probe_root(
     from zgtool.probes.combined import probe_all
     from zgtool.probes.render import render_all
 
-    t = opts.resolve()
+    t, found = opts.resolve_detected()
     opts.emit("probe.all", probe_all(t, timeout_s=opts.timeout_s, insecure=opts.insecure, max_tokens=max_tokens),
-              t, render_all)
+              t, render_all, found)
 
 
 def probe_tcp_cmd(
@@ -139,10 +166,10 @@ def probe_tcp_cmd(
         return
     from zgtool.probes.tcp import probe_tcp
 
-    t = opts.resolve()
+    t, found = opts.resolve_detected()
     result = probe_tcp(t, timeout_s=opts.timeout_s, pcap_out=pcap, require_capture=require_capture, iface=iface,
                        method=method, path=path)
-    opts.emit("probe.tcp", result, t, render.render_tcp)
+    opts.emit("probe.tcp", result, t, render.render_tcp, found)
 
 
 def probe_tls_cmd(
@@ -188,10 +215,10 @@ def probe_headers_cmd(
         return
     from zgtool.probes.headers import probe_headers
 
-    t = opts.resolve()
+    t, found = opts.resolve_detected()
     result = probe_headers(t, method=method, path=path, timeout_s=opts.timeout_s, insecure=opts.insecure,
                            probe_errors=not no_error_probe)
-    opts.emit("probe.headers", result, t, render.render_headers)
+    opts.emit("probe.headers", result, t, render.render_headers, found)
 
 
 def probe_stream_cmd(
@@ -209,9 +236,9 @@ def probe_stream_cmd(
                                timeout=timeout, timeout_old=timeout_old, insecure=insecure)
     if max_tokens < 1:
         raise UsageError(f"--max-tokens must be >= 1, not {max_tokens}")
-    t = opts.resolve()
+    t, found = opts.resolve_detected()
     result = probe_stream(t, max_tokens=max_tokens, timeout_s=opts.timeout_s, insecure=opts.insecure)
-    opts.emit("probe.stream", result, t, render.render_stream)
+    opts.emit("probe.stream", result, t, render.render_stream, found)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,22 +9,36 @@ first timeout, naming the step, exit 3."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from zgtool.errors import MeasurementUnreliable, TargetUnreachable
+from zgtool.errors import MeasurementUnreliable, TargetUnreachable, UsageError
+from zgtool.latency.wire.engine_id import EngineName, from_answer, from_routes
 from zgtool.targets import Target
 
 PROBE_PROMPT = "Hi"
 # an LLM API's answer to a request it refuses (bad body, missing key, rate limit): the route exists
 REFUSED_BY_AN_API = frozenset({400, 401, 403, 422, 429})
+MAX_MODEL_TRIES = 8          # listed models tried, one 1-token request each, before giving up
+ENGINE_ROUTES_TIMEOUT_S = 2.0
 
 
 class NotAnLlmApi(MeasurementUnreliable):
     """The target answers HTTP, but no OpenAI or Anthropic route (exit 5: nothing can be measured)."""
+
+
+class NoModelServed(UsageError):
+    """The target lists models but a 1-token request with none of those tried succeeds (exit 2)."""
+
+
+def _none_served(target: Target, ids: list[str], tried: _Tried) -> NoModelServed:
+    wild = [i for i in ids if "*" in i or not i.strip()]
+    return NoModelServed(f"{target.url}: no listed model answers a 1-token request (tried {', '.join(tried.skipped)}"
+                         f"{'; skipped wildcards ' + ', '.join(map(repr, wild)) if wild else ''}; it lists "
+                         f"{len(ids)}); pass --model NAME (one the engine behind serves)")
 
 
 def _timed_out(target: Target, step: str, timeout_s: float) -> TargetUnreachable:
@@ -38,9 +52,21 @@ class Detection:
     api: str
     model: str
     how: str                 # one line: what was asked and what answered
+    served: bool = False     # a 1-token request with this model succeeded
+    listed: tuple[str, ...] = ()          # what GET /v1/models lists
+    engine: EngineName | None = None      # the engine behind, named from its own evidence
 
     def public(self) -> dict[str, str]:
-        return {"api": self.api, "model": self.model, "how": self.how}
+        out = {"api": self.api, "model": self.model, "how": self.how}
+        if self.engine is not None:
+            out |= {"engine": self.engine.label(), "engine_evidence": self.engine.evidence}
+        return out
+
+
+def usable_models(ids: list[str]) -> list[str]:
+    """The listed ids worth a 1-token request: no wildcard (LiteLLM lists "*" and "openai/*"), no blank
+    id, each once, in the listing's order."""
+    return list(dict.fromkeys(i for i in ids if i.strip() and "*" not in i))
 
 
 def _base(target: Target) -> str:
@@ -144,41 +170,127 @@ def _choose(msg: httpx.Response | None, chat: httpx.Response | None, default: st
     return default
 
 
+@dataclass
+class _Tried:
+    """The models tried, one 1-token request each: the one served (or the first tried) and its answers."""
+    model: str
+    msg: httpx.Response | None = None
+    chat: httpx.Response | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def served(self) -> bool:
+        return any(r is not None and r.is_success for r in (self.msg, self.chat))
+
+
+def _try_models(client: httpx.Client, base: str, target: Target, models: list[str], api: str | None,
+                timeout_s: float) -> _Tried:
+    """The first of `models` a 1-token request succeeds with (on `api`'s route, both when None); when none
+    does, the first, with its answers (the verdict on the target is read from them)."""
+    first: _Tried | None = None
+    skipped: list[str] = []
+    for model in models:
+        msg = _probe(client, base + "/v1/messages", "anthropic", target, model, timeout_s) \
+            if api in (None, "anthropic") else None
+        chat = _probe(client, base + "/v1/chat/completions", "openai", target, model, timeout_s) \
+            if api in (None, "openai") else None
+        tried = _Tried(model, msg, chat)
+        if tried.served:
+            tried.skipped = skipped
+            return tried
+        first = first or tried
+        said = "/".join(_status(r) for r in (msg, chat) if r is not None or api is None)
+        skipped.append(f"{model!r} ({said})")
+        if all(r is None for r in (msg, chat)):
+            break            # nothing answers: trying more models asks the void again
+    assert first is not None, "models is never empty"
+    first.skipped = skipped
+    return first
+
+
+def _listing_note(ids: list[str], r: httpx.Response | None, model: str) -> str:
+    if not ids:
+        return f"GET /v1/models -> {_status(r)}, model left {model!r}"
+    more = f" ({len(ids)}: {', '.join(ids[:4])}{'...' if len(ids) > 4 else ''})" if len(ids) > 1 else ""
+    return f"GET /v1/models lists {ids[0]!r}{more}"
+
+
+def _engine(tried: _Tried, base: str, target: Target, verify: bool | str) -> EngineName | None:
+    for r in (tried.chat, tried.msg):
+        if r is not None and r.is_success and (named := from_answer(r)) is not None:
+            return named
+    return from_routes(base, timeout_s=ENGINE_ROUTES_TIMEOUT_S, verify=verify, headers=target.auth_headers())
+
+
 def detect(target: Target, *, api_known: bool, model_known: bool, timeout_s: float = 10.0,
            verify: bool | str = True) -> tuple[Target, Detection | None]:
     """The target with its API and model filled in by asking the server; unchanged when both were given
-    or nothing answered clearly (the measurement then reports the server's own error)."""
+    or nothing answered clearly (the measurement then reports the server's own error). A listed model is
+    chosen only when a 1-token request with it succeeds (wildcards skipped, the next tried)."""
     if api_known and model_known:
         return target, None
     base = _base(target)
     notes: list[str] = []
-    model = target.model
     r: httpx.Response | None = None
+    ids: list[str] = []
     with httpx.Client(timeout=timeout_s, verify=verify, trust_env=False) as client:
+        candidates = [target.model]
         if not model_known:
             r, ids = _get_models(client, base, target, timeout_s)
-            if ids:
-                model = ids[0]
-                more = f" (first of {len(ids)}: {', '.join(ids[:4])}{'...' if len(ids) > 4 else ''})" \
-                    if len(ids) > 1 else ""
-                notes.append(f"GET /v1/models lists {model!r}{more}")
-            else:
-                notes.append(f"GET /v1/models -> {_status(r)}, model left {model!r}")
+            candidates = usable_models(ids)[:MAX_MODEL_TRIES] or [target.model]
+            notes.append(_listing_note(ids, r, target.model))
+        tried = _try_models(client, base, target, candidates, None if not api_known else target.api, timeout_s)
+        model, msg, chat = tried.model, tried.msg, tried.chat
+        if tried.skipped and tried.served:
+            notes.append(f"skipped {', '.join(tried.skipped)}: a 1-token request failed")
         api = target.api
         if not api_known:
-            msg = _probe(client, base + "/v1/messages", "anthropic", target, model, timeout_s)
-            chat = _probe(client, base + "/v1/chat/completions", "openai", target, model, timeout_s)
             if msg is None and chat is None and r is None:
                 return target, None    # nothing answered: the measurement reports the target unreachable
-            if model_known and not (msg is not None and msg.is_success) and not (chat is not None and chat.is_success):
+            if model_known and not tried.served:
                 r, _ = _get_models(client, base, target, timeout_s)    # evidence for the verdict below
             api = _choose(msg, chat, target.api)
-            notes.append(f"POST /v1/messages -> {_status(msg)}, /v1/chat/completions -> {_status(chat)}")
+            notes.append(f"{model!r}: POST /v1/messages -> {_status(msg)}, /v1/chat/completions -> {_status(chat)}")
             if not _check_llm(target, r, msg, chat):
                 # a route refused the probe (a key, a body): measure and let the server's own error speak,
                 # but claim no detection
                 return replace(target, api=api, model=model), None
-        elif not (r is not None and r.is_success):
+            if not model_known and ids and not tried.served:
+                raise _none_served(target, ids, tried)
+        elif not tried.served and not (r is not None and r.is_success):
             return replace(target, model=model), None    # nothing answered 2xx: nothing detected
-    found = Detection(api, model, "; ".join(notes))
+        elif ids and not tried.served:
+            raise _none_served(target, ids, tried)
+        else:
+            notes.append(f"{model!r}: POST /v1/{'messages' if api == 'anthropic' else 'chat/completions'} -> "
+                         f"{_status(msg if api == 'anthropic' else chat)}")
+    found = Detection(api, model, "; ".join(notes), tried.served, tuple(ids), _engine(tried, base, target, verify))
     return replace(target, api=api, model=model), found
+
+
+def check_serves(target: Target, model: str, *, timeout_s: float = 10.0, verify: bool | str = True
+                 ) -> tuple[bool, str, list[str]]:
+    """Whether `target` answers a 1-token request for `model` (on its API), what it answered, and what its
+    GET /v1/models lists."""
+    base = _base(target)
+    with httpx.Client(timeout=timeout_s, verify=verify, trust_env=False) as client:
+        tried = _try_models(client, base, target, [model], target.api, timeout_s)
+        if tried.served:
+            return True, "", []
+        r = tried.msg if target.api == "anthropic" else tried.chat
+        said = _status(r)
+        if r is not None:
+            said += f" {_error_words(r)}".rstrip()
+        _, ids = _get_models(client, base, target, timeout_s)
+    return False, said, ids
+
+
+def _error_words(r: httpx.Response) -> str:
+    """The server's own error message of a refused request, shortened ('' when it has none)."""
+    try:
+        doc = r.json()
+    except ValueError:
+        return ""
+    err = doc.get("error") if isinstance(doc, dict) else None
+    msg = err.get("message") if isinstance(err, dict) else (doc.get("detail") if isinstance(doc, dict) else None)
+    return f"{str(msg)[:160]!r}" if msg else ""

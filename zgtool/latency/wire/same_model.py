@@ -1,0 +1,69 @@
+"""One detection for every measuring command: each bare-URL target's API found by asking it, and one model
+for all of them: the one the first target serves (a 1-token request with it succeeded), checked on every
+other. A target that cannot serve it stops the run before anything is measured (exit 2), naming what
+that target lists, so paths never silently measure different models."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from zgtool.errors import UsageError
+from zgtool.latency.wire.detect import Detection, check_serves, detect
+from zgtool.targets import Target
+
+
+class ModelNotServed(UsageError):
+    """A target of a multi-target run cannot serve the model the first one serves (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Detect:
+    """What detection may ask: the API and model are given (skip those), how long to wait, TLS."""
+
+    api_known: bool
+    model_known: bool
+    timeout_s: float = 10.0
+    verify: bool | str = True
+
+
+def _listing(ids: Sequence[str]) -> str:
+    if not ids:
+        return "it lists no model (GET /v1/models)"
+    head = ", ".join(repr(i) for i in ids[:6])
+    return f"it lists {head}{f' and {len(ids) - 6} more' if len(ids) > 6 else ''}"
+
+
+def _check(t: Target, model: str, first: Target, how: Detect) -> None:
+    ok, said, ids = check_serves(t, model, timeout_s=how.timeout_s, verify=how.verify)
+    if not ok:
+        raise ModelNotServed(f"{t.name} cannot serve model {model!r}, which {first.name} serves (1-token request "
+                             f"-> {said}); {_listing(ids)}; pass --model NAME to measure a model every target "
+                             "serves")
+
+
+def detect_targets(targets: Sequence[tuple[Target, bool]], how: Detect) -> list[tuple[Target, Detection | None]]:
+    """Each (target, is_bare_url) detected in order. The first served model is the run's: every later bare
+    URL is asked for it (its own listing is not consulted) and must serve it, else ModelNotServed."""
+    out: list[tuple[Target, Detection | None]] = []
+    first: tuple[Target, str] | None = None
+    for t, bare in targets:
+        if not bare or (how.api_known and how.model_known):
+            out.append((t, None))
+            continue
+        if first is None or how.model_known:
+            t, found = detect(t, api_known=how.api_known, model_known=how.model_known, timeout_s=how.timeout_s,
+                              verify=how.verify)
+            if first is None and found is not None and found.served and not how.model_known:
+                first = (t, found.model)
+            out.append((t, found))
+            continue
+        first_t, model = first
+        t, found = detect(replace(t, model=model), api_known=how.api_known, model_known=True,
+                          timeout_s=how.timeout_s, verify=how.verify)
+        if found is None or not found.served:
+            _check(t, model, first_t, how)
+        elif found is not None:
+            found = replace(found, how=f"{found.how}; the model {first_t.name} serves")
+        out.append((t, found))
+    return out
