@@ -63,10 +63,12 @@ def quantize_linear(w: torch.Tensor) -> Int8Weight:
 
 # ZGTOOL_INT8_ACTIVATIONS=1 with --dtype int8: the activations entering each projection are
 # quantised per row to int8 too (w8a8_gemm: vpdpbusd where the kernels' variant has AVX512-VNNI,
-# K % 64 == 0), the lm_head stays weight-only. Opt-in and lossier than weight-only int8:
-# SmolLM2's 49152 x 576 lm_head shape, 2 threads, a loaded box, ms: 1 row 20.8-22.6 vs 9.4-13.8
-# weight-only, 16 rows 51.6-54.8 vs 45.7-47.6, 64 rows 121-127 vs 135-162 -- a win only at large
-# batches here, so it stays off by default.
+# K % 64 == 0), the lm_head stays weight-only. Opt-in and lossier than weight-only int8.
+# SmolLM2's 49152 x 576 lm_head shape, avx512bf16, 2 threads, a loaded box, ms, median of 3
+# (weight-only / quantised activations): 1 row 16.6 / 16.0, 16 rows 64.2 / 43.9, 64 rows 226 / 129;
+# bench/cpu_roofline.py's c=1 decode had it behind weight-only int8 before the weight sums were
+# hoisted out of the row blocks (12.7 vs 22.6 tok/s), so it stays off by default until a c=16
+# serving benchmark says otherwise.
 INT8_ACTIVATIONS_ENV = "ZGTOOL_INT8_ACTIVATIONS"
 
 

@@ -43,33 +43,55 @@ static int quantise_rows_u8(const float *x, int64_t M, int64_t K, uint8_t *q, fl
 typedef struct { const uint8_t *q; const float *sx; int64_t M, K; const int8_t *w; const float *scale, *bias; float *y;
                  int64_t N, chunk; } vnni_job;
 
-/* R rows x 4 channels: 4R product accumulators + 4 weight-sum accumulators */
-static inline __attribute__((always_inline)) void vnni_blk(const vnni_job *j, int64_t m, int64_t n, const int R,
-                                                           const int C) {
+/* [sum(a), sum(b), sum(c), sum(d)] of four int32 vectors */
+static inline __m128i reduce4(__m512i a, __m512i b, __m512i c, __m512i d) {
+    __m256i a2 = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+    __m256i b2 = _mm256_add_epi32(_mm512_castsi512_si256(b), _mm512_extracti64x4_epi64(b, 1));
+    __m256i c2 = _mm256_add_epi32(_mm512_castsi512_si256(c), _mm512_extracti64x4_epi64(c, 1));
+    __m256i d2 = _mm256_add_epi32(_mm512_castsi512_si256(d), _mm512_extracti64x4_epi64(d, 1));
+    __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(a2, b2), _mm256_hadd_epi32(c2, d2));
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+/* R rows x C (4 or 1) channels from n: 4R accumulators; comp[c] = 128 x the channel's weight sum
+   (precomputed per chunk); with pf, the weights two blocks ahead are prefetched (the first row
+   block streams them from DRAM) */
+static inline __attribute__((always_inline)) void vnni_blk(const vnni_job *j, const int32_t *comp, int64_t m,
+                                                           int64_t n, const int R, const int C, int pf) {
     int64_t K = j->K;
-    __m512i acc[4][4], wsum[4];
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int c = 0; c < C; c++) {
-        wsum[c] = _mm512_setzero_si512();
+    __m512i acc[4][4];
+    for (int c = 0; c < C; c++)
         for (int r = 0; r < R; r++) acc[r][c] = _mm512_setzero_si512();
-    }
+    const int8_t *w0 = j->w + n * K;
     for (int64_t k = 0; k < K; k += 64) {
         __m512i wv[4];
         for (int c = 0; c < C; c++) {
-            wv[c] = _mm512_loadu_si512((const void *)(j->w + (n + c) * K + k));
-            wsum[c] = _mm512_dpbusd_epi32(wsum[c], ones, wv[c]);
+            if (pf) _mm_prefetch((const char *)(w0 + (2 * C + c) * K + k), _MM_HINT_T0);
+            wv[c] = _mm512_loadu_si512((const void *)(w0 + c * K + k));
         }
         for (int r = 0; r < R; r++) {
             __m512i xv = _mm512_loadu_si512((const void *)(j->q + (m + r) * K + k));
             for (int c = 0; c < C; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
         }
     }
-    for (int c = 0; c < C; c++) {
-        int32_t comp = 128 * _mm512_reduce_add_epi32(wsum[c]);
-        for (int r = 0; r < R; r++) {
-            int32_t dot = _mm512_reduce_add_epi32(acc[r][c]) - comp;
-            j->y[(m + r) * j->N + n + c] = (float)dot * (j->sx[m + r] * j->scale[n + c]) + (j->bias ? j->bias[n + c] : 0.f);
-        }
+    for (int r = 0; r < R; r++) {
+        int32_t dots[4];
+        if (C == 4) _mm_storeu_si128((__m128i *)dots, reduce4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+        else dots[0] = _mm512_reduce_add_epi32(acc[r][0]);
+        for (int c = 0; c < C; c++)
+            j->y[(m + r) * j->N + n + c] = (float)(dots[c] - comp[c]) * (j->sx[m + r] * j->scale[n + c]) +
+                                           (j->bias ? j->bias[n + c] : 0.f);
+    }
+}
+
+/* 128 x each channel's weight sum, for channels [n0, n1) */
+static void weight_sums(const vnni_job *j, int64_t n0, int64_t n1, int32_t *comp) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t n = n0; n < n1; n++) {
+        __m512i s = _mm512_setzero_si512();
+        for (int64_t k = 0; k < j->K; k += 64)
+            s = _mm512_dpbusd_epi32(s, ones, _mm512_loadu_si512((const void *)(j->w + n * j->K + k)));
+        comp[n - n0] = 128 * _mm512_reduce_add_epi32(s);
     }
 }
 
@@ -77,15 +99,29 @@ static void vnni_chunk(void *a, int64_t c, int tid) {
     (void)tid;
     const vnni_job *j = a;
     int64_t n0 = c * j->chunk, n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
+    int32_t stack_comp[512], *comp = n1 - n0 <= 512 ? stack_comp : malloc(sizeof(int32_t) * (size_t)(n1 - n0));
+    if (!comp) {
+        for (int64_t m = 0; m < j->M; m++)
+            for (int64_t n = n0; n < n1; n++) j->y[m * j->N + n] = NAN;
+        return;
+    }
+    weight_sums(j, n0, n1, comp);
     for (int64_t m = 0; m < j->M; m += 4) {
         int64_t n = n0;
+        int pf = m == 0;
         switch (j->M - m >= 4 ? 4 : j->M - m) {
-        case 4: for (; n + 4 <= n1; n += 4) vnni_blk(j, m, n, 4, 4); for (; n < n1; n++) vnni_blk(j, m, n, 4, 1); break;
-        case 3: for (; n + 4 <= n1; n += 4) vnni_blk(j, m, n, 3, 4); for (; n < n1; n++) vnni_blk(j, m, n, 3, 1); break;
-        case 2: for (; n + 4 <= n1; n += 4) vnni_blk(j, m, n, 2, 4); for (; n < n1; n++) vnni_blk(j, m, n, 2, 1); break;
-        default: for (; n + 4 <= n1; n += 4) vnni_blk(j, m, n, 1, 4); for (; n < n1; n++) vnni_blk(j, m, n, 1, 1); break;
+#define ROWS(R)                                                                                     \
+        for (; n + 4 <= n1; n += 4) vnni_blk(j, comp + (n - n0), m, n, R, 4, pf);                    \
+        for (; n < n1; n++) vnni_blk(j, comp + (n - n0), m, n, R, 1, pf);                             \
+        break;
+        case 4: ROWS(4)
+        case 3: ROWS(3)
+        case 2: ROWS(2)
+        default: ROWS(1)
+#undef ROWS
         }
     }
+    if (comp != stack_comp) free(comp);
 }
 #endif
 
