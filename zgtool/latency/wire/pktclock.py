@@ -84,7 +84,7 @@ class Segments:
     """One direction of one connection: its ISN and its data segments (start, end, kernel time ns)."""
 
     isn: int | None = None
-    spans: list[tuple[int, int, int, bool]] | None = None   # (start, end, time ns, this end's own copy)
+    spans: list[tuple[int, int, int, bool]] | None = None   # (start, end, time ns, the received copy)
 
 
 class PacketClock:
@@ -171,10 +171,10 @@ class PacketClock:
             return
         if payload <= 0 or seg.isn is None or seg.spans is None:
             return
-        # on loopback each segment is seen twice: as sent and as received. The receiving end's copy is the
-        # client's arrival (down); the sending end's is the request leaving (up)
+        # on loopback each segment is seen twice: as sent and as received. tcpdump on lo shows the received
+        # copy (a few us later under load), so that one is preferred both ways; over a NIC only one copy exists
         start = (seq - seg.isn - 1) % 2**32
-        seg.spans.append((start, start + payload, t_ns, outgoing == up))
+        seg.spans.append((start, start + payload, t_ns, not outgoing))
 
     def time_of(self, server: bytes, server_port: int, client_port: int, direction: str,
                 offset: int) -> int | None:
