@@ -106,3 +106,15 @@ def test_engines_are_named_from_recorded_and_documented_answers() -> None:
     assert tgi is not None and tgi.name == "TGI"
     behind_litellm = from_headers({"server": "uvicorn", "llm_provider-server": "zgtool-engine/0.1.0"})
     assert behind_litellm is not None and behind_litellm.name == "zgtool engine"
+
+
+def test_bench_requests_the_detected_model_in_place_of_the_payloads_placeholder(wildcard_first: str,
+                                                                                tmp_path: Path) -> None:
+    from zgtool.loadtest.config import BenchConfig
+    from zgtool.loadtest.detected import detect_for_bench, names_placeholder
+
+    cfg = BenchConfig(api="openai")
+    assert names_placeholder(cfg)
+    cfg, direct, _, found = detect_for_bench(cfg, (resolve(wildcard_first, api="openai"), True), None, tmp_path)
+    assert direct.model == "smollm2" and found[0].served
+    assert cfg.payload is not None and json.loads(Path(cfg.payload).read_text())["model"] == "smollm2"

@@ -125,6 +125,7 @@ def run_bench_command(opts: BenchOptions) -> None:
             assert opts.direct is not None, "without --start, --direct is required (checked above)"
             direct = _resolve(opts.direct, opts.config, cfg.api)
             gateway = _resolve(opts.gateway, opts.config, cfg.api) if opts.gateway else None
+            cfg, direct, gateway = _detected(opts, cfg, direct, gateway)
         assert opts.k6 is not None, "k6 was found by parse_bench_options"
         result = run_bench(cfg, direct=direct, gateway=gateway, k6=opts.k6, run_dir=opts.run_dir,
                            progress=opts.progress, segment=opts.segment, keep_points=opts.otlp_endpoint is not None)
@@ -139,6 +140,23 @@ def run_bench_command(opts: BenchOptions) -> None:
         export_k6_points(opts.otlp_endpoint, result, {"direct": direct, "direct_stream": direct,
                                                       "gateway": gateway}, err=err_console)
     _fail_if_nothing_succeeded(result)
+
+
+def _detected(opts: BenchOptions, cfg, direct, gateway):  # noqa: ANN001, ANN202 - BenchConfig, Targets
+    """Bare URLs: the model the direct target serves, checked on the gateway (zgtool.loadtest.detected), in
+    place of the payload's placeholder model "default" (a --payload naming its own model is kept)."""
+    from zgtool.loadtest.detected import detect_for_bench, names_placeholder
+
+    if not names_placeholder(cfg):
+        return cfg, direct, gateway
+    from zgtool.output import err_console
+
+    bare = [(direct, "://" in (opts.direct or ""))] + ([(gateway, "://" in (opts.gateway or ""))] if gateway else [])
+    cfg, direct, gateway, found = detect_for_bench(cfg, bare[0], bare[1] if gateway else None, opts.run_dir)
+    for f in found:
+        engine = f"; engine {f.engine.label()} ({f.engine.evidence})" if f.engine else ""
+        err_console.print(f"detected model {f.model!r} ({f.how}){engine}", highlight=False)
+    return cfg, direct, gateway
 
 
 def _fail_if_nothing_succeeded(result) -> None:  # noqa: ANN001 - BenchResult

@@ -147,8 +147,7 @@ def run_verify(cfg: VerifyConfig, ui: Ui | None = None) -> tuple[VerifyData, Pat
         data.urls, data.pids = dict(stack.urls), list(stack.pids)
         runner.cpu_groups = {c.name: c.pid for c in getattr(stack, "children", []) if c.pid is not None}
         gw_name = next(p for p in stack.urls if p != "direct")
-        direct = Target("direct", stack.urls["direct"])
-        gateway = Target(gw_name, stack.urls[gw_name])
+        direct, gateway = _detected(Target("direct", stack.urls["direct"]), Target(gw_name, stack.urls[gw_name]))
         _measure(runner, plan, direct, gateway, out_dir, cfg, data, S)
     except KeyboardInterrupt:
         _finish(runner, data, stack, t_start, out_dir, cfg, interrupted=True)
@@ -165,6 +164,15 @@ class _StartError(ZgError):
 
 
 # stages that measure; one of them failing makes the run's figures incomplete (exit 1)
+def _detected(direct: Target, gateway: Target) -> tuple[Target, Target]:
+    """Both paths on the one model the engine serves (a 1-token request succeeded on each), found by the
+    detection every measuring command uses (zgtool.latency.wire.same_model); the API stays verify's."""
+    from zgtool.latency.wire.same_model import Detect, detect_targets
+
+    (d, _), (g, _) = detect_targets([(direct, True), (gateway, True)], Detect(api_known=True, model_known=False))
+    return d, g
+
+
 MEASURING = ("probe-", "latency-", "k6", "cache", "engine-metrics")
 
 
