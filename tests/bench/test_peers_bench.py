@@ -91,14 +91,16 @@ def test_tiny_run_measures_zgtool_and_skips_peers_that_are_not_installed(tmp_pat
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "peers.py"), "--models", "dummy:tiny", "--peers", "vllm,llama",
          "--cycles", "1", "--concurrency", "2", "--max-tokens", "4", "--c1-requests", "1", "--threads", "1",
-         "--dtypes", "same"],
+         "--dtypes", "same", "--zgtool-rows", "auto"],
         capture_output=True, text=True, env=env, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     result = json.loads(lines[-1])
     (model,) = result["models"]
-    (engine,) = model["engines"]
+    engine, auto = model["engines"]
     assert engine["engine"] == "zgtool" and engine["c_tok_s"] > 0 and engine["errors"] == 0
+    assert auto["engine"] == "zgtool:auto" and auto["dtype"] == "auto" and auto["errors"] == 0
+    assert "avx2" in result["cpu_flags"] and len(engine["load_avg_1m_runs"]) == 1
     assert set(model["skipped"]) == {"vllm", "llama"}
     assert all("not installed (run bench/setup_peers.sh)" in r for r in model["skipped"].values())
     assert model["ratios_zgtool_over_peer"] == {}
