@@ -60,6 +60,7 @@ JSON = vocab.as_json()
 OUTPUT = vocab.output()
 CSV = vocab.csv_dir(help="Also write every request and every summary table as CSV files into DIR.")
 QUIET = vocab.quiet()
+BRIEF = typer.Option(False, "--brief", help="Print only the verdict sentence and the side-by-side table.")
 OTLP_ENDPOINT = vocab.otlp_endpoint()
 OTLP_LISTEN = typer.Option(None, "--otlp-listen", help="Receive the engine's OTLP/HTTP spans on auto, PORT or "
                                                        "HOST:PORT and join them by trace id.")
@@ -108,6 +109,7 @@ class SplitOptions:
     out: Path | None = None
     csv_dir: Path | None = None
     quiet: bool = False
+    brief: bool = False                      # the verdict sentence and the side-by-side table only
 
     @property
     def detect_timeout_s(self) -> float:
@@ -213,7 +215,7 @@ def parse_split_options(
         vllm_metrics: str | None = None, rate: str | None = None, arrivals: str = "poisson",
         max_in_flight: int = 0, point_s: float = 5.0, quiet: bool = False, csv_dir: Path | None = None,
         otlp_endpoint: str | None = None, dataset: str | None = None, speedup: float = 1.0,
-        metrics_url: str | None = None) -> SplitOptions:
+        metrics_url: str | None = None, brief: bool = False) -> SplitOptions:
     """The command line's values (keyword names and defaults as the CLI's) -> SplitOptions, or the
     UsageError of the first option that does not hold (one line, exit 2)."""
     from zgtool.errors import UsageError
@@ -252,4 +254,4 @@ def parse_split_options(
         targets=tuple(targets), split=split, sweep=sweep, workload=wl, config_file=config, api=api, model=model,
         cpu_groups=cpu_groups(cpu_pid) if cpu_pid else {}, otlp_listen=otlp_listen, otlp_listen_at=listen_at,
         otlp_endpoint=otlp_endpoint, vllm_metrics=vllm_metrics, metrics_url=metrics_url, as_json=as_json, out=out,
-        csv_dir=csv_dir, quiet=quiet)
+        csv_dir=csv_dir, quiet=quiet, brief=brief)

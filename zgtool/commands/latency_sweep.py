@@ -43,7 +43,7 @@ def _unjudged(res: SweepResult) -> list[str]:
 
 def run_sweep_command(targets: Sequence[Target], cfg: SplitConfig, spec: SweepSpec, *, as_json: bool,
                       out: Path | None, quiet: bool, csv_dir: Path | None) -> dict[str, Any]:
-    from zgtool.errors import MeasurementUnreliable, VerdictFailed
+    from zgtool.errors import MeasurementUnreliable
     from zgtool.latency.schedule.sweep import result_data, run_sweep
     from zgtool.output import console, emit_result, err_console
     from zgtool.results import make_result
@@ -66,7 +66,7 @@ def run_sweep_command(targets: Sequence[Target], cfg: SplitConfig, spec: SweepSp
             err_console.print(f"[dim]wrote {path}[/dim]", highlight=False)
     dead = _dead(res)
     if dead:
-        raise VerdictFailed(f"every request failed at every load on {', '.join(dead)}")
+        raise MeasurementUnreliable(f"every request failed at every load on {', '.join(dead)}: nothing was measured")
     cut = _unjudged(res)
     if cut:
         raise MeasurementUnreliable("latency-split sweep: the load generator fell behind its schedule before "

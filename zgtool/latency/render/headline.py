@@ -1,0 +1,79 @@
+"""The answer first: one sentence that says what the run found, printed as latency-split's first stdout line.
+
+Two or more targets: what each candidate adds over the first target per request, outside the engine when
+both paths carry the engine's own timing (the engine's jitter cannot touch that figure), else in total;
+with its 95% interval, whether it is significant and, when it is not, the smallest effect the run could have
+detected. One target: its median total and TTFT with their intervals. Rendering only.
+"""
+
+from __future__ import annotations
+
+from zgtool.latency.analysis.phases import phase as find_phase
+from zgtool.latency.records import PhaseDifference, SplitResult, TargetResult
+from zgtool.latency.render.split import short_names
+
+
+def _ms(v: float, signed: bool = True) -> str:
+    digits = 2 if abs(v) < 10 else 1 if abs(v) < 1000 else 0
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
+def _interval(lo: float | None, hi: float | None, signed: bool = True) -> str:
+    if lo is None or hi is None:
+        return "[no interval]"
+    return f"[{_ms(lo, signed)}, {_ms(hi, signed)}]"
+
+
+def _difference(res: SplitResult, cand: str) -> tuple[PhaseDifference | None, str]:
+    diffs = {d.phase: d for d in res.differences if d.candidate == cand}
+    outside = diffs.get("outside_engine_ms")
+    if outside is not None and outside.diff_ms is not None:
+        return outside, "outside the engine"
+    return diffs.get("total_ms"), "in total"
+
+
+def _candidate_sentence(res: SplitResult, base: TargetResult, cand: TargetResult, name: str, base_name: str) -> str:
+    d, where = _difference(res, cand.name)
+    if d is None or d.diff_ms is None:
+        return f"{name} vs {base_name}: no difference could be computed (too few answers on one path)"
+    significant = d.verdict in ("higher", "lower")
+    verb = "adds" if d.diff_ms >= 0 else "takes"
+    amount = _ms(d.diff_ms) if d.diff_ms >= 0 else _ms(d.diff_ms)
+    out = f"{name} {verb} {amount} ms {_interval(d.lo_ms, d.hi_ms)} per request {where}"
+    if significant:
+        out += ", significant"
+    else:
+        mde = (f"; the run could have detected {_ms(d.mde_ms, signed=False)} ms or more"
+               if d.mde_ms is not None else "")
+        out += f", n.s. (not significant: the interval contains 0){mde}"
+    total = find_phase(base, "total_ms")
+    base_total = total.summary.get("p50") if total is not None else None
+    if base_total:
+        out += f"; {abs(d.diff_ms) / base_total:.1%} of {base_name}'s {_ms(base_total, signed=False)} ms total"
+    return out
+
+
+def _single_sentence(tr: TargetResult, name: str) -> str:
+    parts = []
+    for metric, label in (("total_ms", "total"), ("ttft_ms", "TTFT")):
+        p = find_phase(tr, metric)
+        if p is not None and p.summary.get("p50") is not None:
+            parts.append(f"{label} {_ms(p.summary['p50'], signed=False)} ms "
+                         f"{_interval(p.median_lo, p.median_hi, signed=False)}")
+    sent = tr.num_ok + tr.num_error
+    figures = ", ".join(parts) if parts else "no latency figure"
+    return f"{name}: median {figures} per request (95% intervals); {tr.num_ok} of {sent} requests answered"
+
+
+def headline(res: SplitResult) -> str:
+    """One sentence (one line, however long: it wraps, it is never cut)."""
+    if not res.targets:
+        return "no target was measured"
+    names = [tr.name for tr in res.targets]
+    short = short_names(names)
+    label = {n: (n if short[n] == n else f"{short[n]} ({n})") for n in names}
+    base = res.targets[0]
+    if len(res.targets) == 1:
+        return _single_sentence(base, label[base.name])
+    sentences = [_candidate_sentence(res, base, c, label[c.name], label[base.name]) for c in res.targets[1:]]
+    return "; ".join(sentences) + "."
