@@ -124,11 +124,22 @@ def _check_llm(target: Target, models: httpx.Response | None, msg: httpx.Respons
     answers = [r for r in (models, msg, chat) if r is not None]
     if any(r.is_success for r in answers):
         return True
-    if any(r.status_code in REFUSED_BY_AN_API for r in answers):
+    if any(r.status_code in REFUSED_BY_AN_API or _api_error_body(r) for r in answers):
         return False
     said = ", ".join(f"{what} {_status(r)}" for what, r in (("GET /v1/models", models), ("POST /v1/messages", msg),
                                                            ("POST /v1/chat/completions", chat)))
     raise NotAnLlmApi(f"{target.url} is not an OpenAI or Anthropic API: {said}")
+
+
+def _api_error_body(r: httpx.Response) -> bool:
+    """An error in the OpenAI or Anthropic shape ({"error": {"type"|"message": ...}}): an LLM API that is
+    overloaded (529) or failing, not a web server without the route."""
+    try:
+        doc = r.json()
+    except ValueError:
+        return False
+    err = doc.get("error") if isinstance(doc, dict) else None
+    return isinstance(err, dict) and bool(err.get("type") or err.get("message"))
 
 
 def _status(r: httpx.Response | None) -> str:
