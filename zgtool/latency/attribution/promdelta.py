@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from zgtool.errors import UsageError
 from zgtool.latency.attribution.adapters.base import Reject, check_against_client
+from zgtool.latency.attribution.scrape import TIMEOUT_S, Limits, Scraper
 from zgtool.latency.records import FROM_ARRIVAL, EngineTiming, RequestSample
 
 SOURCE = "vLLM /metrics deltas (c=1 only)"
@@ -66,9 +66,13 @@ def parse(text: str) -> Snapshot:
     return {f: (v[0], v[1]) for f, v in out.items() if f in seen}
 
 
-def fetch(url: str, timeout_s: float = 5.0) -> Snapshot:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - the operator's URL
-        return parse(resp.read().decode("utf-8", "replace"))
+def fetch(url: str, timeout_s: float = TIMEOUT_S) -> Snapshot:
+    """FAMILIES' (sum, count) from one bounded scrape (zgtool.latency.attribution.scrape); OSError naming why
+    when the page is unreachable, slow or huge."""
+    s = Scraper(url, Limits(timeout_s=timeout_s)).scrape()
+    if s.error is not None:
+        raise OSError(s.error)
+    return {fam: hv for fam in FAMILIES if (hv := s.histogram(fam)) is not None}
 
 
 def delta(before: Snapshot, after: Snapshot) -> EngineTiming:
@@ -122,8 +126,8 @@ class DeltaWatch:
         while True:
             try:
                 now = self.scrape(self.url)
-            except OSError:
-                sample.engine_warnings.append(f"{SOURCE}: /metrics unreachable")
+            except OSError as exc:
+                sample.engine_warnings.append(f"{SOURCE}: /metrics {exc or 'unreachable'}")
                 return
             moved = now.get(E2E, (0.0, 0.0))[1] - snap.get(E2E, (0.0, 0.0))[1]
             if moved >= 1 or time.monotonic() >= deadline:
