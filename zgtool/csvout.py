@@ -87,6 +87,8 @@ def latency_split(data: Mapping[str, Any], out_dir: Path, prefix: str = "") -> l
         row = {"target": t["name"], **flatten(scalars)}
         row.pop("name", None)
         row["errors"] = ";".join(f"{k} x{v}" for k, v in (t.get("errors") or {}).items())
+        if data.get("interrupted"):
+            row["interrupted"] = True    # Ctrl-C: these figures cover the requests that finished
         per_target.append(row)
     files.append(write_table(out_dir / f"{prefix}targets.csv", per_target, ("target",)))
     diffs = [flatten(d) for d in data.get("differences") or []]

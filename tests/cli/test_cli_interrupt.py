@@ -8,6 +8,7 @@ a k6 child), never a sleep.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -162,10 +163,16 @@ def test_generate_ctrl_c_mid_stream_exits_130(cli_runs):
     assert_interrupted_cleanly(c, c.ctrl_c())
 
 
-def test_latency_split_ctrl_c_mid_measurement_exits_130(cli_runs, null_engine):
-    c = start(cli_runs, "latency-split", null_engine, "-n", "100000", "--rounds", "1", "--warmup", "0")
-    wait_for(lambda: served(null_engine) >= 5 or c.proc.poll() is not None, 90, "requests reaching the engine")
+def test_latency_split_ctrl_c_mid_measurement_exits_130_and_keeps_the_work(cli_runs, null_engine, tmp_path):
+    out, csv_dir = tmp_path / "split.json", tmp_path / "csv"
+    c = start(cli_runs, "latency-split", null_engine, "-n", "100000", "--rounds", "1", "--warmup", "0",
+              "-o", str(out), "--csv", str(csv_dir))
+    wait_for(lambda: served(null_engine) >= 20 or c.proc.poll() is not None, 90, "requests reaching the engine")
     assert_interrupted_cleanly(c, c.ctrl_c())
+    data = json.loads(out.read_text())["data"]          # the finished requests, written
+    assert data["interrupted"] is True and data["targets"][0]["num_ok"] >= 1
+    assert "True" in (csv_dir / "targets.csv").read_text().splitlines()[1]
+    assert "Ctrl-C after" in c.stderr and "total (E2E)" in c.stdout   # the summary of what finished
 
 
 def test_dcgm_watch_ctrl_c_exits_130(cli_runs, null_engine):

@@ -139,15 +139,32 @@ def _start_receiver(opts: SplitOptions) -> Any:
     return receiver
 
 
+def _engine_metrics_fallback(opts: SplitOptions, resolved: list[Target]) -> str | None:
+    """The first (direct) target's /metrics when it exposes vLLM's request histograms: the default source of the
+    engine's phases for a path whose answers lack them (a gateway that strips vLLM's per-request metrics).
+    Deltas around a request belong to it only at -c 1, closed loop; one bounded scrape decides."""
+    cfg = opts.split
+    if cfg.concurrency != 1 or cfg.open_loop or len(resolved) < 2 or resolved[0].scheme != "http":
+        return None
+    from zgtool.latency.attribution.promdelta import E2E
+    from zgtool.latency.attribution.scrape import Limits, Scraper
+    from zgtool.workload.prefix_cache import metrics_url
+
+    url = metrics_url(resolved[0].url)
+    s = Scraper(url, Limits(timeout_s=1.0)).scrape()
+    return url if s.ok and s.histogram(E2E) is not None else None
+
+
 def _hooks(opts: SplitOptions, resolved: list[Target], bar: Any) -> tuple[list | None, Any]:
     """RequestHooks around each measured request (vLLM's histogram deltas, the prefix-cache watch, the
     open-loop progress count) and the prefix-cache watch itself (None when not asked for)."""
     cfg = opts.split
     hooks: list | None = None
-    if opts.vllm_metrics:
+    engine_metrics = opts.vllm_metrics or _engine_metrics_fallback(opts, resolved)
+    if engine_metrics:
         from zgtool.latency.attribution.promdelta import DeltaWatch
 
-        watch = DeltaWatch(opts.vllm_metrics, cfg.concurrency)
+        watch = DeltaWatch(engine_metrics, cfg.concurrency)
         hooks = [watch for _ in resolved]
     pwatch = None
     if opts.workload is not None or opts.metrics_url:    # the engine's prefix-cache hit rate over the run
@@ -279,6 +296,9 @@ def run(opts: SplitOptions) -> dict:
         exporter = GenAiMetrics.for_endpoint(opts.otlp_endpoint, verify=opts.split.verify)
     detected: dict[str, dict[str, str]] = {}
     resolved = _resolve_targets(opts, detected)
+    from zgtool.latency.tokencount import count_tokens, token_counts
+
+    opts, counting = count_tokens(opts, resolved)    # --tokenizer: synthetic prompts to their exact lengths
     if opts.sweep is not None:
         from zgtool.commands.latency_sweep import run_sweep_command
 
@@ -286,14 +306,35 @@ def run(opts: SplitOptions) -> dict:
                                  quiet=opts.quiet, csv_dir=opts.csv_dir)
     open_loop = OpenLoopLog() if opts.split.open_loop else None
     cpu = CpuWatch(dict(opts.cpu_groups)) if opts.cpu_groups else None
-    samples, pwatch = _measure(opts, resolved, _Progress(opts, len(resolved), detected), cpu, open_loop)
+    from zgtool.latency.schedule.runner import MeasureInterrupted
+
+    try:
+        samples, pwatch = _measure(opts, resolved, _Progress(opts, len(resolved), detected), cpu, open_loop)
+        interrupted = False
+    except MeasureInterrupted as exc:   # Ctrl-C: keep what finished, say so, exit 130 (zgtool.app)
+        if not any(exc.samples):
+            raise
+        from zgtool.errors import mark_interrupted
+
+        mark_interrupted()
+        samples, pwatch, interrupted = exc.samples, None, True
     if exporter is not None:
         exporter.export_split(resolved, samples, stream=opts.split.stream, err=err_console)
     res = _analyse(opts, resolved, samples, cpu, open_loop, detected)
     data = result_data(res)
+    data["token_counts"], token_warnings = token_counts(counting, res, opts.split.num_requests)
+    for line in token_warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
     if pwatch is not None:
         data["prefix_cache"] = pwatch.result()
+    if interrupted:
+        data["interrupted"] = True
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
+    if interrupted:
+        done = sum(len(per) for per in samples)
+        err_console.print(f"Ctrl-C after {done} of {opts.split.num_requests * len(resolved)} requests: the summary "
+                          "and the written result cover the requests that finished (marked so in the result)",
+                          highlight=False)
     if not opts.as_json:
         _render(res, data, pwatch, opts.brief)
     emit_result(result, as_json=opts.as_json, out=opts.out)
@@ -302,7 +343,8 @@ def run(opts: SplitOptions) -> dict:
 
         for path in write_csv(result, opts.csv_dir):
             err_console.print(f"[dim]wrote {path}[/dim]", highlight=False)
-    _verdict(res)
+    if not interrupted:
+        _verdict(res)
     return result
 
 
@@ -320,5 +362,6 @@ def register(app: typer.Typer) -> None:
         vllm_metrics: str | None = o.VLLM_METRICS, rate: str | None = o.RATE, arrivals: str = o.ARRIVALS,
         max_in_flight: int = o.MAX_IN_FLIGHT, point_s: float = o.POINT_S, dataset: str | None = o.DATASET,
         speedup: float = o.SPEEDUP, metrics_url: str | None = o.METRICS_URL, brief: bool = o.BRIEF,
+        tokenizer: str = o.TOKENIZER,
     ) -> None:
         run(o.parse_split_options(**locals()))

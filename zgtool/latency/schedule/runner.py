@@ -67,6 +67,15 @@ def preflight(target: Target, cfg: SplitConfig, ctx: ssl.SSLContext | None) -> i
     raise TargetUnreachable(f"target {target.name!r}: cannot connect to {host}:{port}: {last}")
 
 
+class MeasureInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the measured rounds, carrying every request that finished (per target, by index), so
+    the command can still write and summarise them."""
+
+    def __init__(self, samples: list[list[RequestSample]]) -> None:
+        super().__init__()
+        self.samples = samples
+
+
 def _timed_out(sample: RequestSample) -> bool:
     return (sample.error or "").startswith("timeout:")
 
@@ -222,6 +231,9 @@ def _measure(targets: Sequence[Target], cfg: SplitConfig,
                 done[ti] += count
                 if progress is not None:
                     progress(targets[ti].name, done[ti], cfg.num_requests)
+    except KeyboardInterrupt:
+        finished = [sorted(list(per), key=lambda s: s.index) for per in samples]
+        raise MeasureInterrupted(finished) from None
     finally:
         if loop is not None:
             loop.close()
