@@ -76,10 +76,10 @@ class _CheckedPcap(_Checked, PcapReader):
         off, number = self.f.tell(), self.records + 1
         try:
             data, meta = RawPcapReader._read_packet(self, RECORD_MAX_BYTES)
-        except EOFError:
+        except EOFError:  # the header cut short (or, in a gzip stream, anything cut short)
             got = self.f.tell() - off
-            if got:  # a record header cut short
-                self.truncation = Truncation(number, off, PCAP_RECORD_HEADER, got)
+            if got:
+                self.truncation = Truncation(number, off, self._needed(off, got), got)
             raise
         got = self.f.tell() - off
         if got < PCAP_RECORD_HEADER + meta.caplen:
@@ -87,6 +87,14 @@ class _CheckedPcap(_Checked, PcapReader):
             raise EOFError
         self.records = number
         return self._dissect(self.linktype, data, meta.sec + meta.usec * (1e-9 if self.nano else 1e-6))
+
+    def _needed(self, off: int, got: int) -> int:
+        """What the record at `off` needs: its header, plus its captured bytes once the header is there."""
+        if got < PCAP_RECORD_HEADER:
+            return PCAP_RECORD_HEADER
+        self.f.seek(off)
+        head = self.f.read(PCAP_RECORD_HEADER)
+        return PCAP_RECORD_HEADER + struct.unpack(self.endian + "I", head[8:12])[0]
 
 
 class _CheckedPcapNg(_Checked, PcapNgReader):

@@ -135,6 +135,16 @@ def test_a_gzip_capture_cut_short_names_the_record_and_offset_of_the_inflated_fi
         read_capture(packed)
 
 
+def test_a_gzip_stream_cut_inside_a_record_says_what_that_record_needs(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.pcap"
+    write_pcap(plain, 101, handshake(False))
+    packed = gzip.compress(plain.read_bytes())
+    cut = tmp_path / "cut.pcap.gz"
+    cut.write_bytes(packed[:-12])       # the stream's end marker and the last compressed bytes gone
+    with pytest.raises(UsageError, match=r"truncated: record (\d) at byte offset (\d+) needs 56 bytes"):
+        read_capture(cut)
+
+
 def test_a_pcapng_packet_naming_an_undescribed_interface_is_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "iface.pcapng"
     pcapng(path, 6, 0, [1, 2, 3], [ip for _, ip in handshake(False)])
