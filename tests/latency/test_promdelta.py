@@ -132,3 +132,38 @@ def test_latency_split_joins_each_requests_histogram_delta(engine: tuple[str, li
         assert match and match[0] not in used, (s["engine"]["total_ms"], measured)
         used.add(match[0])
         assert s["engine"]["total_ms"] <= s["total_ms"]
+
+
+def test_without_flags_a_path_lacking_engine_timing_falls_back_on_the_direct_targets_metrics(
+        engine: tuple[str, list[float]]) -> None:
+    """Issue 38 item 2: behind a real hop (bench/peerlib/delayhop.py) whose answers carry no engine timing,
+    latency-split reads the direct target's /metrics on its own, says which source it used, and the hop's time
+    outside the engine is measured (a figure with an interval), not "not measured"."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from zgtool.commands.latency import run
+    from zgtool.commands.latency_options import parse_split_options
+
+    url, _observed = engine
+    hop_py = Path(__file__).resolve().parents[2] / "bench" / "peerlib" / "delayhop.py"
+    hop = subprocess.Popen([sys.executable, str(hop_py), "--upstream", url.removeprefix("http://"),
+                            "--delay-ms", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = hop.stdout.readline() if hop.stdout else ""
+        assert line.startswith("PORT "), line
+        hop_url = f"http://127.0.0.1:{line.split()[1]}"
+        result = run(parse_split_options([url, hop_url], requests=8, warmup=1, stream=False, api="openai",
+                                         model="m", as_json=True))
+    finally:
+        hop.terminate()
+        hop.wait(timeout=10)
+    for t in result["data"]["targets"]:
+        ok = [s for s in t["samples"] if s["ok"]]
+        # a delta that another (unmeasured warm-up) request also moved is refused with a counted warning
+        joined = [s for s in ok if s["engine"] and s["engine"]["source"] == SOURCE]
+        assert len(ok) == 8 and len(joined) >= 6, t["name"]
+        assert all(s["engine_warnings"] for s in ok if s not in joined)
+    oe = next(d for d in result["data"]["differences"] if d["phase"] == "outside_engine_ms")
+    assert oe["diff_ms"] is not None and oe["verdict"] != "not measured"

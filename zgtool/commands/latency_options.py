@@ -64,8 +64,10 @@ BRIEF = typer.Option(False, "--brief", help="Print only the verdict sentence and
 OTLP_ENDPOINT = vocab.otlp_endpoint()
 OTLP_LISTEN = typer.Option(None, "--otlp-listen", help="Receive the engine's OTLP/HTTP spans on auto, PORT or "
                                                        "HOST:PORT and join them by trace id.")
-VLLM_METRICS = typer.Option(None, "--vllm-metrics", help="The engine's /metrics URL: vLLM's phases from histogram "
-                                                         "deltas around each request (-c 1 only).")
+VLLM_METRICS = typer.Option(None, "--engine-metrics", "--vllm-metrics",
+                            help="The engine's /metrics URL: vLLM's phases from histogram deltas around each "
+                                 "request (-c 1 only) for paths whose answers lack the engine's timing. By "
+                                 "default the first target's /metrics is used when it exposes them.")
 RATE = typer.Option(None, "--rate", help="Open loop: send R requests/s per target on a schedule, whatever the "
                                          "answers take; latency is also counted from each request's due time, and "
                                          "a client that fell behind is flagged. A list (1,2,4,8) sweeps the rates "
@@ -81,6 +83,7 @@ MAX_IN_FLIGHT = typer.Option(0, "--max-in-flight", help="With --rate: at most th
 POINT_S = typer.Option(5.0, "--point-s", help="Rate sweeps: each point sends for at least this many seconds per "
                                               "path (steady state; more than -n at high rates).")
 DATASET = typer.Option(None, "--dataset", help=_dataset_help())
+TOKENIZER = vocab.tokenizer()
 SPEEDUP = typer.Option(1.0, "--speedup", help="With --dataset trace:FILE: replay F times faster.")
 METRICS_URL = typer.Option(None, "--metrics-url", help="An engine's /metrics (zgtool or vLLM): its prefix-cache "
                                                        "hit rate over the run is reported (with --dataset, each "
@@ -110,6 +113,7 @@ class SplitOptions:
     csv_dir: Path | None = None
     quiet: bool = False
     brief: bool = False                      # the verdict sentence and the side-by-side table only
+    tokenizer: str = "auto"                  # --tokenizer: who counts the workload's tokens (zgtool.workload.tokens)
 
     @property
     def detect_timeout_s(self) -> float:
@@ -215,7 +219,7 @@ def parse_split_options(
         vllm_metrics: str | None = None, rate: str | None = None, arrivals: str = "poisson",
         max_in_flight: int = 0, point_s: float = 5.0, quiet: bool = False, csv_dir: Path | None = None,
         otlp_endpoint: str | None = None, dataset: str | None = None, speedup: float = 1.0,
-        metrics_url: str | None = None, brief: bool = False) -> SplitOptions:
+        metrics_url: str | None = None, brief: bool = False, tokenizer: str = "auto") -> SplitOptions:
     """The command line's values (keyword names and defaults as the CLI's) -> SplitOptions, or the
     UsageError of the first option that does not hold (one line, exit 2)."""
     from zgtool.errors import UsageError
@@ -254,4 +258,4 @@ def parse_split_options(
         targets=tuple(targets), split=split, sweep=sweep, workload=wl, config_file=config, api=api, model=model,
         cpu_groups=cpu_groups(cpu_pid) if cpu_pid else {}, otlp_listen=otlp_listen, otlp_listen_at=listen_at,
         otlp_endpoint=otlp_endpoint, vllm_metrics=vllm_metrics, metrics_url=metrics_url, as_json=as_json, out=out,
-        csv_dir=csv_dir, quiet=quiet, brief=brief)
+        csv_dir=csv_dir, quiet=quiet, brief=brief, tokenizer=vocab.check_tokenizer(tokenizer))
