@@ -83,7 +83,6 @@ MAX_IN_FLIGHT = typer.Option(0, "--max-in-flight", help="With --rate: at most th
 POINT_S = typer.Option(5.0, "--point-s", help="Rate sweeps: each point sends for at least this many seconds per "
                                               "path (steady state; more than -n at high rates).")
 DATASET = typer.Option(None, "--dataset", help=_dataset_help())
-TOKENIZER = vocab.tokenizer()
 SPEEDUP = typer.Option(1.0, "--speedup", help="With --dataset trace:FILE: replay F times faster.")
 METRICS_URL = typer.Option(None, "--metrics-url", help="An engine's /metrics (zgtool or vLLM): its prefix-cache "
                                                        "hit rate over the run is reported (with --dataset, each "
@@ -113,7 +112,6 @@ class SplitOptions:
     csv_dir: Path | None = None
     quiet: bool = False
     brief: bool = False                      # the verdict sentence and the side-by-side table only
-    tokenizer: str = "auto"                  # --tokenizer: who counts the workload's tokens (zgtool.workload.tokens)
 
     @property
     def detect_timeout_s(self) -> float:
@@ -219,7 +217,7 @@ def parse_split_options(
         vllm_metrics: str | None = None, rate: str | None = None, arrivals: str = "poisson",
         max_in_flight: int = 0, point_s: float = 5.0, quiet: bool = False, csv_dir: Path | None = None,
         otlp_endpoint: str | None = None, dataset: str | None = None, speedup: float = 1.0,
-        metrics_url: str | None = None, brief: bool = False, tokenizer: str = "auto") -> SplitOptions:
+        metrics_url: str | None = None, brief: bool = False) -> SplitOptions:
     """The command line's values (keyword names and defaults as the CLI's) -> SplitOptions, or the
     UsageError of the first option that does not hold (one line, exit 2)."""
     from zgtool.errors import UsageError
@@ -258,4 +256,4 @@ def parse_split_options(
         targets=tuple(targets), split=split, sweep=sweep, workload=wl, config_file=config, api=api, model=model,
         cpu_groups=cpu_groups(cpu_pid) if cpu_pid else {}, otlp_listen=otlp_listen, otlp_listen_at=listen_at,
         otlp_endpoint=otlp_endpoint, vllm_metrics=vllm_metrics, metrics_url=metrics_url, as_json=as_json, out=out,
-        csv_dir=csv_dir, quiet=quiet, brief=brief, tokenizer=vocab.check_tokenizer(tokenizer))
+        csv_dir=csv_dir, quiet=quiet, brief=brief)
