@@ -126,3 +126,19 @@ def test_a_median_resting_on_some_of_the_requests_says_how_many() -> None:
     res = analyse(targets, [samples], cfg)
     p = next(p for p in res.targets[0].phases if p.name == "ttft_ms")
     assert p.count == 14 and fmt_p50(p).endswith("(14/16)")
+
+
+def test_the_rest_is_the_total_minus_every_part_the_engines_adapter_time_included() -> None:
+    """Issue 38 item 4: engine time known from an adapter (here vLLM's per-request metrics, no Server-Timing)
+    is a part of the waterfall, so the unattributed rest is what is outside the engine, not the whole total."""
+    from zgtool.latency.analysis.phases import decompose, outside_engine_ms
+    from zgtool.latency.records import EngineTiming
+
+    s = RequestSample(index=0, worker=0, round=0, ok=True, connect_ms=0.5, total_ms=2980.98,
+                      engine=EngineTiming(source="vLLM per-request metrics", queue_ms=0.3, prefill_ms=20.0,
+                                          decode_ms=2900.0, total_ms=2956.69))
+    rows = decompose(s)
+    assert sum(rows.values()) == pytest.approx(2980.98)
+    assert rows["decode_ms"] == 2900.0 and rows["engine_other_ms"] == pytest.approx(36.39)
+    assert rows["network_client_ms"] == pytest.approx(outside_engine_ms(s) - 0.5)
+    assert rows["network_client_ms"] == pytest.approx(23.79)

@@ -82,10 +82,25 @@ def decompose(s: RequestSample, stream: bool = False) -> dict[str, float]:
         if v is not None:
             out[name] = v
     server, _ = attribute(s.server_timing, stream=stream)
+    if not any(k in server for k in (*ENGINE_PARTS, "engine_other")):
+        server.update(engine_parts(s))
     out.update({f"{k}_ms": v for k, v in server.items()})
     total = s.total_ms or 0.0
+    # one arithmetic: the rest is the total minus every attributed part, the engine's time included, so it
+    # equals outside_engine_ms less the client and gateway parts whichever adapter gave the engine's time
     out["network_client_ms"] = total - sum(out.values())
     return out
+
+
+def engine_parts(s: RequestSample) -> dict[str, float]:
+    """The engine's parts from its adapter (vLLM per-request metrics, an OTLP span, /metrics deltas, ...) when
+    its Server-Timing did not carry them: queue/prefill/decode and the rest of its total as engine_other."""
+    e = s.engine
+    if e is None or e.total_ms is None:
+        return {}
+    parts = {k: v for k, v in e.phases().items() if k in ENGINE_PARTS and v >= 0}
+    parts["engine_other"] = max(0.0, e.total_ms - sum(parts.values()))
+    return parts
 
 
 def waterfall_order(names: set[str]) -> list[str]:
