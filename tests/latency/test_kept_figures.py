@@ -142,3 +142,20 @@ def test_the_rest_is_the_total_minus_every_part_the_engines_adapter_time_include
     assert rows["decode_ms"] == 2900.0 and rows["engine_other_ms"] == pytest.approx(36.39)
     assert rows["network_client_ms"] == pytest.approx(outside_engine_ms(s) - 0.5)
     assert rows["network_client_ms"] == pytest.approx(23.79)
+
+
+def test_an_engine_clock_starting_after_its_api_server_names_the_engine_front_once() -> None:
+    """Issue 38 item 5 (the note only): vLLM's per-request metrics start at engine-core queueing."""
+    from zgtool.latency.attribution.adapters.base import Evidence
+    from zgtool.latency.attribution.adapters.vllm import read
+
+    ev = Evidence(stream=False)
+    ev.fields["metrics"] = {"queue_time_ms": 0.5, "time_to_first_token_ms": 20.0, "generation_time_ms": 100.0}
+    timing = read(ev)
+    assert timing is not None
+    samples = _samples("a", [5.0] * 8)
+    for s in samples:
+        s.engine, s.total_ms = timing, 150.0
+    res = analyse([Target("direct", "http://127.0.0.1:1")], [samples], SplitConfig(num_requests=8, resamples=100))
+    front = [n for n in res.attribution_notes if "engine front (API server)" in n]
+    assert len(front) == 1 and "direct's remainder" in front[0]

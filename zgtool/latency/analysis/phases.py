@@ -17,6 +17,7 @@ from zgtool.latency.analysis import design
 from zgtool.latency.config import Slo, SplitConfig
 from zgtool.latency.records import (
     DEFINITIONS,
+    FROM_ARRIVAL,
     PhaseDifference,
     PhaseStats,
     RequestSample,
@@ -332,6 +333,7 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
             notes.append(f"{t.name}: the engine's Server-Timing total exceeds the request's own time on "
                          f"{share:.0%} of requests; the outside-engine attribution is missing, not negative")
     notes.extend(clock_notes(samples))
+    notes.extend(front_notes(targets, samples))
     sources = [sorted({src for s in per_target if s.ok and (src := engine_source(s))})
                for per_target in samples]
     if len({tuple(x) for x in sources if x}) > 1:
@@ -339,6 +341,18 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
         notes.append(f"the engine's time comes from different sources on different paths ({named}); their "
                      "start points may differ, so the difference outside the engine carries that offset")
     return notes
+
+
+def front_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
+    """Where an engine's clock starts after its own HTTP server (vLLM's per-request metrics start when its
+    engine core queues the request), the time outside the engine holds the engine's own front on every path
+    alike: named once, so the direct path's remainder is not read as network."""
+    starts = {(s.engine.source, s.engine.total_start) for per_target in samples for s in per_target
+              if s.ok and s.engine is not None and s.engine.total_start not in (None, FROM_ARRIVAL)}
+    return [f"{source}: the engine's clock starts {start}, after its API server: each path's time outside the "
+            f"engine includes the engine front (API server) and {targets[0].name}'s remainder is mostly that "
+            f"front; a hop's tax is the difference between paths, which subtracts it alike"
+            for source, start in sorted(starts)]
 
 
 def clock_notes(samples: Sequence[list[RequestSample]]) -> list[str]:
