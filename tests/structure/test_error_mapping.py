@@ -26,17 +26,26 @@ ROOTS = (EngineError, ZgError, ServeStartupError, KitError)
 
 
 def _import_every_error_module() -> None:
-    """Import each module that defines a class (so every subclass of the trees is loaded)."""
+    """Import each module defining a class that descends, by its bases' names, from one of ROOTS (so
+    every subclass of the trees is loaded, wherever it lives)."""
+    defined: dict[str, list[tuple[str, list[str]]]] = {}
     for folder, pkg in FOLDERS.items():
         for path in (ROOT / folder).rglob("*.py"):
-            text = path.read_text(encoding="utf-8")
-            if not re.search(r"^class \w+\((\w+Error|\w+Unreachable|\w+Failed|\w+Unreliable|MissingCapability"
-                             r"|ZgError|Interrupted|\w+Applied|\w+Api|\w+Engine)\)", text, re.M):
-                continue
             rel = path.relative_to(ROOT / folder).with_suffix("")
-            name = ".".join([pkg, *rel.parts]).removesuffix(".__init__")
-            if any(isinstance(n, ast.ClassDef) for n in ast.parse(text).body):
-                importlib.import_module(name)
+            module = ".".join([pkg, *rel.parts]).removesuffix(".__init__")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+                    defined.setdefault(node.name, []).append((module, bases))
+    family = {r.__name__ for r in ROOTS}
+    while True:
+        more = {name for name, defs in defined.items() for _, bases in defs if set(bases) & family} - family
+        if not more:
+            break
+        family |= more
+    for name in family:
+        for module, _ in defined.get(name, []):
+            importlib.import_module(module)
 
 
 def _tree(root: type) -> Iterator[type]:
@@ -67,7 +76,7 @@ def _rows(title: str) -> dict[str, list[str]]:
 
 
 def _instance(cls: type) -> Any:
-    for args in ((), ("a message",), ([0], "a message"), (1, 2, 3), ("a message", True)):
+    for args in ((), ("a message",), ([0], "a message"), (1, 2, 3), ("a message", True), (1, 2, 3, 4, 5)):
         try:
             return cls(*args)
         except TypeError:
@@ -79,9 +88,10 @@ def test_every_engine_error_has_exactly_one_http_row_and_the_server_answers_with
     classes = _classes(EngineError)
     rows = _rows("Engine errors -> HTTP status")
     assert set(rows) == set(classes), f"doc rows vs classes: {set(rows) ^ set(classes)}"
-    assert set(ENGINE_HTTP) == set(classes.values()), "ENGINE_HTTP must list every engine error class itself"
+    assert set(ENGINE_HTTP) <= set(classes.values()), "ENGINE_HTTP lists a class that is not an engine error"
     for name, cls in classes.items():
-        status, kind = ENGINE_HTTP[cls]
+        # its own row in ENGINE_HTTP, or its nearest listed base's (a subclass raised beside its base)
+        status, kind = next(ENGINE_HTTP[c] for c in cls.__mro__ if c in ENGINE_HTTP)
         assert rows[name] == [str(status), kind], name
         answer = to_http_error(_instance(cls))
         assert (answer.status, answer.error_type) == (status, kind), name
