@@ -184,17 +184,34 @@ def _hooks(opts: SplitOptions, resolved: list[Target], bar: Any) -> tuple[list |
     return hooks, pwatch
 
 
+def _scrape_loop(opts: SplitOptions, resolved: list[Target], t0_ns: int) -> Any:
+    """--scrape: the /metrics time series (zgtool.latency.schedule.scrapeloop), started; None without it."""
+    if not opts.scrape:
+        return None
+    from zgtool.latency.schedule.scrapeloop import ScrapeLoop
+    from zgtool.latency.wire.client import ssl_context
+    from zgtool.workload.prefix_cache import metrics_url
+
+    urls = [u for src in opts.scrape for u in ([metrics_url(t.url) for t in resolved] if src == "auto" else [src])]
+    ctx = ssl_context(opts.split.verify) if any(u.startswith("https:") for u in urls) else None
+    return ScrapeLoop(urls, interval_s=opts.scrape_interval_s, t0_ns=t0_ns, ctx=ctx).start()
+
+
 def _measure(opts: SplitOptions, resolved: list[Target], progress: _Progress, cpu: Any,
-             open_loop: Any) -> tuple[list[list[RequestSample]], Any]:
+             open_loop: Any, scraped: list[Any]) -> tuple[list[list[RequestSample]], Any]:
     """Every target measured (zgtool.latency.schedule.runner), spans joined when --otlp-listen; returns the
-    samples per target and the prefix-cache watch."""
+    samples per target and the prefix-cache watch; --scrape's loop, stopped, is appended to `scraped`."""
+    from time import perf_counter_ns
+
     from zgtool.latency.schedule.runner import measure_targets
 
     receiver = _start_receiver(opts)
+    t0_ns = perf_counter_ns()
+    loop = _scrape_loop(opts, resolved, t0_ns)
     try:
         hooks, pwatch = _hooks(opts, resolved, progress.bar)
         samples = measure_targets(resolved, opts.split, progress=progress, cpu=cpu, hooks=hooks,
-                                  open_loop=open_loop, on_sample=lambda s: progress.bar.add(s.ok))
+                                  open_loop=open_loop, on_sample=lambda s: progress.bar.add(s.ok), t_run0_ns=t0_ns)
         if pwatch is not None:
             pwatch.finish()
         if receiver is not None:
@@ -206,6 +223,9 @@ def _measure(opts: SplitOptions, resolved: list[Target], progress: _Progress, cp
         progress.bar.close()
         if receiver is not None:
             receiver.close()
+        if loop is not None:
+            loop.stop()
+            scraped.append(loop)
     return samples, pwatch
 
 
@@ -235,6 +255,11 @@ def _render(res: SplitResult, data: dict, pwatch: Any, brief: bool = False) -> N
     from zgtool.output import console
 
     console.print(headline(res), highlight=False, soft_wrap=not console.is_terminal)
+    if data.get("server_metrics"):
+        from zgtool.latency.render.servermetrics import verdict_lines
+
+        for line in verdict_lines(data["server_metrics"], res):
+            console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if brief:
         if len(res.targets) > 1:
             short = short_names([tr.name for tr in res.targets])
@@ -306,10 +331,12 @@ def run(opts: SplitOptions) -> dict:
                                  quiet=opts.quiet, csv_dir=opts.csv_dir)
     open_loop = OpenLoopLog() if opts.split.open_loop else None
     cpu = CpuWatch(dict(opts.cpu_groups)) if opts.cpu_groups else None
+    scraped: list[Any] = []      # --scrape's loop, once stopped
     from zgtool.latency.schedule.runner import MeasureInterrupted
 
     try:
-        samples, pwatch = _measure(opts, resolved, _Progress(opts, len(resolved), detected), cpu, open_loop)
+        samples, pwatch = _measure(opts, resolved, _Progress(opts, len(resolved), detected), cpu, open_loop,
+                                   scraped)
         interrupted = False
     except MeasureInterrupted as exc:   # Ctrl-C: keep what finished, say so, exit 130 (zgtool.app)
         if not any(exc.samples):
@@ -327,6 +354,12 @@ def run(opts: SplitOptions) -> dict:
         err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
     if pwatch is not None:
         data["prefix_cache"] = pwatch.result()
+    if scraped:
+        from zgtool.latency.schedule.scrapeloop import warnings as scrape_warnings
+
+        data["server_metrics"] = scraped[0].result()
+        for line in scrape_warnings(data["server_metrics"]):
+            err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
     if interrupted:
         data["interrupted"] = True
     result = make_result("latency_split", data, target=[t.public() for t in resolved])
@@ -362,6 +395,7 @@ def register(app: typer.Typer) -> None:
         vllm_metrics: str | None = o.VLLM_METRICS, rate: str | None = o.RATE, arrivals: str = o.ARRIVALS,
         max_in_flight: int = o.MAX_IN_FLIGHT, point_s: float = o.POINT_S, dataset: str | None = o.DATASET,
         speedup: float = o.SPEEDUP, metrics_url: str | None = o.METRICS_URL, brief: bool = o.BRIEF,
-        tokenizer: str = o.TOKENIZER,
+        tokenizer: str = o.TOKENIZER, scrape: list[str] = o.SCRAPE, scrape_interval_s: float = o.SCRAPE_INTERVAL_S,
+        core_hour_price: float | None = o.CORE_HOUR_PRICE,
     ) -> None:
         run(o.parse_split_options(**locals()))

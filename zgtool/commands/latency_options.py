@@ -83,6 +83,10 @@ MAX_IN_FLIGHT = typer.Option(0, "--max-in-flight", help="With --rate: at most th
 POINT_S = typer.Option(5.0, "--point-s", help="Rate sweeps: each point sends for at least this many seconds per "
                                               "path (steady state; more than -n at high rates).")
 DATASET = typer.Option(None, "--dataset", help=_dataset_help())
+TOKENIZER = vocab.tokenizer()
+SCRAPE = vocab.scrape()
+SCRAPE_INTERVAL_S = vocab.scrape_interval_s()
+CORE_HOUR_PRICE = vocab.core_hour_price()
 SPEEDUP = typer.Option(1.0, "--speedup", help="With --dataset trace:FILE: replay F times faster.")
 METRICS_URL = typer.Option(None, "--metrics-url", help="An engine's /metrics (zgtool or vLLM): its prefix-cache "
                                                        "hit rate over the run is reported (with --dataset, each "
@@ -112,6 +116,10 @@ class SplitOptions:
     csv_dir: Path | None = None
     quiet: bool = False
     brief: bool = False                      # the verdict sentence and the side-by-side table only
+    tokenizer: str = "auto"                  # --tokenizer: who counts the workload's tokens (zgtool.workload.tokens)
+    scrape: tuple[str, ...] = ()             # --scrape auto|URL: /metrics read as time series during the run
+    scrape_interval_s: float = 1.0
+    core_hour_price: float | None = None     # USD per CPU core-hour: the cost of each path per million tokens
 
     @property
     def detect_timeout_s(self) -> float:
@@ -217,7 +225,9 @@ def parse_split_options(
         vllm_metrics: str | None = None, rate: str | None = None, arrivals: str = "poisson",
         max_in_flight: int = 0, point_s: float = 5.0, quiet: bool = False, csv_dir: Path | None = None,
         otlp_endpoint: str | None = None, dataset: str | None = None, speedup: float = 1.0,
-        metrics_url: str | None = None, brief: bool = False) -> SplitOptions:
+        metrics_url: str | None = None, brief: bool = False, tokenizer: str = "auto",
+        scrape: Sequence[str] | None = None, scrape_interval_s: float = 1.0,
+        core_hour_price: float | None = None) -> SplitOptions:
     """The command line's values (keyword names and defaults as the CLI's) -> SplitOptions, or the
     UsageError of the first option that does not hold (one line, exit 2)."""
     from zgtool.errors import UsageError
@@ -228,7 +238,7 @@ def parse_split_options(
     n, conc, rate, rounds, sweep, wl = _load_and_sweep(
         requests, concurrency, rate, rounds, dataset, speedup, max_tokens,
         {"--cpu-pid": cpu_pid, "--otlp-listen": otlp_listen, "--vllm-metrics": vllm_metrics,
-         "--otlp-endpoint": otlp_endpoint})
+         "--otlp-endpoint": otlp_endpoint, "--scrape": scrape, "--core-hour-price": core_hour_price})
     open_loop = open_loop_fields(rate, arrivals, max_in_flight, conc, point_s)
     if rate is not None and vllm_metrics:
         raise UsageError("--vllm-metrics reads deltas around one request at a time; it cannot run with --rate")
@@ -256,4 +266,6 @@ def parse_split_options(
         targets=tuple(targets), split=split, sweep=sweep, workload=wl, config_file=config, api=api, model=model,
         cpu_groups=cpu_groups(cpu_pid) if cpu_pid else {}, otlp_listen=otlp_listen, otlp_listen_at=listen_at,
         otlp_endpoint=otlp_endpoint, vllm_metrics=vllm_metrics, metrics_url=metrics_url, as_json=as_json, out=out,
-        csv_dir=csv_dir, quiet=quiet, brief=brief)
+        csv_dir=csv_dir, quiet=quiet, brief=brief, tokenizer=vocab.check_tokenizer(tokenizer),
+        scrape=vocab.check_scrape(list(scrape or ()), scrape_interval_s), scrape_interval_s=scrape_interval_s,
+        core_hour_price=vocab.check_price(core_hour_price, "--core-hour-price"))

@@ -39,6 +39,7 @@ CACERT = "--cacert"
 API = "--api"
 MODEL = "--model"
 OTLP_ENDPOINT = "--otlp-endpoint"
+TOKENIZER = "--tokenizer"
 
 APIS = ("anthropic", "openai")
 
@@ -110,6 +111,63 @@ def timeout_old() -> Any:
 
 def otlp_endpoint(help: str = HELP_OTLP_ENDPOINT) -> Any:
     return typer.Option(None, OTLP_ENDPOINT, metavar="URL", help=help)
+
+
+HELP_TOKENIZER = ("Who counts the workload's tokens: auto (the target's tokenize route, else filler words), server "
+                  "(vLLM/llama.cpp/TGI/zgtool /tokenize), PATH (a tokenizer.json; needs zgtool[engine]) or none "
+                  "(one filler word per token). Synthetic prompts are built to their exact length under it.")
+
+
+def tokenizer(help: str = HELP_TOKENIZER) -> Any:
+    return typer.Option("auto", TOKENIZER, metavar="auto|server|PATH|none", help=help)
+
+
+def check_tokenizer(value: str) -> str:
+    """auto, server, none, or a file that exists (read later: tokenizers is the engine extra's)."""
+    from zgtool.errors import UsageError
+
+    if value in ("auto", "server", "none") or Path(value).expanduser().is_file():
+        return value
+    raise UsageError(f"--tokenizer {value}: no such file; give auto, server, none or a tokenizer.json")
+
+
+HELP_SCRAPE = ("Read Prometheus /metrics during the run as time series (queue, running, KV use, prefix hits, "
+               "tokens/s, GPU util) into the result's server_metrics: auto (each target's /metrics) or a URL "
+               "(a dcgm-exporter, an engine behind a gateway). Repeatable.")
+
+
+def scrape(help: str = HELP_SCRAPE) -> Any:
+    return typer.Option([], "--scrape", metavar="auto|URL", help=help)
+
+
+def scrape_interval_s(default: float = 1.0) -> Any:
+    return typer.Option(default, "--scrape-interval-s", help="Seconds between two reads of each --scrape source.")
+
+
+def check_scrape(sources: list[str] | tuple[str, ...], interval_s: float) -> tuple[str, ...]:
+    """'auto' or http(s) URLs, at an interval of at least 0.05 s."""
+    from zgtool.errors import UsageError
+
+    for s in sources:
+        if s != "auto" and not s.startswith(("http://", "https://")):
+            raise UsageError(f"--scrape {s}: give auto or an http(s):// URL of a /metrics")
+    if not interval_s >= 0.05:
+        raise UsageError(f"--scrape-interval-s must be at least 0.05 s, not {interval_s:g}")
+    return tuple(dict.fromkeys(sources))
+
+
+def core_hour_price() -> Any:
+    return typer.Option(None, "--core-hour-price", metavar="USD",
+                        help="Price of one CPU core for one hour: each local process group's CPU time per request "
+                             "(--cpu-pid) becomes dollars per million output tokens.")
+
+
+def check_price(usd: float | None, option: str) -> float | None:
+    from zgtool.errors import UsageError
+
+    if usd is not None and not usd >= 0:
+        raise UsageError(f"{option} must be a price in USD >= 0, not {usd:g}")
+    return usd
 
 
 def timeout_from(timeout_s: float, old: float | None) -> float:

@@ -49,6 +49,7 @@ class Scrape:
     samples: tuple[Sample, ...] = ()
     types: dict[str, str] = field(default_factory=dict)     # family -> counter | gauge | histogram | ...
     error: str | None = None
+    size_bytes: int = 0                                      # the body's length
 
     @property
     def ok(self) -> bool:
@@ -152,7 +153,7 @@ class Scraper:
             return self._failed(t0, f"unreachable ({exc.__class__.__name__}: {exc})"[:200])
         samples, types = parse(body.decode("utf-8", "replace"))
         t1 = time.perf_counter()
-        return Scrape(self.url, t1, t1 - t0, samples, types)
+        return Scrape(self.url, t1, t1 - t0, samples, types, size_bytes=len(body))
 
     def _failed(self, t0: float, why: str) -> Scrape:
         t1 = time.perf_counter()

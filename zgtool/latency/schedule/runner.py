@@ -160,21 +160,24 @@ def measure_targets(targets: Sequence[Target], cfg: SplitConfig,
                     progress: Progress | None = None, cpu: CpuWatch | None = None,
                     hooks: Sequence[RequestHook | None] | None = None,
                     open_loop: OpenLoopLog | None = None,
-                    on_sample: Callable[[RequestSample], None] | None = None) -> list[list[RequestSample]]:
+                    on_sample: Callable[[RequestSample], None] | None = None,
+                    t_run0_ns: int | None = None) -> list[list[RequestSample]]:
     """Samples per target (same order as `targets`), each sorted by request index, measured with the packet
     clock on the targets' ports where this process may open one (zgtool.latency.wire.pktclock; why not is
-    kept in pktclock.CURRENT.why_not and said once in the result's notes)."""
+    kept in pktclock.CURRENT.why_not and said once in the result's notes). `t_run0_ns` (perf_counter_ns):
+    the origin of the samples' start_s, when a caller shares it (--scrape's time series); else the run's start."""
     from zgtool.latency.wire.pktclock import running
 
     with running(sorted({t.port for t in targets})):
-        return _measure(targets, cfg, progress, cpu, hooks, open_loop, on_sample)
+        return _measure(targets, cfg, progress, cpu, hooks, open_loop, on_sample, t_run0_ns)
 
 
 def _measure(targets: Sequence[Target], cfg: SplitConfig,
              progress: Progress | None = None, cpu: CpuWatch | None = None,
              hooks: Sequence[RequestHook | None] | None = None,
              open_loop: OpenLoopLog | None = None,
-             on_sample: Callable[[RequestSample], None] | None = None) -> list[list[RequestSample]]:
+             on_sample: Callable[[RequestSample], None] | None = None,
+             t_run0_ns: int | None = None) -> list[list[RequestSample]]:
     """Samples per target (same order as `targets`), each sorted by request index.
 
     With cfg.rate_rps or cfg.schedule_s each block is sent open-loop (zgtool.latency.schedule.openloop) on its
@@ -185,7 +188,7 @@ def _measure(targets: Sequence[Target], cfg: SplitConfig,
     ctx = ssl_context(cfg.verify) if any(t.scheme == "https" for t in targets) else None
     families = [preflight(t, cfg, ctx) for t in targets]
     endpoints = [Endpoint.build(t, cfg, fam) for t, fam in zip(targets, families, strict=True)]
-    t_run0 = perf_counter_ns()
+    t_run0 = t_run0_ns if t_run0_ns is not None else perf_counter_ns()
     if cfg.warmup:
         for target, ep in zip(targets, endpoints, strict=True):
             # warm-up sessions are thrown away: every block opens (and warms) its own
