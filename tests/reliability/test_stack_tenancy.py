@@ -23,16 +23,23 @@ from zgtool.http.keys import parse_keys
 MODEL = "dummy:small"    # ~44M parameters: a 1,500-token stream holds its seat for many seconds
 FREE = "sk-ten-free"
 PRO = "sk-ten-pro"
+TINY = "sk-ten-tiny"
 ADMIN = "sk-ten-admin"
 KEYS = f"""
 [tiers.free]
 max_concurrent = 4
 [tiers.pro]
 max_concurrent = 64
+[tiers.tiny]
+requests_per_min = 2
 [[keys]]
 name = "free"
 tier = "free"
 key = "{FREE}"
+[[keys]]
+name = "tiny"
+tier = "tiny"
+key = "{TINY}"
 [[keys]]
 name = "pro"
 tier = "pro"
@@ -48,14 +55,14 @@ def test_only_the_stacks_own_key_is_a_gateway_key_in_the_engines_keys_file(tmp_p
     keys.write_text(KEYS)    # a client key claiming gateway = true gets no such power behind the stack
     doc = tomllib.loads(engine_keys_toml(keys, "sk-internal"))
     flags = {k["name"]: k.get("gateway", False) for k in doc["keys"]}
-    assert flags == {"free": False, "pro": False, INTERNAL_TIER: True}
+    assert flags == {"free": False, "tiny": False, "pro": False, INTERNAL_TIER: True}
 
 
 def test_gateway_must_be_true_or_false() -> None:
     doc = tomllib.loads(KEYS.replace("gateway = true", 'gateway = "yes"'))
     with pytest.raises(ConfigError, match="gateway must be true or false"):
         parse_keys(doc, "keys.toml")
-    assert [k.gateway for k in parse_keys(tomllib.loads(KEYS), "keys.toml").keys] == [False, True]
+    assert [k.gateway for k in parse_keys(tomllib.loads(KEYS), "keys.toml").keys] == [False, False, True]
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +120,10 @@ def test_through_the_keyed_stack_a_second_key_is_served_while_the_first_fills_ev
     pro_done = [i for i, (tag, what) in enumerate(order) if tag.startswith("pro") and what == "done"]
     # one pro stream finishing would have freed a seat: the free key got one while all four were held
     assert len(pro_done) == 8 and free_first < min(pro_done), order
+
+
+def test_a_tiers_request_rate_holds_on_count_tokens_through_the_stack(stack: LocalStack) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    codes = [httpx.post(stack.urls["stack"] + "/v1/messages/count_tokens", json=body, timeout=30,
+                        headers={"x-api-key": TINY}).status_code for _ in range(3)]
+    assert codes == [200, 200, 429]

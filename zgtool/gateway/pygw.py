@@ -498,12 +498,21 @@ class Gateway:
         """GET /v1/models, POST /v1/messages/count_tokens: auth, then a plain forward. The
         models list is answered in the client's shape (OpenAI's for the openai SDK)."""
         body = await read_body(receive, self.cfg.max_body_bytes, _header(scope, b"content-length"))
-        self._who(scope)
+        ident, pol = self._who(scope)
         headers = {"via": "1.1 pygw", "anthropic-version": "2023-06-01", "content-type": "application/json"}
         headers.update((k.decode(), v.decode("latin-1")) for k, v in scope["headers"] if k in _TRACE_CONTEXT)
         if self.cfg.keys.upstream_key:
             headers["x-api-key"] = self.cfg.keys.upstream_key
-        resp = await self._plain(scope["method"], scope["path"], body, headers)
+        if scope["method"] == "POST":      # count_tokens is work (tokenizing): the key's tier holds
+            rl_headers = await self._admit(ident, pol)
+            self.tiers.enter(ident)
+            try:
+                resp = await self._plain(scope["method"], scope["path"], body, headers)
+            finally:
+                self.tiers.leave(ident)
+        else:
+            rl_headers = []
+            resp = await self._plain(scope["method"], scope["path"], body, headers)
         data = resp.content
         if resp.status_code != 200:
             data = _error_for(front, data, resp.status_code, rid)
@@ -517,7 +526,7 @@ class Gateway:
             except (ValueError, AttributeError, IndexError) as exc:
                 raise ApiError(502, "api_error", f"upstream models answer is not a model list: {exc}") from exc
         hdrs = [(k, v) for k, v in resp.headers.raw if k.lower() not in _DROP | {b"content-type"}]
-        hdrs += [*self._own_headers(rid, resp), (b"content-type", b"application/json")]
+        hdrs += [*self._own_headers(rid, resp), *rl_headers, (b"content-type", b"application/json")]
         await _respond(send, resp.status_code, data, hdrs, content_type=False)
 
     async def forward_admin(self, scope: dict, receive: Any, send: Any, rid: str) -> None:
