@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from zgtool import __version__
-from zgtool.engine.server import handlers
+from zgtool.engine.server import handlers, tokenize_route
 from zgtool.engine.server.accesslog import AccessLog
 from zgtool.engine.server.admission import Admission, Principal
 from zgtool.engine.server.config import ServeConfig
@@ -104,6 +104,7 @@ class ServerApp:
             "/v1/messages/count_tokens": {"POST": handlers.count_tokens},
             "/v1/chat/completions": {"POST": handlers.chat_completions},
             "/v1/models": {"GET": _models},
+            "/tokenize": {"POST": tokenize_route.tokenize},
             "/health": {"GET": _health},
             "/metrics": {"GET": _metrics},
             "/admin/kv": {"GET": _admin_kv},

@@ -9,7 +9,8 @@
                                                 the IDs first (a wildcard, a broken model), then MODEL; a
                                                 request for an ID answers LiteLLM's 429 cooldown error, one for
                                                 MODEL the recorded vLLM answer (vllm_nonstream.txt);
-                                                MODEL "-": none listed, every listed one broken
+                                                MODEL "-": none listed, every listed one broken;
+                                                POST /tokenize: vLLM's documented answer ("-": a garbage one)
 
 Binds 127.0.0.1 port 0 and prints "PORT <n>" once listening.
 """
@@ -108,6 +109,10 @@ class ListingFirst(OpenAIOnly):
                     "code": "429"}}, "Too Many Requests")
             if model == self.model:
                 return self.vllm
+        if method == "POST" and path == "/tokenize":     # vLLM's route: its documented answer; "-": garbage
+            if self.model == "-":
+                return _json_response(200, {"tokens": "many"})
+            return recorded(Path(__file__).parent / "fixtures" / "engines" / "vllm_documented_tokenize.txt")
         return super().answer(method, path, body)
 
 

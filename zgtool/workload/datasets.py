@@ -187,7 +187,7 @@ def synthetic(opts: dict[str, str], num_requests: int) -> Workload:
     specs = []
     for i in range(n):
         n_in, n_out = din.sample(rng), dout.sample(rng)
-        specs.append(RequestSpec((("user", textgen.text(n_in, f"synthetic-{seed}-{i}")),), n_out))
+        specs.append(RequestSpec((("user", textgen.text(n_in, f"synthetic-{seed}-{i}")),), n_out, n_in))
     return Workload("synthetic", f"synthetic:{given}", tuple(specs),
                     notes=(f"input {din}, output {dout} tokens, seed {seed}",))
 

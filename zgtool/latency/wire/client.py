@@ -26,7 +26,7 @@ from zgtool.latency.config import SplitConfig
 from zgtool.latency.records import RequestSample
 from zgtool.latency.wire.pktclock import CURRENT
 from zgtool.latency.wire.resolve import fill_points
-from zgtool.latency.wire.stream_reader import Points, read_stream
+from zgtool.latency.wire.stream_reader import Points, anthropic_prompt_tokens, read_stream
 from zgtool.latency.wire.transport import MARKS, make_pool
 from zgtool.targets import Target
 
@@ -338,6 +338,8 @@ def _read_body(chunks: Iterable[bytes], api: str, ev: Evidence | None = None,
     usage = doc.get("usage") or {}
     tokens = usage.get("output_tokens" if api == "anthropic" else "completion_tokens")
     prompt = usage.get("input_tokens" if api == "anthropic" else "prompt_tokens")
+    if api == "anthropic" and isinstance(prompt, int):
+        prompt = anthropic_prompt_tokens(usage)
     if api == "anthropic" and doc.get("type") != "message":
         return "bad_body:not_a_message", None, None
     if api == "openai" and not doc.get("choices"):

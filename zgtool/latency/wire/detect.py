@@ -22,6 +22,8 @@ from zgtool.targets import Target
 PROBE_PROMPT = "Hi"
 # an LLM API's answer to a request it refuses (bad body, missing key, rate limit): the route exists
 REFUSED_BY_AN_API = frozenset({400, 401, 403, 422, 429})
+# a refusal of the request as given (the model unknown); no answer, 5xx, a key or a rate limit say nothing of it
+REFUSES_THE_MODEL = frozenset({400, 404, 422})
 MAX_MODEL_TRIES = 8          # listed models tried, one 1-token request each, before giving up
 ENGINE_ROUTES_TIMEOUT_S = 2.0
 
@@ -188,10 +190,17 @@ class _Tried:
     msg: httpx.Response | None = None
     chat: httpx.Response | None = None
     skipped: list[str] = field(default_factory=list)
+    codes: list[int | None] = field(default_factory=list)    # every answer's status (None: no answer)
 
     @property
     def served(self) -> bool:
         return any(r is not None and r.is_success for r in (self.msg, self.chat))
+
+    def models_refused(self) -> bool:
+        """Every model tried was refused as a request (400, 404, 422; LiteLLM's 429 for a broken deployment
+        beside them): the models are wrong, not the server down, failing or wanting a key."""
+        return bool(self.codes) and all(c in REFUSES_THE_MODEL or c == 429 for c in self.codes) \
+            and any(c in REFUSES_THE_MODEL for c in self.codes)
 
 
 def _try_models(client: httpx.Client, base: str, target: Target, models: list[str], api: str | None,
@@ -200,6 +209,7 @@ def _try_models(client: httpx.Client, base: str, target: Target, models: list[st
     does, the first, with its answers (the verdict on the target is read from them)."""
     first: _Tried | None = None
     skipped: list[str] = []
+    codes: list[int | None] = []
     for model in models:
         msg = _probe(client, base + "/v1/messages", "anthropic", target, model, timeout_s) \
             if api in (None, "anthropic") else None
@@ -209,13 +219,15 @@ def _try_models(client: httpx.Client, base: str, target: Target, models: list[st
         if tried.served:
             tried.skipped = skipped
             return tried
+        codes += [None if r is None else r.status_code for r, asked in ((msg, api in (None, "anthropic")),
+                                                                        (chat, api in (None, "openai"))) if asked]
         first = first or tried
         said = "/".join(_status(r) for r in (msg, chat) if r is not None or api is None)
         skipped.append(f"{model!r} ({said})")
         if all(r is None for r in (msg, chat)):
             break            # nothing answers: trying more models asks the void again
     assert first is not None, "models is never empty"
-    first.skipped = skipped
+    first.skipped, first.codes = skipped, codes
     return first
 
 
@@ -266,11 +278,11 @@ def detect(target: Target, *, api_known: bool, model_known: bool, timeout_s: flo
                 # a route refused the probe (a key, a body): measure and let the server's own error speak,
                 # but claim no detection
                 return replace(target, api=api, model=model), None
-            if not model_known and ids and not tried.served:
+            if not model_known and ids and tried.models_refused():
                 raise _none_served(target, ids, tried)
         elif not tried.served and not (r is not None and r.is_success):
             return replace(target, model=model), None    # nothing answered 2xx: nothing detected
-        elif ids and not tried.served:
+        elif ids and tried.models_refused():
             raise _none_served(target, ids, tried)
         else:
             notes.append(f"{model!r}: POST /v1/{'messages' if api == 'anthropic' else 'chat/completions'} -> "
@@ -282,13 +294,14 @@ def detect(target: Target, *, api_known: bool, model_known: bool, timeout_s: flo
 def check_serves(target: Target, model: str, *, timeout_s: float = 10.0, verify: bool | str = True
                  ) -> tuple[bool, str, list[str]]:
     """Whether `target` answers a 1-token request for `model` (on its API), what it answered, and what its
-    GET /v1/models lists."""
+    GET /v1/models lists. Only a refusal of the request (400, 404, 422) is a no: a target that does not
+    answer, fails (5xx) or wants a key is measured and its own errors speak."""
     base = _base(target)
     with httpx.Client(timeout=timeout_s, verify=verify, trust_env=False) as client:
         tried = _try_models(client, base, target, [model], target.api, timeout_s)
-        if tried.served:
-            return True, "", []
         r = tried.msg if target.api == "anthropic" else tried.chat
+        if tried.served or r is None or r.status_code not in REFUSES_THE_MODEL:
+            return True, "", []
         said = _status(r)
         if r is not None:
             said += f" {_error_words(r)}".rstrip()

@@ -161,11 +161,11 @@ def _anthropic_event(name: bytes, data: bytes, parts: dict[str, float], state: d
         if isinstance(usage.get("output_tokens"), int):
             state["tokens"] = usage["output_tokens"]
         if isinstance(usage.get("input_tokens"), int):
-            state["input"] = usage["input_tokens"]
+            state["input"] = anthropic_prompt_tokens(usage)
     elif name == b"message_start" and state["input"] is None:
         usage = (_json(data).get("message") or {}).get("usage") or {}
         if isinstance(usage.get("input_tokens"), int):
-            state["input"] = usage["input_tokens"]
+            state["input"] = anthropic_prompt_tokens(usage)
     elif name == b"message_stop":
         state["done"] = True
         if ev is not None:
@@ -217,6 +217,13 @@ def _openai_event(name: bytes, data: bytes, parts: dict[str, float], state: dict
     if isinstance(usage.get("prompt_tokens"), int):
         state["input"] = usage["prompt_tokens"]
     return kind
+
+
+def anthropic_prompt_tokens(usage: dict[str, Any]) -> int:
+    """The whole prompt's tokens of an Anthropic usage: input_tokens counts only the uncached part, so the
+    cache reads and writes are added (OpenAI's prompt_tokens already includes cached tokens)."""
+    parts = (usage.get(k) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    return sum(v for v in parts if isinstance(v, int) and not isinstance(v, bool))
 
 
 def _json(data: bytes) -> dict[str, Any]:

