@@ -126,6 +126,13 @@ def test_latency_split_scrape_auto_stores_the_engines_series_and_says_what_they_
     assert {"waiting", "running", "kv_usage"} <= set(src["series"]) and src["scrapes"] >= 2
     assert len(src["t_s"]) == len(src["series"]["running"])
     assert "zgtool's waiting queue" in r.stdout
+    html = tmp_path / "report.html"
+    assert run_zgtool("report", "html", str(out), "-o", str(html)).returncode == 0
+    page = html.read_text()
+    section = page[page.index('<section id="server"'):]
+    section = section[:section.index("</section>")]
+    assert "Request timeline" in section and "Requests queued and running in the engine" in section
+    assert section.count("<circle") >= 2 * 12             # each request a point (wide and narrow drawings)
 
 
 @pytest.mark.parametrize(("args", "message"), [

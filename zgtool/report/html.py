@@ -25,6 +25,7 @@ from zgtool.report.sections_other import (
     recommendations_section,
     stream_section,
 )
+from zgtool.report.sections_server import server_metrics_section
 from zgtool.report.sections_sweep import sweep_section
 from zgtool.report.sections_verdict import verdict_section
 
@@ -92,6 +93,7 @@ def build_sections(rs: ResultSet, files: list[str]) -> list[Section]:
         waterfall_section(rs),
         recommendations_section(rs),
         cdf_section(rs),
+        server_metrics_section(rs),
         throughput_section(rs),
         sweep_section(rs),
         tokens_section(rs),

@@ -134,9 +134,10 @@ def _legend(items: Sequence[tuple[str, str, str]], x: float, y: float, width: fl
 def _line_chart(series: Sequence[Series], *, x_label: str, y_label: str, width: int = 620, height: int = 260,
                 ticks: int = 5, x_log: bool = False, y_min: float | None = None, y_max: float | None = None,
                bands: Sequence[tuple[float, float, str]] = (), y_fmt: str = "",
-               x_ticks: Sequence[float] = ()) -> str:
+               x_ticks: Sequence[float] = (), x_range: tuple[float, float] | None = None) -> str:
     """Lines, steps or points on shared axes; bands are shaded x-ranges (stages) with labels. `x_ticks`
-    labels exactly those x values (a sweep's load points) instead of round numbers."""
+    labels exactly those x values (a sweep's load points) instead of round numbers; `x_range` widens the x
+    axis to at least that span (charts stacked on one time axis)."""
     pts = [(x, y) for s in series for x, y in zip(s.xs, s.ys, strict=False)
            if x is not None and y is not None and (not x_log or x > 0)]
     if not pts:
@@ -145,7 +146,7 @@ def _line_chart(series: Sequence[Series], *, x_label: str, y_label: str, width: 
     legend_rows = 1 + sum(7 * len(s.name) + 22 for s in series) // max(width - left - right, 1)
     bottom = 38 + 16 * legend_rows
     pw, ph = width - left - right, height - top - bottom
-    xs = [p[0] for p in pts] + [b[0] for b in bands] + [b[1] for b in bands]
+    xs = [p[0] for p in pts] + [b[0] for b in bands] + [b[1] for b in bands] + list(x_range or ())
     ys = [p[1] for p in pts]
     x0, x1 = min(xs), max(xs)
     if x_log:
