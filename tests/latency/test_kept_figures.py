@@ -159,3 +159,35 @@ def test_an_engine_clock_starting_after_its_api_server_names_the_engine_front_on
     res = analyse([Target("direct", "http://127.0.0.1:1")], [samples], SplitConfig(num_requests=8, resamples=100))
     front = [n for n in res.attribution_notes if "engine front (API server)" in n]
     assert len(front) == 1 and "direct's remainder" in front[0]
+
+
+def test_trace_context_per_path_survived_dropped_or_not_measured() -> None:
+    """Issue 38 item 3: each request carries a fresh traceparent; the engine's spans that come back under it say,
+    per path, whether the context survived the hops. No span at all: nothing is said (not measured)."""
+    from zgtool.latency.attribution.otlp import Span, SpanStore, mark_trace_context
+    from zgtool.latency.wire.client import trace_headers
+
+    def sent(n: int) -> list[RequestSample]:
+        out = _samples("x", [5.0] * n)
+        for s in out:
+            s.trace_id, headers = trace_headers()
+            assert headers[0][1].decode().split("-")[1] == s.trace_id      # one fresh id per request, as sent
+        return out
+
+    direct, nginx, litellm = sent(8), sent(8), sent(8)
+    assert len({s.trace_id for s in direct + nginx + litellm}) == 24
+    store = SpanStore()
+    mark_trace_context(direct, store)
+    assert all(s.trace_back is None for s in direct)                   # no spans: not measured
+    # the engine exports under the ids it received: every direct one, the ones nginx passed, none via LiteLLM
+    store.add([Span(s.trace_id or "", "0" * 16, None, "llm_request", 2, 0, 1) for s in direct + nginx[:8]])
+    store.add([Span("f" * 32, "1" * 16, None, "llm_request", 2, 0, 1)])   # LiteLLM's requests, fresh ids
+    for per in (direct, nginx, litellm):
+        mark_trace_context(per, store)
+    targets = [Target(n, f"http://127.0.0.1:{i + 1}") for i, n in enumerate(("direct", "nginx", "litellm"))]
+    res = analyse(targets, [direct, nginx, litellm], SplitConfig(num_requests=8, resamples=100))
+    assert [t.trace_context for t in res.targets] == [
+        {"verdict": "survived", "came_back": 8, "sent": 8}, {"verdict": "survived", "came_back": 8, "sent": 8},
+        {"verdict": "dropped or rewritten", "came_back": 0, "sent": 8}]
+    note = next(n for n in res.attribution_notes if n.startswith("trace context per path"))
+    assert "litellm dropped or rewritten (0 of 8)" in note and "nginx survived (8 of 8)" in note

@@ -145,6 +145,7 @@ class RequestSample:
     lagged: bool = False                # client_lag_ms over the tolerance: ttfb, ttft or total not vouched for
     unvouched: list[str] = field(default_factory=list)  # figures unsure by > 0.2 ms: left out of their stats
     itl_left_out: int = 0               # token gaps with an end not vouched for: left out of itl_ms
+    trace_back: bool | None = None      # its traceparent's trace id came back in the engine's spans (None: no spans)
     trace_id: str | None = None         # the W3C traceparent's trace id this request carried (32 hex)
     engine: EngineTiming | None = None  # the engine's own timing, from whichever adapter applied
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms
@@ -249,6 +250,7 @@ class TargetResult:
     detected: dict[str, str] | None = None                # api/model found by probing (zgtool.latency.wire.detect)
     num_lagged: int = 0                                   # ok requests flagged lagged (their unvouched figures left out)
     open_loop: OpenLoopSummary | None = None              # achieved rate, dispatch lag (zgtool.latency.analysis.openloop)
+    trace_context: dict[str, Any] | None = None           # did its traceparent reach the engine (survived/dropped)
 
 
 @dataclass

@@ -11,6 +11,7 @@ Decomposition of one request (all ms, sums to total_ms by construction):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from zgtool.bootstrap import LOWER, Difference, median_ci, median_difference
 from zgtool.latency.analysis import design
@@ -334,6 +335,7 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
                          f"{share:.0%} of requests; the outside-engine attribution is missing, not negative")
     notes.extend(clock_notes(samples))
     notes.extend(front_notes(targets, samples))
+    notes.extend(trace_notes(targets, samples))
     sources = [sorted({src for s in per_target if s.ok and (src := engine_source(s))})
                for per_target in samples]
     if len({tuple(x) for x in sources if x}) > 1:
@@ -341,6 +343,28 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
         notes.append(f"the engine's time comes from different sources on different paths ({named}); their "
                      "start points may differ, so the difference outside the engine carries that offset")
     return notes
+
+
+SURVIVED, DROPPED, PARTLY = "survived", "dropped or rewritten", "partly survived"
+
+
+def trace_context(samples: Sequence[RequestSample]) -> dict[str, Any] | None:
+    """Did this path's fresh traceparents reach the engine? From the engine's spans: every request's trace id
+    came back (survived), none did while spans came for other ids (dropped or rewritten by a hop), or some."""
+    seen = [s.trace_back for s in samples if s.ok and s.trace_back is not None]
+    if not seen:
+        return None
+    k, n = sum(seen), len(seen)
+    verdict = SURVIVED if k == n else DROPPED if k == 0 else PARTLY
+    return {"verdict": verdict, "came_back": k, "sent": n}
+
+
+def trace_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
+    per = [(t.name, tc) for t, s in zip(targets, samples, strict=True) if (tc := trace_context(s)) is not None]
+    if not per:
+        return []
+    return ["trace context per path (the engine's spans under each request's fresh traceparent): " + "; ".join(
+        f"{name} {tc['verdict']} ({tc['came_back']} of {tc['sent']})" for name, tc in per)]
 
 
 def front_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
@@ -387,6 +411,7 @@ def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], c
     results = [summarize_target(t, s, cfg, [*order, *stream_metrics])
                for t, s in zip(targets, samples, strict=True)]
     for r, per_target in zip(results, samples, strict=True):
+        r.trace_context = trace_context(per_target)
         r.throughput = throughput(per_target, cfg.slo, cfg.stream)
         r.cpu_ms_per_request = (cpu or {}).get(r.name)
     notes = attribution_notes(targets, samples)

@@ -387,6 +387,10 @@ class SpanStore:
                 self.received += 1
             self._cond.notify_all()
 
+    def any(self) -> bool:
+        with self._cond:
+            return bool(self._spans)
+
     def spans(self, trace_id: str) -> list[Span]:
         with self._cond:
             return list(self._spans.get(trace_id.lower(), ()))
@@ -511,6 +515,16 @@ def parse_listen(spec: str) -> tuple[str, int]:
 
 # the OpenTelemetry SDK's BatchSpanProcessor exports every OTEL_BSP_SCHEDULE_DELAY (5000 ms by default)
 SPAN_WAIT_S = 6.0
+
+
+def mark_trace_context(samples: Iterable[RequestSample], store: SpanStore) -> None:
+    """Per ok request: did a span under its own trace id reach the receiver (`trace_back`)? Only when any span
+    came at all: with none, the engine was not pointed here and nothing is known of any hop."""
+    if not store.any():
+        return
+    for s in samples:
+        if s.ok and s.trace_id:
+            s.trace_back = bool(store.spans(s.trace_id))
 
 
 def attach_spans(samples: Iterable[RequestSample], store: SpanStore, wait_s: float = SPAN_WAIT_S) -> int:
