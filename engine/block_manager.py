@@ -27,9 +27,22 @@ from zgtool.engine.sequence import Sequence
 ROOT_HASH = b""     # the parent of a sequence's first block
 
 
+_sha256 = hashlib.sha256
+
+
+def token_bytes(token_ids: Seq[int]) -> bytes:
+    """Token ids as int64 bytes: what a block's hash covers and what a cached block is checked against."""
+    return array("q", token_ids).tobytes()
+
+
+def chain_digest(parent: bytes, data: bytes) -> bytes:
+    """sha256(parent hash || a block's token bytes) (the hook tests replace with a weak hash)."""
+    return _sha256(parent + data).digest()
+
+
 def chain_hash(parent: bytes | None, token_ids: Seq[int]) -> bytes:
     """sha256(parent hash || token ids as int64): a block's identity with everything before it."""
-    return hashlib.sha256((parent or ROOT_HASH) + array("q", token_ids).tobytes()).digest()
+    return chain_digest(parent or ROOT_HASH, token_bytes(token_ids))
 
 
 class BlockManager:
@@ -41,9 +54,9 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[bytes | None] = [None] * num_blocks
-        # what a cached block holds, checked on every hit: its token ids, a content id never
-        # reused, and the content id of the block before it (None for a first block)
-        self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks
+        # what a cached block holds, checked on every hit: its token ids (token_bytes), a content
+        # id never reused, and the content id of the block before it (None for a first block)
+        self.block_tokens: list[bytes | None] = [None] * num_blocks
         self.block_cid: list[int | None] = [None] * num_blocks
         self.block_parent_cid: list[int | None] = [None] * num_blocks
         self._cids = itertools.count()
@@ -88,11 +101,15 @@ class BlockManager:
         bs = self.block_size
         ids = seq.token_ids
         num_tokens = len(ids)
-        max_full = (num_tokens - 1) // bs
+        step = bs * 8   # int64 bytes per block
+        end = (num_tokens // bs) * step
+        # the full blocks' token bytes, converted once; a block's hash and its hit check read slices
+        buf = token_bytes(ids) if end else b""
+        digest = chain_digest
         hashes: list[bytes] = []
-        parent: bytes | None = None
-        for i in range(0, num_tokens - bs + 1, bs):
-            parent = chain_hash(parent, ids[i:i + bs])
+        parent = ROOT_HASH
+        for off in range(0, end, step):
+            parent = digest(parent, buf[off:off + step])
             hashes.append(parent)
         seq.block_hashes = hashes
         if not self.enable_prefix_caching:
@@ -100,15 +117,17 @@ class BlockManager:
         self.prefix_queries += num_tokens
         hits: list[int] = []
         lookup = self.hash_to_block.get
+        tokens, parent_cids, cids = self.block_tokens, self.block_parent_cid, self.block_cid
         parent_cid: int | None = None
-        for i, h in enumerate(hashes[:max_full]):
+        off = 0
+        for h in hashes[:(num_tokens - 1) // bs]:   # at least one token is left to compute
             b = lookup(h)
             # a hash is only a hint: the block must hold these tokens, computed after the block matched before
-            if (b is None or self.block_parent_cid[b] != parent_cid
-                    or self.block_tokens[b] != tuple(ids[i * bs:(i + 1) * bs])):
+            if b is None or parent_cids[b] != parent_cid or tokens[b] != buf[off:off + step]:
                 break
             hits.append(b)
-            parent_cid = self.block_cid[b]
+            parent_cid = cids[b]
+            off += step
         num_hit_tokens = len(hits) * bs
         num_hit_tokens -= num_hit_tokens % max(align_tokens, bs) if align_tokens > bs else 0
         hits = hits[: num_hit_tokens // bs]
@@ -126,25 +145,31 @@ class BlockManager:
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register blocks that became full (and computed) in the prefix cache."""
         bs = self.block_size
-        num_full = seq.num_computed_tokens // bs
-        while len(seq.block_hashes) < seq.num_tokens // bs:
-            i = len(seq.block_hashes)
-            parent = seq.block_hashes[-1] if seq.block_hashes else None
-            seq.block_hashes.append(chain_hash(parent, seq.token_ids[i * bs:(i + 1) * bs]))
+        ids = seq.token_ids
+        hashes = seq.block_hashes
+        if len(hashes) < len(ids) // bs:    # a block became full: its hash (once per block, not per token)
+            parent = hashes[-1] if hashes else ROOT_HASH
+            for i in range(len(hashes), len(ids) // bs):
+                parent = chain_digest(parent, token_bytes(ids[i * bs:(i + 1) * bs]))
+                hashes.append(parent)
         if not self.enable_prefix_caching:
             return
+        num_full = seq.num_computed_tokens // bs
+        first = seq.num_cached_blocks
+        if first >= num_full:
+            return
         table = seq.block_table
-        for i in range(seq.num_cached_blocks, num_full):
+        for i in range(first, num_full):
             b = table[i]
-            h = seq.block_hashes[i]
+            h = hashes[i]
             parent_cid = self.block_cid[table[i - 1]] if i else None
             if self.block_hash[b] is None and h not in self.hash_to_block and (i == 0 or parent_cid is not None):
                 self.block_hash[b] = h
                 self.hash_to_block[h] = b
-                self.block_tokens[b] = tuple(seq.token_ids[i * bs:(i + 1) * bs])
+                self.block_tokens[b] = token_bytes(ids[i * bs:(i + 1) * bs])
                 self.block_cid[b] = next(self._cids)
                 self.block_parent_cid[b] = parent_cid
-        seq.num_cached_blocks = max(seq.num_cached_blocks, num_full)
+        seq.num_cached_blocks = num_full
 
     # -- allocation -------------------------------------------------------
     def _pop_free(self) -> int:
@@ -163,20 +188,25 @@ class BlockManager:
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Reserve blocks so num_new_tokens more tokens fit; False (nothing changed) if the pool is short."""
-        need = self.blocks_needed(seq, num_new_tokens)
+        table = seq.block_table
+        need = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(table)
+        if need <= 0:   # a decode inside its last block: nothing to take (most steps)
+            return True
         if need > len(self.free):
             return False
         for _ in range(need):
-            seq.block_table.append(self._pop_free())
+            table.append(self._pop_free())
         return True
 
     def free_seq(self, seq: Sequence) -> None:
+        ref, free = self.ref_cnt, self.free
         # reversed: a sequence's tail blocks are the least likely to be shared, evict them first
         for b in reversed(seq.block_table):
-            self.ref_cnt[b] -= 1
-            assert self.ref_cnt[b] >= 0, "block ref count went negative"
-            if self.ref_cnt[b] == 0:
-                self.free[b] = None
+            left = ref[b] - 1
+            ref[b] = left
+            if left == 0:
+                free[b] = None
+            assert left >= 0, "block ref count went negative"
         seq.block_table = []
         seq.num_computed_tokens = 0
         seq.num_cached_blocks = 0

@@ -28,7 +28,7 @@ def test_block_hashes_are_sha256_chains_over_the_parent_and_the_token_ids():
 @pytest.fixture
 def weak_hash(monkeypatch):
     """Every block hashes the same: what an attacker who found a collision would get."""
-    monkeypatch.setattr(bm_mod, "chain_hash", lambda parent, token_ids: b"collide")
+    monkeypatch.setattr(bm_mod, "chain_digest", lambda parent, data: b"collide")
 
 
 def test_two_different_blocks_with_the_same_hash_never_share_kv(weak_hash):
@@ -71,8 +71,9 @@ def test_equal_tokens_after_a_different_parent_are_not_shared(weak_hash):
 def test_under_any_hash_collisions_a_hit_holds_exactly_the_requests_tokens(prompts):
     """With a 1-bit hash (collisions everywhere), every block a request attaches holds its own
     prefix: the tokens the block was computed for equal the request's, block by block."""
-    original = bm_mod.chain_hash
-    bm_mod.chain_hash = lambda parent, token_ids: bytes([sum(token_ids) % 2])
+    original = bm_mod.chain_digest
+    # token ids 0-3 as int64 bytes: their byte sum is their sum
+    bm_mod.chain_digest = lambda parent, data: bytes([sum(data) % 2])
     try:
         bm = BlockManager(num_blocks=64, block_size=2)
         computed_for: dict[int, list[int]] = {}     # block -> the full prefix it was computed after
@@ -86,4 +87,4 @@ def test_under_any_hash_collisions_a_hit_holds_exactly_the_requests_tokens(promp
                 computed_for[s.block_table[j]] = p[: (j + 1) * 2]
             bm.free_seq(s)
     finally:
-        bm_mod.chain_hash = original
+        bm_mod.chain_digest = original
