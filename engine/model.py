@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -124,6 +125,19 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def rope_tables(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos [P, D] and the signed sin table: rotate_half(x) * sin == flip_halves(x) * (-sin_lo, +sin_hi),
+    one table, no neg/cat per layer."""
+    inv = rope_inv_freq(spec)
+    pos = torch.arange(spec.max_position_embeddings, dtype=torch.float32)
+    freqs = torch.outer(pos, inv)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos = emb.cos().to(device=device, dtype=dtype)
+    sin = emb.sin()
+    half = sin.shape[-1] // 2
+    return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(device=device, dtype=dtype)
+
+
 class LlamaModel:
     """Holds the weights and a paged KV pool; `forward` computes one step's hidden states."""
 
@@ -196,26 +210,7 @@ class LlamaModel:
         self._lm_head_bf16 = self.lm_head.to(torch.bfloat16).contiguous() if self.bf16_weights else None
         if self._lm_head_bf16 is not None and not tied:
             self.lm_head = self._lm_head_bf16  # the fp32 copy is never read: do not hold it
-        self.layers: list[LayerWeights] = []
-        kv_dim = self.num_kv_heads * self.head_dim
-        for i in range(spec.num_layers):
-            p = f"model.layers.{i}."
-            a, m = p + "self_attn.", p + "mlp."
-            biases = [weights.pop(a + f"{n}_proj.bias", None) for n in "qkv"]
-            qkv_bias = None
-            if any(b is not None for b in biases):
-                sizes = (self.num_heads * self.head_dim, kv_dim, kv_dim)
-                qkv_bias = torch.cat([b if b is not None else torch.zeros(n) for b, n in zip(biases, sizes, strict=True)])
-                qkv_bias = qkv_bias.to(device=device, dtype=dtype).contiguous()
-            self.layers.append(LayerWeights(
-                input_norm=w(p + "input_layernorm.weight"),
-                qkv=wt(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
-                qkv_bias=qkv_bias,
-                o=wt(a + "o_proj.weight"),
-                post_norm=w(p + "post_attention_layernorm.weight"),
-                gate_up=wt(m + "gate_proj.weight", m + "up_proj.weight"),
-                down=wt(m + "down_proj.weight"),
-            ))
+        self.layers: list[LayerWeights] = [self._layer(i, weights, w, wt) for i in range(spec.num_layers)]
         # the C-kernel step glue: pointer tables, step_layers' arguments, scratch buffers, greedy argmax
         self.cpu = CpuStep(self, W_INT8A8 if self.int8_activations else W_INT8 if self.quantized
                            else W_BF16 if self.bf16_weights else W_F32)
@@ -230,18 +225,32 @@ class LlamaModel:
                            else f"device {device.type}")
         self._use["triton"] = self.triton_off is None
         self._choose_backends()
-        inv = rope_inv_freq(spec)
-        pos = torch.arange(spec.max_position_embeddings, dtype=torch.float32)
-        freqs = torch.outer(pos, inv)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos = emb.cos().to(device=device, dtype=dtype)  # [P, D]
-        sin = emb.sin()
-        half = sin.shape[-1] // 2
-        # rotate_half(x) * sin == flip_halves(x) * (-sin_lo, +sin_hi): one table, no neg/cat per layer
-        self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(device=device, dtype=dtype)
+        self.cos, self.sin_signed = rope_tables(spec, device, dtype)
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
         self.block_size = 0
+
+    def _layer(self, i: int, weights: dict[str, torch.Tensor], w: Callable[[str], torch.Tensor],
+               wt: Callable[..., torch.Tensor]) -> LayerWeights:
+        """Layer i's weights, popped from `weights`: norms by w, projections in the layout's form by wt."""
+        p = f"model.layers.{i}."
+        a, m = p + "self_attn.", p + "mlp."
+        kv_dim = self.num_kv_heads * self.head_dim
+        biases = [weights.pop(a + f"{n}_proj.bias", None) for n in "qkv"]
+        qkv_bias = None
+        if any(b is not None for b in biases):
+            sizes = (self.num_heads * self.head_dim, kv_dim, kv_dim)
+            qkv_bias = torch.cat([b if b is not None else torch.zeros(n) for b, n in zip(biases, sizes, strict=True)])
+            qkv_bias = qkv_bias.to(device=self.device, dtype=self.dtype).contiguous()
+        return LayerWeights(
+            input_norm=w(p + "input_layernorm.weight"),
+            qkv=wt(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+            qkv_bias=qkv_bias,
+            o=wt(a + "o_proj.weight"),
+            post_norm=w(p + "post_attention_layernorm.weight"),
+            gate_up=wt(m + "gate_proj.weight", m + "up_proj.weight"),
+            down=wt(m + "down_proj.weight"),
+        )
 
     # -- KV pool ----------------------------------------------------------
     def kv_bytes_per_block(self, block_size: int) -> int:
