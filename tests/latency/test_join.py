@@ -131,3 +131,20 @@ def test_rendering_the_join_shows_sources_hops_and_the_remainder() -> None:
     text = console.export_text()
     assert "Where each millisecond went" in text and VLLM in text and "litellm 5.00" in text
     assert "self-report beside its measured tax" in text and "unexplained" in text
+
+
+def test_a_whole_ms_self_report_of_a_sub_ms_hop_is_within_its_resolution_not_a_gap() -> None:
+    """Issue 38 item 4: nginx-like reports come in whole ms; a hop costing 0.3 ms reports 0, which is no lie."""
+    from zgtool.latency.render.join import _diff_cell
+    from zgtool.report.sections_latency import _unreported
+
+    targets, samples = _paths(hop_ms=0.3, reported_ms=0.0)
+    res = analyse(targets, samples, SplitConfig(num_requests=16, stream=False, resamples=200))
+    (a,) = hop_audit(res.targets, Boot(resamples=200))
+    assert a["measured_tax_ms"]["diff_ms"] == pytest.approx(0.3) and a["resolution_ms"] == 1.0
+    assert a["unreported_ms"]["verdict"] == "within its resolution"
+    assert _diff_cell(a["unreported_ms"]) == "within its resolution"
+    assert _unreported(a) == "within its resolution (1 ms)"
+    (b,) = hop_audit(analyse(*_paths(hop_ms=8.0, reported_ms=5.0),
+                             SplitConfig(num_requests=16, stream=False, resamples=200)).targets, Boot(resamples=200))
+    assert "resolution_ms" not in b and b["unreported_ms"]["verdict"] == "higher"   # 8 ms: not within 1 ms

@@ -98,7 +98,7 @@ def join_table(join: dict[str, Any]) -> str:
         arows = "".join(
             f"<tr><td>{escape(a['path'])}</td><td>{escape(a['hop'])} ({escape(a['self_report'])})</td>"
             f"<td class=num>{_stat(a.get('self_ms'), clip=True)}</td><td class=num>{_stat(a.get('measured_tax_ms'), 'diff_ms')}</td>"
-            f"<td class=num>{_stat(a.get('unreported_ms'), 'diff_ms')}</td></tr>" for a in audit)
+            f"<td class=num>{_unreported(a)}</td></tr>" for a in audit)
         html += ('<table class="t"><thead><tr><th>path</th><th>hop</th><th>self-reported</th><th>measured tax</th>'
                  f"<th>not in its report</th></tr></thead><tbody>{arows}</tbody></table>")
     return html
@@ -291,3 +291,11 @@ def tokens_section(rs: ResultSet) -> Section:
                                            y_min=0, y_fmt="%"))
     sec.body = _grid(charts)
     return sec
+
+
+def _unreported(a: dict[str, Any]) -> str:
+    """The hop audit's gap, or "within its resolution" where the report is coarser than the tax (issue 38)."""
+    u = a.get("unreported_ms") or {}
+    if u.get("verdict") == "within its resolution":
+        return f"within its resolution ({a.get('resolution_ms', 1):g} ms)"
+    return _stat(u or None, "diff_ms")

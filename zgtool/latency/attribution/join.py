@@ -161,6 +161,17 @@ def path_join(t: TargetResult, cfg: Boot) -> dict[str, Any]:
     return out
 
 
+WITHIN_RESOLUTION = "within its resolution"
+
+
+def resolution_ms(values: Sequence[float]) -> float | None:
+    """The step a self-report comes in, when it is a coarse one: every value a whole number of ms (nginx's
+    $upstream_response_time-derived headers, Kong's latency headers); None for a finer or unknown one."""
+    if not values or any(v != v for v in values):
+        return None
+    return 1.0 if all(abs(v - round(v)) < 1e-9 for v in values) else None
+
+
 def hop_audit(targets: Sequence[TargetResult], cfg: Boot) -> list[dict[str, Any]]:
     """Each hop's self-report beside its tax measured from outside: the candidate's time outside the
     engine minus the baseline's (paths paired by round), and the gap = measured tax - self-report, with a
@@ -189,6 +200,11 @@ def hop_audit(targets: Sequence[TargetResult], cfg: Boot) -> list[dict[str, Any]
                                             "hi_ms": tax.interval.hi}
                 entry["unreported_ms"] = {"diff_ms": gap.interval.estimate, "lo_ms": gap.interval.lo,
                                           "hi_ms": gap.interval.hi, "verdict": gap.verdict}
+                res = resolution_ms(self_v)
+                if res is not None and tax.interval.hi is not None and tax.interval.hi <= res:
+                    # a report in whole ms cannot show a tax under 1 ms: its 0 is not a lie, nor the gap a finding
+                    entry["resolution_ms"] = res
+                    entry["unreported_ms"]["verdict"] = WITHIN_RESOLUTION
             else:
                 entry["measured_tax_ms"] = entry["unreported_ms"] = None
             out.append(entry)

@@ -30,6 +30,8 @@ def _cell(stat: dict[str, Any] | None, clip: bool = True) -> str:
 def _diff_cell(d: dict[str, Any] | None) -> str:
     if not d:
         return "-"
+    if d.get("verdict") == "within its resolution":
+        return "within its resolution"
     lo, hi = d.get("lo_ms"), d.get("hi_ms")
     iv = "" if lo is None or hi is None else f" [{lo:+.2f}, {hi:+.2f}]"
     return f"{d['diff_ms']:+.2f}{iv}"
