@@ -191,3 +191,13 @@ def test_trace_context_per_path_survived_dropped_or_not_measured() -> None:
         {"verdict": "dropped or rewritten", "came_back": 0, "sent": 8}]
     note = next(n for n in res.attribution_notes if n.startswith("trace context per path"))
     assert "litellm dropped or rewritten (0 of 8)" in note and "nginx survived (8 of 8)" in note
+
+
+def test_the_html_says_too_few_the_subset_and_each_paths_trace_context() -> None:
+    from zgtool.report.sections_latency import median_ci_cell
+
+    assert median_ci_cell({"count": 4, "of": 16})[0] == "too few: 4 of 16 kept"
+    cell, _how = median_ci_cell({"count": 14, "of": 16, "median_lo": 1.0, "median_hi": 2.0, "ci_method": "log"})
+    assert cell.endswith("(14/16)")
+    cell, _how = median_ci_cell({"count": 16, "of": 16, "median_lo": 1.0, "median_hi": 2.0, "ci_method": "log"})
+    assert "(" not in cell

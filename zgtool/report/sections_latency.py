@@ -61,6 +61,11 @@ def waterfall_section(rs: ResultSet) -> Section:
         parts.append(f'<h3>{escape(config_label(d.get("config") or {}))}</h3>' + svg.stacked_bars(rows))
         if d.get("join"):
             parts.append(join_table(d["join"]))
+        traced = [f"{escape(t['name'])}: {escape(tc['verdict'])} ({tc['came_back']} of {tc['sent']})"
+                  for t in d.get("targets") or [] if (tc := t.get("trace_context"))]
+        if traced:
+            parts.append('<p class="note">Trace context per path (the engine\'s spans under each request\'s fresh '
+                         "traceparent): " + "; ".join(traced) + "</p>")
     sec.body = "".join(parts)
     return sec
 
@@ -160,12 +165,16 @@ CI_METHODS = {"log": "log latency", "linear, clipped at 0": "linear, clipped at 
 def median_ci_cell(p: dict[str, Any]) -> tuple[str, str]:
     """('[lo, hi]', how it was drawn): a latency's interval never shows a negative bound."""
     lo, hi = p.get("median_lo"), p.get("median_hi")
+    count, of = p.get("count"), p.get("of")
     if lo is None or hi is None:
+        if isinstance(count, int) and count < 8:       # no interval from so few (latency-split's MIN_FIGURES)
+            return f"too few: {count} of {of if isinstance(of, int) else count} kept", ""
         return "–", ""
     method = str(p.get("ci_method") or "linear")
     if method != "log" and lo < 0:
         method = "linear, clipped at 0"
-    return f"[{svg.fmt(max(lo, 0.0))}, {svg.fmt(max(hi, 0.0))}]", CI_METHODS.get(method, method)
+    kept = f" ({count}/{of})" if isinstance(count, int) and isinstance(of, int) and count < of else ""
+    return f"[{svg.fmt(max(lo, 0.0))}, {svg.fmt(max(hi, 0.0))}]{kept}", CI_METHODS.get(method, method)
 
 
 def _num(v: Any, fmt: str = "{:.1f}") -> str:
