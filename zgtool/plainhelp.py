@@ -95,8 +95,39 @@ def _make_plain(param: Any) -> Any:
     return param
 
 
+def fold_long_words() -> None:
+    """Help never cuts a word: Rich crops a token longer than its column (a URL, the --dataset grammar, a
+    long option name) to `…`; typer's help tables fold it onto the next line instead."""
+    import typer.rich_utils as rich_utils
+    from rich.table import Table
+
+    if getattr(rich_utils.Table, "folds", False):
+        return
+
+    class FoldingTable(Table):
+        folds = True
+
+        def add_row(self, *renderables: Any, **kw: Any) -> None:
+            super().add_row(*renderables, **kw)
+            for column in self.columns:
+                column.overflow = "fold"
+
+    rich_utils.Table = FoldingTable  # type: ignore[misc]
+    parameter_help = rich_utils._get_parameter_help
+
+    def folded_parameter_help(*args: Any, **kw: Any) -> Any:
+        columns = parameter_help(*args, **kw)
+        for item in getattr(columns, "renderables", ()):
+            if hasattr(item, "overflow"):
+                item.overflow = "fold"
+        return columns
+
+    rich_utils._get_parameter_help = folded_parameter_help
+
+
 def plain_help(command: Any) -> Any:
     """Give every parameter in a click command tree click-style help rendering; returns it."""
+    fold_long_words()
     for param in getattr(command, "params", []):
         _make_plain(param)
     original = command.get_help_option

@@ -111,7 +111,7 @@ def parse_dcgm_options(*, endpoint: str | None = None, prometheus: str | None = 
 
 
 def watch_cmd(
-    endpoint: str = typer.Option(None, "--endpoint", help="dcgm-exporter URL (…:9400/metrics)."),
+    endpoint: str = typer.Option(None, "--endpoint", help="dcgm-exporter URL, e.g. http://HOST:9400/metrics."),
     prometheus: str = typer.Option(None, "--prometheus", help="Prometheus server URL (HTTP query API)."),
     selector: str = typer.Option("", "--selector",
                                  help='Extra PromQL label matchers for --prometheus, e.g. Hostname=~"gpu-.*".'),

@@ -21,7 +21,6 @@ def register(app: typer.Typer) -> None:
         prefix-cache hit rate, finishes and errors, engine stalls, preemptions; pygw's answers, upstream
         latency, own overhead and retries (scrape pygw's /metrics too); and dcgm-exporter's GPU golden metrics. Import it in Grafana (Dashboards > Import) and pick your Prometheus.
 
-        \\b
         Examples:
           zgtool grafana export -o zgtool-dashboard.json
           zgtool grafana export --title "prod engines" > dashboard.json

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from zgtool.latency.render.split import fmt_ci
 from zgtool.verify.plan import VerifyData
@@ -29,7 +30,10 @@ def _tax_cell(p: dict[str, Any] | None, missing: bool = False, sep: str = " ") -
         return "n/a"
     if not p or p.get("diff_ms") is None:
         return "–"
-    return f"{p['diff_ms']:+.2f}{sep}{fmt_ci(p.get('lo_ms'), p.get('hi_ms'))}"
+    lo, hi = p.get("lo_ms"), p.get("hi_ms")
+    # the significance as text too (a pipe, a file, NO_COLOR): * its interval excludes 0, n.s. it does not
+    mark = "" if lo is None or hi is None else " *" if lo > 0 or hi < 0 else " n.s."
+    return f"{p['diff_ms']:+.2f}{sep}{fmt_ci(lo, hi)}{mark}"
 
 
 def _total(r: dict[str, Any]) -> dict[str, Any]:
@@ -93,13 +97,29 @@ def _tax_rows_table(v: dict[str, Any], streams: bool, sep: str) -> Table:
     return table
 
 
+def _tax_records(v: dict[str, Any], streams: bool) -> Group:
+    """The tax table as records: each configuration's label whole, then one figure per line."""
+    parts = [Text("Gateway tax, ms: gateway − direct medians [95% CI] (* significant, n.s. not)", style="bold")]
+    for r in v["rows"]:
+        cpu = r.get("gateway_cpu_ms")
+        figures = [("direct", _ms(r["baseline_total_ms"], False))]
+        figures += [("first token", _tax_cell(_first_token(r)))] if streams else []
+        figures += [("outside engine", _tax_cell(r.get("outside_engine"), bool(r.get("attribution_missing")))),
+                    ("total", _tax_cell(_total(r))), ("gw CPU/req", "–" if cpu is None else f"{cpu:.2f}")]
+        parts.append(Text(r["label"], style="bold"))
+        parts += [Text(f"  {k:<14}  {val}") for k, val in figures]
+    return Group(*parts)
+
+
 def _tax_table(v: dict[str, Any], console: Console) -> None:
     from zgtool.latency.render.fit import fits
 
     streams = any(r.get("ttft") for r in v["rows"])
-    table = _tax_rows_table(v, streams, " ")
+    table: Table | Group = _tax_rows_table(v, streams, " ")
     if not fits(table, console.width):      # numbers are never cut: the interval goes under its figure
         table = _tax_rows_table(v, streams, "\n")
+    if not fits(table, console.width):      # still too narrow: one configuration per block, key: value
+        table = _tax_records(v, streams)
     lines = []
     for sentence in v.get("sentences") or []:
         lines.append(sentence)

@@ -74,6 +74,6 @@ def headline(res: SplitResult) -> str:
     label = {n: (n if short[n] == n else f"{short[n]} ({n})") for n in names}
     base = res.targets[0]
     if len(res.targets) == 1:
-        return _single_sentence(base, label[base.name])
+        return _single_sentence(base, base.name)
     sentences = [_candidate_sentence(res, base, c, label[c.name], label[base.name]) for c in res.targets[1:]]
     return "; ".join(sentences) + "."
