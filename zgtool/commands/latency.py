@@ -262,6 +262,11 @@ def _render(res: SplitResult, data: dict, pwatch: Any, brief: bool = False) -> N
 
         for line in verdict_lines(data["server_metrics"], res):
             console.print(line, highlight=False, soft_wrap=not console.is_terminal)
+    if data.get("cost"):
+        from zgtool.latency.analysis.cost import cost_lines
+
+        for line in cost_lines(data["cost"]):
+            console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if brief:
         if len(res.targets) > 1:
             short = short_names([tr.name for tr in res.targets])
@@ -356,6 +361,10 @@ def run(opts: SplitOptions) -> dict:
         err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
     if pwatch is not None:
         data["prefix_cache"] = pwatch.result()
+    if opts.core_hour_price is not None or opts.gpu_hour_price is not None:
+        from zgtool.latency.analysis.cost import cost
+
+        data["cost"] = cost(res, opts.core_hour_price, opts.gpu_hour_price)
     if scraped:
         from zgtool.latency.schedule.scrapeloop import warnings as scrape_warnings
 
@@ -398,6 +407,6 @@ def register(app: typer.Typer) -> None:
         max_in_flight: int = o.MAX_IN_FLIGHT, point_s: float = o.POINT_S, dataset: str | None = o.DATASET,
         speedup: float = o.SPEEDUP, metrics_url: str | None = o.METRICS_URL, brief: bool = o.BRIEF,
         tokenizer: str = o.TOKENIZER, scrape: list[str] = o.SCRAPE, scrape_interval_s: float = o.SCRAPE_INTERVAL_S,
-        core_hour_price: float | None = o.CORE_HOUR_PRICE,
+        core_hour_price: float | None = o.CORE_HOUR_PRICE, gpu_hour_price: float | None = o.GPU_HOUR_PRICE,
     ) -> None:
         run(o.parse_split_options(**locals()))

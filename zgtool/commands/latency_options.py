@@ -87,6 +87,7 @@ TOKENIZER = vocab.tokenizer()
 SCRAPE = vocab.scrape()
 SCRAPE_INTERVAL_S = vocab.scrape_interval_s()
 CORE_HOUR_PRICE = vocab.core_hour_price()
+GPU_HOUR_PRICE = vocab.gpu_hour_price()
 SPEEDUP = typer.Option(1.0, "--speedup", help="With --dataset trace:FILE: replay F times faster.")
 METRICS_URL = typer.Option(None, "--metrics-url", help="An engine's /metrics (zgtool or vLLM): its prefix-cache "
                                                        "hit rate over the run is reported (with --dataset, each "
@@ -120,6 +121,7 @@ class SplitOptions:
     scrape: tuple[str, ...] = ()             # --scrape auto|URL: /metrics read as time series during the run
     scrape_interval_s: float = 1.0
     core_hour_price: float | None = None     # USD per CPU core-hour: the cost of each path per million tokens
+    gpu_hour_price: float | None = None      # USD per hour of the engine's GPU(s)
 
     @property
     def detect_timeout_s(self) -> float:
@@ -227,7 +229,7 @@ def parse_split_options(
         otlp_endpoint: str | None = None, dataset: str | None = None, speedup: float = 1.0,
         metrics_url: str | None = None, brief: bool = False, tokenizer: str = "auto",
         scrape: Sequence[str] | None = None, scrape_interval_s: float = 1.0,
-        core_hour_price: float | None = None) -> SplitOptions:
+        core_hour_price: float | None = None, gpu_hour_price: float | None = None) -> SplitOptions:
     """The command line's values (keyword names and defaults as the CLI's) -> SplitOptions, or the
     UsageError of the first option that does not hold (one line, exit 2)."""
     from zgtool.errors import UsageError
@@ -238,7 +240,8 @@ def parse_split_options(
     n, conc, rate, rounds, sweep, wl = _load_and_sweep(
         requests, concurrency, rate, rounds, dataset, speedup, max_tokens,
         {"--cpu-pid": cpu_pid, "--otlp-listen": otlp_listen, "--vllm-metrics": vllm_metrics,
-         "--otlp-endpoint": otlp_endpoint, "--scrape": scrape, "--core-hour-price": core_hour_price})
+         "--otlp-endpoint": otlp_endpoint, "--scrape": scrape, "--core-hour-price": core_hour_price,
+         "--gpu-hour-price": gpu_hour_price})
     open_loop = open_loop_fields(rate, arrivals, max_in_flight, conc, point_s)
     if rate is not None and vllm_metrics:
         raise UsageError("--vllm-metrics reads deltas around one request at a time; it cannot run with --rate")
@@ -268,4 +271,5 @@ def parse_split_options(
         otlp_endpoint=otlp_endpoint, vllm_metrics=vllm_metrics, metrics_url=metrics_url, as_json=as_json, out=out,
         csv_dir=csv_dir, quiet=quiet, brief=brief, tokenizer=vocab.check_tokenizer(tokenizer),
         scrape=vocab.check_scrape(list(scrape or ()), scrape_interval_s), scrape_interval_s=scrape_interval_s,
-        core_hour_price=vocab.check_price(core_hour_price, "--core-hour-price"))
+        core_hour_price=vocab.check_price(core_hour_price, "--core-hour-price"),
+        gpu_hour_price=vocab.check_price(gpu_hour_price, "--gpu-hour-price"))

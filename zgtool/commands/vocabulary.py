@@ -162,6 +162,12 @@ def core_hour_price() -> Any:
                              "(--cpu-pid) becomes dollars per million output tokens.")
 
 
+def gpu_hour_price() -> Any:
+    return typer.Option(None, "--gpu-hour-price", metavar="USD",
+                        help="Price of the engine's GPU(s) for one hour: the GPU time each path held per answered "
+                             "request (its measured wall time) as dollars per million output tokens.")
+
+
 def check_price(usd: float | None, option: str) -> float | None:
     from zgtool.errors import UsageError
 

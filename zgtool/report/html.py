@@ -8,6 +8,7 @@ from html import escape
 from pathlib import Path
 
 from zgtool.report.load import ResultSet, collect
+from zgtool.report.sections_cost import cost_section
 from zgtool.report.sections_latency import (
     Section,
     cdf_section,
@@ -95,6 +96,7 @@ def build_sections(rs: ResultSet, files: list[str]) -> list[Section]:
         cdf_section(rs),
         server_metrics_section(rs),
         throughput_section(rs),
+        cost_section(rs),
         sweep_section(rs),
         tokens_section(rs),
         stream_section(rs),
