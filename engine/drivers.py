@@ -32,11 +32,44 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from zgtool.engine.engine import Engine
     from zgtool.engine.outputs import RequestOutput
+
+
+class Engine(Protocol):
+    """What a driver uses of zgtool.engine.engine.Engine, which starts the driver: a Protocol, so this
+    module does not import the engine back (no import circle, tests/structure/test_import_cycles.py)."""
+
+    @property
+    def model(self) -> Any: ...
+    @property
+    def runner(self) -> Any: ...
+    @property
+    def config(self) -> Any: ...
+    @property
+    def scheduler(self) -> Any: ...
+    @property
+    def faults(self) -> Any: ...
+    @property
+    def _streams(self) -> Any: ...
+    @property
+    def _seqs(self) -> Any: ...
+    @property
+    def _inbox(self) -> Any: ...
+    @property
+    def _admin(self) -> Any: ...
+    @property
+    def _stuck(self) -> bool: ...
+    @property
+    def _batch_window_s(self) -> float: ...
+
+    def step(self) -> list[RequestOutput]: ...
+
+    def _has_work(self) -> bool: ...
+
+    def _drain(self) -> None: ...
 
 STUCK_BACKOFF_S = 0.01   # a step that could schedule nothing is retried after this (or an arrival)
 TICK_BUDGET_S = 0.0005   # loop driver: longest run of steps before the loop polls I/O again

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from zgtool.engine.config import EngineConfig
 
-if TYPE_CHECKING:
-    from zgtool.engine.engine import Engine
+
+class Engine(Protocol):
+    """What the KV report and defrag read of zgtool.engine.engine.Engine (which imports this module): a
+    Protocol, so there is no import circle (tests/structure/test_import_cycles.py)."""
+
+    @property
+    def block_manager(self) -> Any: ...
+    @property
+    def kv_bytes_per_block(self) -> Any: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def model(self) -> Any: ...
+
+    def live_sequences(self) -> Any: ...
 
 CPU_KV_CAP_BYTES = 512 * 1024**2
 

@@ -29,8 +29,6 @@ import importgraph as ig
 ENGINE_KNOWN = {
     # model builds a CpuStep at load time; cpu_forward names LlamaModel in annotations only
     frozenset({"zgtool.engine.cpu_forward", "zgtool.engine.model"}),
-    # engine starts a driver; drivers annotate Engine (and read its internals)
-    frozenset({"zgtool.engine.drivers", "zgtool.engine.engine"}),
     # app dispatches to handlers; handlers annotate ServerApp/Ctx
     frozenset({"zgtool.engine.server.app", "zgtool.engine.server.handlers"}),
     # runner builds a CudaRunner inside a function; cuda_runner imports runner at load time
