@@ -5,13 +5,30 @@ from __future__ import annotations
 from zgtool.engine.sequence import Sequence
 from zgtool.engine.tokenizer import Tokenizer
 
+ONE_TEXT_MAX = 1 << 18     # detokenize_step's memo holds at most this many ids (a vocabulary's worth)
 
-def detokenize_step(tok: Tokenizer, seq: Sequence) -> str:
-    """Append the text of the newest output token(s) to seq.output_text; return the new text."""
+
+def detokenize_step(tok: Tokenizer, seq: Sequence, one_text: dict[int, str] | None = None) -> str:
+    """Append the text of the newest output token(s) to seq.output_text; return the new text.
+
+    ``one_text``: a memo of decode([id]) for this tokenizer (decode is a pure function of the
+    ids). After every token that completed text the prefix window is that one token, so its
+    text is looked up instead of decoded: one decode per token instead of two."""
     ids = seq.token_ids     # the offsets count output tokens: slice past the prompt, no copy of the output
     p = len(seq.prompt_token_ids)
-    prefix_text = tok.decode(ids[p + seq.prefix_offset:p + seq.read_offset])
-    new_text = tok.decode(ids[p + seq.prefix_offset:])
+    start, read = p + seq.prefix_offset, p + seq.read_offset
+    if read == start:
+        prefix_text = ""    # decode([])
+    elif read - start == 1 and one_text is not None:
+        tid = ids[start]
+        prefix_text = one_text.get(tid)     # type: ignore[assignment]
+        if prefix_text is None:
+            prefix_text = tok.decode([tid])
+            if len(one_text) < ONE_TEXT_MAX:
+                one_text[tid] = prefix_text
+    else:
+        prefix_text = tok.decode(ids[start:read])
+    new_text = tok.decode(ids[start:])
     if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
         delta = new_text[len(prefix_text):]
         seq.prefix_offset = seq.read_offset

@@ -36,6 +36,7 @@ class Postprocessor:
         self.block_manager = block_manager
         self.finish = finish
         self.fail = fail    # a request whose own text or filter raised fails alone
+        self.one_text: dict[int, str] = {}  # decode([id]) memo for detokenize_step
 
     def __call__(self, batch: ScheduledBatch, sampled: list[int | None], step_ms: float) -> list[RequestOutput]:
         seqs = batch.seqs
@@ -80,7 +81,7 @@ class Postprocessor:
         if new_tok in self.eos_token_ids and not params.ignore_eos:
             reason = "stop"
             ids.pop()  # EOS is not part of the output
-        delta_len = len(detokenize_step(self.tokenizer, seq)) if reason is None else 0
+        delta_len = len(detokenize_step(self.tokenizer, seq, self.one_text)) if reason is None else 0
         td = perf()
         tm.detok_ms += (td - now) * 1e3
         # the safety filter sees every character before a stop string can cut it
