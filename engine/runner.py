@@ -148,7 +148,10 @@ class NullRunner:
     TEXT = b"Hello from the zgtool null model. "
 
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
+        text, size = self.TEXT, len(self.TEXT)
         out: list[int | None] = []
         for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
-            out.append(self.TEXT[seq.num_output_tokens % len(self.TEXT)] if needs_sample(seq, n) else None)
+            num_tokens = len(seq.token_ids)     # needs_sample and num_output_tokens, inlined
+            out.append(text[(num_tokens - len(seq.prompt_token_ids)) % size]
+                       if seq.num_computed_tokens + n == num_tokens else None)
         return out

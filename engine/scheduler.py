@@ -83,15 +83,17 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         # 1) running sequences first (decodes and unfinished prefills), in arrival order
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = self._chunk(seq, budget)
+        running = self.running
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            # a decode (one token left to compute, budget > 0) takes 1 whatever the chunking
+            n = 1 if len(seq.token_ids) - seq.num_computed_tokens == 1 else self._chunk(seq, budget)
             if n == 0:
                 i += 1
                 continue
             while not self.bm.allocate(seq, n):
                 # out of blocks: preempt the newest running sequence (recompute later)
-                victim = self.running[-1]
+                victim = running[-1]
                 self._preempt(victim, batch)
                 if victim is seq:
                     break
