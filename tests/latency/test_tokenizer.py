@@ -143,3 +143,16 @@ def test_a_tokenizer_file_without_the_tokenizers_package_is_one_line_naming_the_
     assert r.returncode != 0 and "MissingCapability" in r.stderr and "zgtool[engine]" in r.stderr
     r = zg("latency-split", "http://127.0.0.1:9", "--tokenizer", str(tmp_path / "absent.json"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such file" in r.stderr
+
+
+def test_verify_and_latency_split_share_one_refit_on_the_config(engine: str) -> None:
+    from zgtool.latency.config import SplitConfig
+    from zgtool.latency.tokencount import count_for_config
+    from zgtool.targets import Target
+    from zgtool.workload.spec import load_workload
+
+    wl = load_workload("synthetic:input=fixed:33,output=fixed:2,n=2")
+    cfg, counting = count_for_config("server", Target("direct", engine, model="dummy:tiny"),
+                                     SplitConfig(num_requests=2, workload=wl))
+    assert cfg.workload is not None and counting.requested == (33, 33) == counting.targets
+    assert [s.messages for s in cfg.workload.specs] != [s.messages for s in wl.specs]    # rebuilt

@@ -69,7 +69,7 @@ def parse_verify_options(*, model: str = "smollm2", dtype: str = "auto", num_thr
                          slo: list[str] | None = None, out: Path | None = None, csv_dir: Path | None = None,
                          quiet: bool = False, no_k6: bool = False, timeout_s: float | None = None,
                          gateway: str = "stack", policy: Path | None = None, fail_on_gate: bool = False,
-                         as_json: bool = False) -> VerifyOptions:
+                         as_json: bool = False, tokenizer: str = "auto") -> VerifyOptions:
     """The command line's values -> VerifyOptions (VerifyConfig checks its own fields), or the UsageError
     of the first option that does not hold."""
     from zgtool.verify.plan import VerifyConfig
@@ -77,7 +77,8 @@ def parse_verify_options(*, model: str = "smollm2", dtype: str = "auto", num_thr
     cfg = VerifyConfig(model=model, quick=quick, out_dir=out, k6=not no_k6, gateway=gateway, policy=policy,
                        fail_on_gate=fail_on_gate, dtype=dtype, num_threads=num_threads, requests=requests,
                        max_tokens=max_tokens, concurrency=_levels(concurrency), prompt=prompt,
-                       slo=tuple(slo or ()), dataset=dataset, timeout_s=timeout_s)
+                       slo=tuple(slo or ()), dataset=dataset, timeout_s=timeout_s,
+                       tokenizer=vocab.check_tokenizer(tokenizer))
     return VerifyOptions(config=cfg, csv_dir=vocab.check_csv_dir(csv_dir), quiet=quiet, as_json=as_json)
 
 
@@ -96,6 +97,7 @@ def verify(
     dataset: str | None = typer.Option(None, "--dataset", help="Prompts and max_tokens per request for the "
                                        "latency-split and k6 stages instead of --prompt (a trace's prompts, "
                                        "not its timestamps): " + _dataset_help()),
+    tokenizer: str = vocab.tokenizer(),
     slo: list[str] = typer.Option([], "--slo", help="Goodput SLOs in ms, vLLM form: "
                                   "'ttft:500 tpot:50 e2e:2000' (repeatable)."),
     out: Path | None = typer.Option(None, "-o", "--out", help="Folder for results + report.html."),

@@ -14,6 +14,7 @@ from zgtool.workload.tokens import FILLER, Counter, counter_for, refit
 
 if TYPE_CHECKING:
     from zgtool.commands.latency_options import SplitOptions
+    from zgtool.latency.config import SplitConfig
     from zgtool.latency.records import SplitResult
 
 MISMATCH_PCT = 2.0
@@ -34,20 +35,25 @@ def _base(url: str) -> str:
     return base_of(Target("t", url))
 
 
+def count_for_config(choice: str, first: Target, cfg: SplitConfig) -> tuple[SplitConfig, TokenCounting]:
+    """The counter for --tokenizer CHOICE on the first target, and the config with a synthetic workload's
+    prompts refitted to their exact lengths under it (a dataset's prompts counted as they are; the one prompt
+    of a run without a workload counted too)."""
+    counter = counter_for(choice, _base(first.url), first.model, headers=first.auth_headers(), verify=cfg.verify,
+                          timeout_s=min(cfg.timeout_s, TOKENIZE_TIMEOUT_S))
+    said = choice != "auto"
+    if cfg.workload is None:
+        return cfg, TokenCounting(counter, (counter.count(cfg.prompt),), said=said)
+    wl, counts = refit(cfg.workload, counter)
+    return replace(cfg, workload=wl), TokenCounting(counter, counts, tuple(s.input_tokens for s in wl.specs), said)
+
+
 def count_tokens(opts: SplitOptions, resolved: list[Target]) -> tuple[SplitOptions, TokenCounting]:
-    """The counter for --tokenizer on the first target, and the options with a synthetic workload's prompts
-    refitted to their exact lengths under it (a dataset's prompts counted as they are; the one prompt of a
-    run without --dataset counted too)."""
-    first = resolved[0]
-    counter = counter_for(opts.tokenizer, _base(first.url), first.model, headers=first.auth_headers(),
-                          verify=opts.split.verify, timeout_s=min(opts.split.timeout_s, TOKENIZE_TIMEOUT_S))
-    if opts.workload is None:
-        return opts, TokenCounting(counter, (counter.count(opts.split.prompt),), said=opts.tokenizer != "auto")
-    wl, counts = refit(opts.workload.workload, counter)
-    split = replace(opts.split, workload=wl)
-    asked = tuple(s.input_tokens for s in wl.specs)
-    counting = TokenCounting(counter, counts, asked, said=opts.tokenizer != "auto")
-    return replace(opts, split=split, workload=replace(opts.workload, workload=wl)), counting
+    """count_for_config for latency-split's options (the workload kept in both of its places)."""
+    split, counting = count_for_config(opts.tokenizer, resolved[0], opts.split)
+    if opts.workload is None or split.workload is None:
+        return replace(opts, split=split), counting
+    return replace(opts, split=split, workload=replace(opts.workload, workload=split.workload)), counting
 
 
 def token_counts(counting: TokenCounting, res: SplitResult, num_requests: int) -> tuple[dict[str, Any], list[str]]:

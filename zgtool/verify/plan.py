@@ -38,6 +38,7 @@ class VerifyConfig:
     slo: tuple[str, ...] = ()            # goodput SLOs, vLLM form: ttft:MS tpot:MS e2e:MS
     dataset: str | None = None           # --dataset SPEC (zgtool.workload): prompts of latency-split and k6
     timeout_s: float | None = None       # per request, every stage (None: probes 10 s, splits 30 s, k6 60 s)
+    tokenizer: str = "auto"              # --tokenizer: who counts the latency-split stages' tokens
 
     def workload(self) -> Workload | None:
         return dataset_workload(self.dataset, self.requests, self.max_tokens)

@@ -50,6 +50,9 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
                       rounds=plan.split_rounds, slo=Slo.parse(list(vcfg.slo)), quick=vcfg.quick,
                       family_size=len(plan.splits),   # the verdict picks among every configuration
                       workload=vcfg.workload(), timeout_s=plan.timeout_s or 30.0)
+    from zgtool.latency.tokencount import count_for_config, token_counts
+
+    cfg, counting = count_for_config(vcfg.tokenizer, targets[0], cfg)   # synthetic prompts to their exact lengths
     cpu = CpuWatch(cpu_groups) if cpu_groups and available() else None
     from zgtool.workload.split import watch_split
 
@@ -69,8 +72,10 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
                f"--{'stream' if run.stream else 'no-stream'} --max-tokens {plan.split_max_tokens} "
                f"--warmup {plan.split_warmup} --rounds {cfg.effective_rounds}{prompt}{slo}"
                + (f" --dataset '{plan.dataset}'" if plan.dataset else "")
-               + (f" --timeout-s {plan.timeout_s:g}" if plan.timeout_s else ""))
+               + (f" --timeout-s {plan.timeout_s:g}" if plan.timeout_s else "")
+               + (f" --tokenizer {vcfg.tokenizer}" if vcfg.tokenizer != "auto" else ""))
     data = result_data(res)
+    data["token_counts"] = token_counts(counting, res, cfg.num_requests)[0]
     if pwatch is not None:
         data["prefix_cache"] = pwatch.result()
     return make_result("latency_split", data, target=[t.public() for t in targets], command=command)
