@@ -158,7 +158,7 @@ def test_an_engine_clock_starting_after_its_api_server_names_the_engine_front_on
         s.engine, s.total_ms = timing, 150.0
     res = analyse([Target("direct", "http://127.0.0.1:1")], [samples], SplitConfig(num_requests=8, resamples=100))
     front = [n for n in res.attribution_notes if "engine front (API server)" in n]
-    assert len(front) == 1 and "direct's remainder" in front[0]
+    assert len(front) == 1 and "direct's median rest" in front[0]
 
 
 def test_trace_context_per_path_survived_dropped_or_not_measured() -> None:
@@ -201,3 +201,34 @@ def test_the_html_says_too_few_the_subset_and_each_paths_trace_context() -> None
     assert cell.endswith("(14/16)")
     cell, _how = median_ci_cell({"count": 16, "of": 16, "median_lo": 1.0, "median_hi": 2.0, "ci_method": "log"})
     assert "(" not in cell
+
+
+def test_the_engine_front_is_the_direct_paths_rest_and_is_subtracted_on_every_path_alike() -> None:
+    """Issue 38 item 5: vLLM's per-request metrics start after its API server; the direct path's median rest is
+    shown as "engine front (API server)" on every path, so a hop's rest is what the hop adds."""
+    from zgtool.latency.analysis.phases import decompose
+    from zgtool.latency.attribution.join import join_request
+    from zgtool.latency.records import EngineTiming
+
+    def path(hop_ms: float) -> list[RequestSample]:
+        out = []
+        for i in range(16):
+            e = EngineTiming(source="vLLM per-request metrics", queue_ms=1.0, prefill_ms=20.0, decode_ms=100.0,
+                             total_ms=121.0, total_start="from engine-core queueing")
+            out.append(RequestSample(index=i, worker=0, round=i % 4, ok=True, connect_ms=0.1, engine=e,
+                                     total_ms=121.0 + 0.1 + 150.0 + hop_ms + 0.01 * (i % 5)))   # front: 150 ms
+        return out
+
+    direct, gw = path(0.0), path(4.0)
+    targets = [Target("direct", "http://127.0.0.1:1"), Target("gw", "http://127.0.0.1:2")]
+    res = analyse(targets, [direct, gw], SplitConfig(num_requests=16, stream=False, resamples=200))
+    assert "engine_front_ms" in res.waterfall_phases
+    front = {t.name: next(p for p in t.phases if p.name == "engine_front_ms").summary["p50"] for t in res.targets}
+    assert front == {"direct": pytest.approx(150.02), "gw": pytest.approx(150.02)}
+    rest = {t.name: next(p for p in t.phases if p.name == "network_client_ms").summary["p50"] for t in res.targets}
+    assert rest["direct"] == pytest.approx(0.0, abs=0.05) and rest["gw"] == pytest.approx(4.0, abs=0.05)
+    assert sum(decompose(gw[0]).values()) == pytest.approx(gw[0].total_ms)
+    assert join_request(gw[0]).remainder_ms == pytest.approx(4.0, abs=0.05)   # the join's arithmetic alike
+    from zgtool.latency.render.split import label
+
+    assert label("engine_front_ms") == "engine front (API server)"

@@ -146,6 +146,8 @@ class RequestSample:
     unvouched: list[str] = field(default_factory=list)  # figures unsure by > 0.2 ms: left out of their stats
     itl_left_out: int = 0               # token gaps with an end not vouched for: left out of itl_ms
     trace_back: bool | None = None      # its traceparent's trace id came back in the engine's spans (None: no spans)
+    engine_front_ms: float | None = None   # the engine's own front (API server) before its clock starts: the
+                                            # direct path's median rest, the same on every path (analysis)
     trace_id: str | None = None         # the W3C traceparent's trace id this request carried (32 hex)
     engine: EngineTiming | None = None  # the engine's own timing, from whichever adapter applied
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms

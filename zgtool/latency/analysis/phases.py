@@ -87,6 +87,8 @@ def decompose(s: RequestSample, stream: bool = False) -> dict[str, float]:
     if not any(k in server for k in (*ENGINE_PARTS, "engine_other")):
         server.update(engine_parts(s))
     out.update({f"{k}_ms": v for k, v in server.items()})
+    if s.engine_front_ms is not None:
+        out["engine_front_ms"] = s.engine_front_ms
     total = s.total_ms or 0.0
     # one arithmetic: the rest is the total minus every attributed part, the engine's time included, so it
     # equals outside_engine_ms less the client and gateway parts whichever adapter gave the engine's time
@@ -109,7 +111,7 @@ def waterfall_order(names: set[str]) -> list[str]:
     """Client phases, gateway, engine, then the unattributed rest: the same rows for every target."""
     gw = sorted(n for n in names if n.startswith("gw_") and n != "gw_other_ms")
     engine = [f"{p}_ms" for p in ENGINE_PARTS]
-    order = [*CLIENT_PHASES, *gw, "gw_other_ms", *engine, "engine_other_ms", "network_client_ms"]
+    order = [*CLIENT_PHASES, *gw, "gw_other_ms", *engine, "engine_other_ms", "engine_front_ms", "network_client_ms"]
     return [n for n in order if n in names]
 
 
@@ -367,6 +369,27 @@ def trace_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]
         f"{name} {tc['verdict']} ({tc['came_back']} of {tc['sent']})" for name, tc in per)]
 
 
+def apply_engine_front(samples: Sequence[list[RequestSample]]) -> float | None:
+    """Where the direct (first) path's engine clock starts after the engine's own HTTP server (vLLM's per-request
+    metrics: engine-core queueing), its median rest (total minus client set-up and engine time) is the engine
+    front (API server): set on every request of every path whose engine clock starts there, so each path's
+    waterfall shows it and a hop's rest is what the hop adds. Returns the front, or None."""
+    direct = [s for s in samples[0] if s.ok and s.engine is not None and s.total_ms is not None] if samples else []
+    starts = {s.engine.total_start for s in direct if s.engine is not None}
+    if not direct or len(starts) != 1 or next(iter(starts)) in (None, FROM_ARRIVAL):
+        return None
+    start = next(iter(starts))
+    for per_target in samples:
+        for s in per_target:
+            s.engine_front_ms = None
+    front = max(0.0, percentile([decompose(s)["network_client_ms"] for s in direct], 50))
+    for per_target in samples:
+        for s in per_target:
+            if s.ok and s.engine is not None and s.engine.total_start == start:
+                s.engine_front_ms = front
+    return front
+
+
 def front_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
     """Where an engine's clock starts after its own HTTP server (vLLM's per-request metrics start when its
     engine core queues the request), the time outside the engine holds the engine's own front on every path
@@ -374,8 +397,8 @@ def front_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]
     starts = {(s.engine.source, s.engine.total_start) for per_target in samples for s in per_target
               if s.ok and s.engine is not None and s.engine.total_start not in (None, FROM_ARRIVAL)}
     return [f"{source}: the engine's clock starts {start}, after its API server: each path's time outside the "
-            f"engine includes the engine front (API server) and {targets[0].name}'s remainder is mostly that "
-            f"front; a hop's tax is the difference between paths, which subtracts it alike"
+            f"engine includes the engine front (API server), shown as its own row: {targets[0].name}'s median "
+            f"rest, subtracted on every path alike; a hop's tax is the difference between paths"
             for source, start in sorted(starts)]
 
 
@@ -406,6 +429,8 @@ def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], c
                 left.update(attribute(s.server_timing)[1])
         if left:
             unattributed[t.name] = sorted(left)
+    if apply_engine_front(samples) is not None:
+        names.add("engine_front_ms")
     order = waterfall_order(names)
     stream_metrics = [m for m in METRICS if cfg.stream or m not in STREAM_ONLY]
     results = [summarize_target(t, s, cfg, [*order, *stream_metrics])

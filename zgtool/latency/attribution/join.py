@@ -2,7 +2,8 @@
 adapter applied, and the unexplained remainder; per path, their medians with intervals, and each hop's
 self-report beside the tax of that hop measured from outside.
 
-remainder_ms = total_ms - connection set-up (dns + connect + tls) - Σ hops' own reported time - engine total.
+remainder_ms = total_ms - connection set-up (dns + connect + tls) - Σ hops' own reported time - engine total
+- the engine front (API server) where the engine's clock starts after it (latency.analysis.phases).
 It is the client, sending, the network, and whatever the hops do not see of themselves (a proxy's accept
 queue, LiteLLM's wait before its handler runs). It is never hidden; a value below -CLOCK_TOLERANCE_MS
 means the parts claim more time than the request took (clocks or a wrong report) and the request is flagged.
@@ -86,7 +87,8 @@ def join_request(s: RequestSample) -> JoinedRequest:
     remainder = None
     if s.total_ms is not None and total_e is not None:
         setup = sum(v for v in (s.dns_ms, s.connect_ms, s.tls_ms) if v is not None)
-        remainder = s.total_ms - setup - sum(hops.values()) - total_e
+        # the engine's own front (API server), where its clock starts after it: the same on every path
+        remainder = s.total_ms - setup - sum(hops.values()) - total_e - (s.engine_front_ms or 0.0)
     e = s.engine
     return JoinedRequest(
         index=s.index, round=s.round, client=client, hops_self_ms=hops, hop_reports=dict(s.hop_reports),
