@@ -232,3 +232,15 @@ def test_the_engine_front_is_the_direct_paths_rest_and_is_subtracted_on_every_pa
     from zgtool.latency.render.split import label
 
     assert label("engine_front_ms") == "engine front (API server)"
+
+
+def test_open_loop_dispatch_lag_counts_to_the_first_byte_out_less_the_networks_set_up() -> None:
+    """Issue 38: a client that slipped between its start and the send is late by that slip too; the connect is
+    the network's, and total/ttft (counted from the start) add only the start's lag."""
+    from zgtool.latency.schedule.openloop import _apply_schedule
+
+    s = RequestSample(index=0, worker=0, round=0, ok=True, total_ms=50.0, ttft_ms=10.0, connect_ms=1.0)
+    s.start_s, s.first_byte_out_ms = 1.004, 3.5              # started 4 ms late; 1 ms connect, 2.5 ms slip
+    _apply_schedule(s, due_ns=1_000_000_000, t_run0_ns=0, waited=False)
+    assert s.dispatch_lag_ms == pytest.approx(6.5)
+    assert s.total_from_scheduled_ms == pytest.approx(54.0) and s.ttft_from_scheduled_ms == pytest.approx(14.0)

@@ -155,7 +155,7 @@ class RequestSample:
     error_detail: str | None = None     # the server's error body, trimmed to one line
     # open loop only (zgtool.latency.schedule.openloop): None in a closed-loop run
     scheduled_s: float | None = None    # when it was due, since the run started (same clock as start_s)
-    dispatch_lag_ms: float | None = None          # start_s - scheduled_s: how late the client sent it
+    dispatch_lag_ms: float | None = None          # its first byte out (kernel time) - scheduled_s, less set-up
     total_from_scheduled_ms: float | None = None  # total_ms + dispatch lag: what a user arriving on time saw
     ttft_from_scheduled_ms: float | None = None
     waited_for_worker: bool = False     # every open-loop worker was busy when it was due

@@ -70,7 +70,14 @@ class OpenLoopLog:
 def _apply_schedule(sample: RequestSample, due_ns: int, t_run0_ns: int, waited: bool) -> None:
     sample.scheduled_s = (due_ns - t_run0_ns) / 1e9
     lag_ms = (sample.start_s - sample.scheduled_s) * 1e3
-    sample.dispatch_lag_ms = lag_ms
+    # counted to when the request's first byte left (the kernel's send time), less the network's own set-up
+    # (DNS, connect, TLS): a client that slipped between its start and the send is late too (issue 38);
+    # total/ttft already count from the start, so they add the start's lag only
+    slip_ms = 0.0
+    if sample.first_byte_out_ms is not None:
+        setup = sum(v for v in (sample.dns_ms, sample.connect_ms, sample.tls_ms) if v is not None)
+        slip_ms = max(0.0, sample.first_byte_out_ms - setup)
+    sample.dispatch_lag_ms = lag_ms + slip_ms
     sample.waited_for_worker = waited
     if sample.total_ms is not None:
         sample.total_from_scheduled_ms = sample.total_ms + lag_ms
