@@ -19,6 +19,9 @@ from zgtool.errors import ExitCode, ZgError, exit_code_for, mark_interrupted, us
 app = typer.Typer(
     name="zgtool",
     help="What does the gateway layer in front of your LLM cost, and where does every millisecond go?",
+    epilog=("Examples:\n\n  zgtool verify --quick\n\n"
+            "  zgtool latency-split http://127.0.0.1:8000 http://127.0.0.1:8080 -n 100\n\n"
+            "  zgtool gate split.json"),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

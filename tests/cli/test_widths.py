@@ -65,6 +65,14 @@ def test_every_help_is_whole_at_any_width(width: int) -> None:
         assert r.returncode == 0, (path, r.stderr)
         assert_whole(r.stdout, f"zgtool {' '.join(path)} --help at {width}")
         assert "\\b" not in r.stdout, path
+        assert "Examples:" in r.stdout, f"zgtool {' '.join(path)} --help has no examples"
+
+
+def test_generates_old_n_still_works_with_a_deprecation_line() -> None:
+    r = run_zgtool("generate", "--model", "null", "-n", "3", "--json", timeout_s=120)
+    assert r.returncode == 0, r.stderr
+    assert "-n is deprecated here, use --max-tokens" in r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["kind"] == "generate"
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -56,7 +56,7 @@ def bench(
     no_progress: bool = o.NO_PROGRESS, quiet: bool = o.QUIET, timeout_s: float = o.TIMEOUT_S,
     csv_dir: Path | None = o.CSV, otlp_endpoint: str | None = o.OTLP_ENDPOINT, config: Path | None = o.CONFIG,
     as_json: bool = o.JSON, out: Path | None = o.OUTPUT, segment: str | None = o.SEGMENT, k8s: int | None = o.K8S,
-    k8s_out: Path = o.K8S_OUT,
+    k8s_out: Path = o.K8S_OUT, tokenizer: str = o.TOKENIZER,
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -72,9 +72,9 @@ def bench(
 
 
 def register(app: typer.Typer) -> None:
-    bench_app = typer.Typer(help="k6 open-model load tests (run, segments, merge).")
+    bench_app = typer.Typer(help="k6 open-model load tests (run, segments, merge).", epilog="""Examples:\n\n  zgtool bench --direct http://127.0.0.1:8000 --gateway http://127.0.0.1:8080 --rate 5 --duration 30s\n\n  zgtool bench merge seg*.json -o bench.json\n""")
     app.add_typer(bench_app, name="bench")
-    bench_app.command("merge")(merge)
+    bench_app.command("merge", epilog="""Examples:\n\n  zgtool bench merge seg1.json seg2.json seg3.json -o bench.json\n""")(merge)
     bench_app.callback(invoke_without_command=True, help="Load-test gateway vs direct vs direct streaming with "
                        "k6 (open model)." + BENCH_EXAMPLES)(bench)
 
@@ -126,11 +126,18 @@ def run_bench_command(opts: BenchOptions) -> None:
             direct = _resolve(opts.direct, opts.config, cfg.api)
             gateway = _resolve(opts.gateway, opts.config, cfg.api) if opts.gateway else None
             cfg, direct, gateway = _detected(opts, cfg, direct, gateway)
+        token_note = None
+        if opts.workload is not None:       # --tokenizer: the dataset counted on the direct target
+            from zgtool.loadtest.detected import refit_for_bench
+
+            cfg, token_note = refit_for_bench(cfg, opts.workload, opts.tokenizer, direct, opts.run_dir)
         assert opts.k6 is not None, "k6 was found by parse_bench_options"
         result = run_bench(cfg, direct=direct, gateway=gateway, k6=opts.k6, run_dir=opts.run_dir,
                            progress=opts.progress, segment=opts.segment, keep_points=opts.otlp_endpoint is not None)
     from zgtool.results import make_result
 
+    if token_note is not None:
+        result.notes.append(token_note)
     render_bench(result, err_console if opts.as_json else console)
     emit_result(make_result("bench.k6", result, target=direct.public()), as_json=opts.as_json, out=opts.out)
     _write_csv(make_result("bench.k6", result), opts.csv_dir)

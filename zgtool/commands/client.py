@@ -8,7 +8,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    client_app = typer.Typer(help="A load-hint-aware client: honest retries and automatic model fallback.",
+    client_app = typer.Typer(epilog="""Examples:\n\n  zgtool client ask http://127.0.0.1:8000 "Hello"\n""", help="A load-hint-aware client: honest retries and automatic model fallback.",
                              no_args_is_help=True)
     app.add_typer(client_app, name="client")
 

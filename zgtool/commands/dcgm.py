@@ -212,7 +212,7 @@ def run_defrag_command(opts: DefragOptions) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    dcgm_app = typer.Typer(help="GPU golden metrics from dcgm-exporter, Prometheus, NVML or the engine.",
+    dcgm_app = typer.Typer(epilog="""Examples:\n\n  zgtool dcgm watch --engine http://127.0.0.1:8000\n\n  zgtool dcgm watch --endpoint http://gpu-node:9400/metrics -o dcgm.json\n""", help="GPU golden metrics from dcgm-exporter, Prometheus, NVML or the engine.",
                            no_args_is_help=True)
     dcgm_app.command("watch", help=WATCH_HELP)(watch_cmd)
     app.add_typer(dcgm_app, name="dcgm")

@@ -50,4 +50,4 @@ def parse_basic_auth(value: str | None) -> tuple[str, str] | None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("gateway")(gateway)
+    app.command("gateway", epilog="""Examples:\n\n  zgtool gateway --kind nginx --upstream http://127.0.0.1:8000 --port 8080\n\n  zgtool gateway --kind pygw --upstream http://vllm:8000 --port 8081 --keys pygw-keys.toml\n""")(gateway)

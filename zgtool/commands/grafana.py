@@ -8,7 +8,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    grafana_app = typer.Typer(help="Grafana dashboards for the engine's and pygw's /metrics and dcgm-exporter.",
+    grafana_app = typer.Typer(epilog="""Examples:\n\n  zgtool grafana export -o zgtool-dashboard.json\n""", help="Grafana dashboards for the engine's and pygw's /metrics and dcgm-exporter.",
                               no_args_is_help=True)
     app.add_typer(grafana_app, name="grafana")
 

@@ -245,8 +245,8 @@ def register(app: typer.Typer) -> None:
     probe_app = typer.Typer(help="Is there a gateway between you and the model, what is it, what does it cost?"
                             + EXAMPLES)
     probe_app.callback(invoke_without_command=True)(probe_root)
-    probe_app.command("tcp")(probe_tcp_cmd)
-    probe_app.command("tls")(probe_tls_cmd)
-    probe_app.command("headers")(probe_headers_cmd)
-    probe_app.command("stream")(probe_stream_cmd)
+    probe_app.command("tcp", epilog="""Examples:\n\n  zgtool probe tcp http://127.0.0.1:8000 --pcap run.pcap\n\n  zgtool probe tcp --read capture.pcapng\n""")(probe_tcp_cmd)
+    probe_app.command("tls", epilog="""Examples:\n\n  zgtool probe tls https://api.anthropic.com\n\n  zgtool probe tls https://127.0.0.1:8443 --sni engine.local -o tls.json\n""")(probe_tls_cmd)
+    probe_app.command("headers", epilog="""Examples:\n\n  zgtool probe headers http://127.0.0.1:8080\n\n  zgtool probe headers --read session.har\n""")(probe_headers_cmd)
+    probe_app.command("stream", epilog="""Examples:\n\n  zgtool probe stream http://127.0.0.1:8080 --max-tokens 128\n\n  zgtool probe stream api --json\n""")(probe_stream_cmd)
     app.add_typer(probe_app, name="probe")

@@ -31,7 +31,7 @@ def _reflow(text: str) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    report_app = typer.Typer(help="Reports from zgtool result files.", no_args_is_help=True)
+    report_app = typer.Typer(help="Reports from zgtool result files.", epilog="""Examples:\n\n  zgtool report html reports/20260101-120000/\n\n  zgtool report html split.json gate.json -o report.html\n""", no_args_is_help=True)
 
     @report_app.command("html", help=_reflow(HTML_HELP) + HTML_EXAMPLES)
     def html_cmd(

@@ -13,7 +13,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve", help="Start the fused engine (HTTP + TLS + admission + batching + model + safety + SSE in one process).")(serve)
+    app.command("serve", epilog="""Examples:\n\n  zgtool serve --model smollm2 --port 8000\n\n  zgtool serve --model dummy:small --gateway stack --tls self-signed\n\n  zgtool serve --model null --keys keys.toml\n""", help="Start the fused engine (HTTP + TLS + admission + batching + model + safety + SSE in one process).")(serve)
 
 
 def serve(
