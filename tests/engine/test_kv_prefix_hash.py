@@ -88,3 +88,31 @@ def test_under_any_hash_collisions_a_hit_holds_exactly_the_requests_tokens(promp
             bm.free_seq(s)
     finally:
         bm_mod.chain_digest = original
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_a_generation_hashes_each_full_block_once_not_each_token(monkeypatch, prefix_caching):
+    """Per-token bookkeeping stays per block: a null-engine request of 40 prompt and 60 output
+    tokens computes one sha256 chain hash per block that fills (the same chain as chain_hash),
+    whatever the number of steps."""
+    from zgtool.engine import Engine, EngineConfig, SamplingParams
+
+    calls = []
+    real = bm_mod.chain_digest
+    monkeypatch.setattr(bm_mod, "chain_digest", lambda parent, data: calls.append(data) or real(parent, data))
+    eng = Engine(EngineConfig(model="null", block_size=16, enable_prefix_caching=prefix_caching))
+    prompt = list(range(40))
+    captured = []
+    real_finish = eng.scheduler.finish
+    monkeypatch.setattr(eng.scheduler, "finish", lambda s, r: captured.append(list(s.block_hashes)) or real_finish(s, r))
+    res = eng.generate(prompt, SamplingParams(max_tokens=60, temperature=0.0, ignore_eos=True))
+    assert len(res.output_token_ids) == 60
+    engine_calls = len(calls)
+    (hashes,) = captured
+    tokens = prompt + res.output_token_ids
+    expected, parent = [], None
+    for i in range(len(hashes)):
+        parent = bm_mod.chain_hash(parent, tokens[i * 16:(i + 1) * 16])
+        expected.append(parent)
+    assert hashes == expected and len(hashes) >= 99 // 16 - 1
+    assert engine_calls == len(hashes)
