@@ -156,3 +156,16 @@ def test_verify_and_latency_split_share_one_refit_on_the_config(engine: str) -> 
                                      SplitConfig(num_requests=2, workload=wl))
     assert cfg.workload is not None and counting.requested == (33, 33) == counting.targets
     assert [s.messages for s in cfg.workload.specs] != [s.messages for s in wl.specs]    # rebuilt
+
+
+def test_bench_sends_its_dataset_rebuilt_under_the_servers_tokenizer_and_names_the_source(
+        engine: str, tmp_path: Path) -> None:
+    r = zg("bench", "--direct", engine, "--duration", "1s", "--rate", "2", "--scenarios", "direct",
+           "--dataset", "synthetic:input=fixed:25,output=fixed:2,n=3", "--tokenizer", "server",
+           "--run-dir", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    note = json.loads(r.stdout)["data"]["notes"][-1]
+    assert note.startswith("prompt tokens counted by server POST /tokenize") and "exact: 3/3" in note
+    bodies = json.loads((tmp_path / "dataset_payloads.json").read_text())
+    counted = httpx.post(engine + "/tokenize", json={"messages": bodies[0]["messages"]}).json()["count"]
+    assert counted == 25 and bodies[0]["model"] == "dummy:tiny"

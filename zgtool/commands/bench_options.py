@@ -15,6 +15,7 @@ from zgtool.commands import vocabulary as vocab
 if TYPE_CHECKING:
     from zgtool.loadtest.config import BenchConfig, RampConfig
     from zgtool.loadtest.segments import Segment
+    from zgtool.workload.model import Workload
 
 
 def _dataset_help() -> str:
@@ -40,6 +41,9 @@ API = typer.Option("anthropic", vocab.API, help="anthropic (/v1/messages) or ope
 PAYLOAD = typer.Option(None, "--payload", help="Request body JSON file.")
 DATASET = typer.Option(None, "--dataset", help="Prompts and max_tokens per request (sent in turn at --rate; a "
                                                "trace's timestamps do not apply here): " + _dataset_help())
+TOKENIZER = vocab.tokenizer(help="With --dataset: who counts its prompt tokens on the direct target: auto, server, "
+                                 "PATH (a tokenizer.json) or none; synthetic prompts are rebuilt to their exact "
+                                 "lengths under it and the result names the source.")
 RAMP = typer.Option(False, "--ramp", help="Ramp the rate instead and report the knee.")
 RATES = typer.Option("5,10,20,40,80", "--rates", help="With --ramp: rate steps, req/s.")
 STEP = typer.Option("5s", "--step", help="With --ramp: time per rate step.")
@@ -87,6 +91,8 @@ class BenchOptions:
     segment: Segment | None = None
     k8s: int | None = None                 # --k8s N: write the manifests instead of running
     k8s_out: Path = Path("k8s")
+    workload: Workload | None = None      # --dataset, loaded (refitted under --tokenizer before k6 runs)
+    tokenizer: str = "auto"
 
     @property
     def ramp(self) -> bool:
@@ -121,18 +127,20 @@ def parse_bench_options(
         k6: Path | None = None, run_dir: Path | None = None, no_progress: bool = False, quiet: bool = False,
         timeout_s: float = 60.0, csv_dir: Path | None = None, otlp_endpoint: str | None = None,
         config: Path | None = None, as_json: bool = False, out: Path | None = None, segment: str | None = None,
-        k8s: int | None = None, k8s_out: Path = Path("k8s")) -> BenchOptions:
+        k8s: int | None = None, k8s_out: Path = Path("k8s"), tokenizer: str = "auto") -> BenchOptions:
     """The command line's values -> BenchOptions, or the UsageError of the first option that does not hold."""
     from zgtool.errors import UsageError
     from zgtool.loadtest.segments import Segment
 
+    workload = None
     if dataset is not None:   # loaded and checked before anything starts (zgtool.workload)
         from zgtool.workload.k6 import load_for_bench, write_payload
 
         if payload is not None or ramp:
             raise UsageError("--dataset gives the request bodies: not with --payload, nor with --ramp "
                              "(the ramp sends the stock payload)")
-        payload = write_payload(load_for_bench(dataset), api, run_dir)
+        workload = load_for_bench(dataset)
+        payload = write_payload(workload, api, run_dir)
     seg = Segment.parse(segment) if segment is not None else None
     if (seg or k8s is not None) and (ramp or start):
         raise UsageError("--segment and --k8s split a constant-rate run against --direct/--gateway targets; "
@@ -141,7 +149,8 @@ def parse_bench_options(
                  scenarios=scenarios, together=together, api=api, payload=payload, arrivals=arrivals,
                  timeout_s=timeout_s, rates=rates, step=step, warmup=warmup, ttft_at_knee=ttft_at_knee)
     where = BenchOptions(load=load, direct=direct, gateway=gateway, start=start, via=via, model=model, config=config,
-                         run_dir=run_dir, progress=not (no_progress or quiet), as_json=as_json, out=out)
+                         run_dir=run_dir, progress=not (no_progress or quiet), as_json=as_json, out=out,
+                         workload=workload, tokenizer=vocab.check_tokenizer(tokenizer))
     if k8s is not None:
         return replace(where, k8s=k8s, k8s_out=k8s_out)
     from zgtool.loadtest.k6bin import find_k6

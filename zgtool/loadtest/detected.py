@@ -15,6 +15,7 @@ from zgtool.latency.wire.same_model import Detect, detect_targets
 from zgtool.loadtest.config import BenchConfig
 from zgtool.loadtest.scripts import payload as default_payload
 from zgtool.targets import Target
+from zgtool.workload.model import Workload
 
 
 def _with_model(doc: Any, model: str) -> Any:
@@ -58,3 +59,26 @@ def detect_for_bench(cfg: BenchConfig, direct: tuple[Target, bool], gateway: tup
     out = folder / "detected_payloads.json"
     out.write_text(json.dumps(_with_model(json.loads(source.read_text()), served)))
     return replace(cfg, payload=out), targets[0], (targets[1] if gateway is not None else None), found
+
+
+def refit_for_bench(cfg: BenchConfig, workload: Workload, choice: str, direct: Target, run_dir: Path | None
+                    ) -> tuple[BenchConfig, str]:
+    """--tokenizer on bench's --dataset: the workload counted (synthetic prompts rebuilt to their exact
+    lengths) on the direct target, its bodies rewritten for k6 with the direct target's model; and the note
+    naming the source for the result (k6 reads no usage: the run's own token counts are not compared)."""
+    from zgtool.latency.tokencount import TOKENIZE_TIMEOUT_S, _base
+    from zgtool.workload.bodies import k6_payloads
+    from zgtool.workload.tokens import counter_for, refit
+
+    counter = counter_for(choice, _base(direct.url), direct.model, headers=direct.auth_headers(),
+                          timeout_s=TOKENIZE_TIMEOUT_S)
+    wl, counts = refit(workload, counter)
+    folder = run_dir if run_dir is not None else Path(tempfile.mkdtemp(prefix="zgtool-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "dataset_payloads.json"
+    out.write_text(json.dumps(k6_payloads(cfg.api, direct.model, wl)))
+    exact = [(s.input_tokens, c) for s, c in zip(wl.specs, counts, strict=True) if s.input_tokens is not None]
+    hit = f"; synthetic prompts exact: {sum(a == b for a, b in exact)}/{len(exact)}" if exact else ""
+    note = (f"prompt tokens counted by {counter.source}: {sum(counts) / len(counts):.1f} on average{hit}"
+            + "".join(f"; {n}" for n in counter.notes))
+    return replace(cfg, payload=out), note
