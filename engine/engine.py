@@ -236,7 +236,8 @@ class Engine:
         sampled, step_ms, failed = self._execute(batch)
         if failed is not None:
             return outputs + failed
-        return outputs + self.postprocess(batch, sampled, step_ms)
+        done = self.postprocess(batch, sampled, step_ms)
+        return outputs + done if outputs else done
 
     def _note_stuck(self) -> None:
         """A step with work pending that scheduled nothing (never expected: the scheduler admits any

@@ -206,9 +206,9 @@ class Scheduler:
         """Finish or abort a sequence wherever it is; its blocks go back to the pool."""
         if seq.status is Status.FINISHED:
             return
-        if seq in self.running:
-            self.running.remove(seq)
-        else:
+        try:
+            self.running.remove(seq)    # one scan of the batch (not `in`, then remove)
+        except ValueError:
             try:
                 self.waiting.remove(seq)
             except ValueError:
