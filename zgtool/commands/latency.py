@@ -262,6 +262,11 @@ def _render(res: SplitResult, data: dict, pwatch: Any, brief: bool = False) -> N
 
         for line in verdict_lines(data["server_metrics"], res):
             console.print(line, highlight=False, soft_wrap=not console.is_terminal)
+    if data.get("from_log"):
+        from zgtool.latency.attribution.fromlog import lines as log_lines
+
+        for line in log_lines(data["from_log"]):
+            console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if data.get("cost"):
         from zgtool.latency.analysis.cost import cost_lines
 
@@ -365,6 +370,10 @@ def run(opts: SplitOptions) -> dict:
         from zgtool.latency.analysis.cost import cost
 
         data["cost"] = cost(res, opts.core_hour_price, opts.gpu_hour_price)
+    if opts.from_log:
+        from zgtool.latency.attribution.fromlog import compare
+
+        data["from_log"] = compare(opts.from_log, res)
     if scraped:
         from zgtool.latency.schedule.scrapeloop import warnings as scrape_warnings
 
@@ -408,5 +417,12 @@ def register(app: typer.Typer) -> None:
         speedup: float = o.SPEEDUP, metrics_url: str | None = o.METRICS_URL, brief: bool = o.BRIEF,
         tokenizer: str = o.TOKENIZER, scrape: list[str] = o.SCRAPE, scrape_interval_s: float = o.SCRAPE_INTERVAL_S,
         core_hour_price: float | None = o.CORE_HOUR_PRICE, gpu_hour_price: float | None = o.GPU_HOUR_PRICE,
+        runs: int = o.RUNS, from_log: str | None = o.FROM_LOG,
     ) -> None:
-        run(o.parse_split_options(**locals()))
+        opts = o.parse_split_options(**locals())
+        if opts.runs > 1:
+            from zgtool.commands.latency_runs import run_repeated
+
+            run_repeated(opts, opts.runs, run)
+            return
+        run(opts)

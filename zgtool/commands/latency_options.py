@@ -88,6 +88,12 @@ SCRAPE = vocab.scrape()
 SCRAPE_INTERVAL_S = vocab.scrape_interval_s()
 CORE_HOUR_PRICE = vocab.core_hour_price()
 GPU_HOUR_PRICE = vocab.gpu_hour_price()
+FROM_LOG = typer.Option(None, "--from-log", metavar="FORMAT:PATH",
+                        help="A gateway's access log (nginx|envoy|litellm, see --dataset access-log:) read after "
+                             "the run: its logged upstream time per request beside zgtool's measured hop, joined "
+                             "by the traceparent zgtool sends or the answer's request id.")
+RUNS = typer.Option(1, "--runs", help="Repeat the whole run K times and give each figure's between-run 95% "
+                    "t-interval (with -o FILE: run k in FILE-run{k}.json, FILE the comparison).")
 SPEEDUP = typer.Option(1.0, "--speedup", help="With --dataset trace:FILE: replay F times faster.")
 METRICS_URL = typer.Option(None, "--metrics-url", help="An engine's /metrics (zgtool or vLLM): its prefix-cache "
                                                        "hit rate over the run is reported (with --dataset, each "
@@ -122,6 +128,8 @@ class SplitOptions:
     scrape_interval_s: float = 1.0
     core_hour_price: float | None = None     # USD per CPU core-hour: the cost of each path per million tokens
     gpu_hour_price: float | None = None      # USD per hour of the engine's GPU(s)
+    from_log: str | None = None              # --from-log FORMAT:PATH (zgtool.latency.attribution.fromlog)
+    runs: int = 1                            # --runs K: the whole run K times, then the between-run interval
 
     @property
     def detect_timeout_s(self) -> float:
@@ -217,6 +225,14 @@ def _load_and_sweep(requests: int | None, concurrency: int | str, rate: str | No
     return (requests if requests is not None else DEFAULT_REQUESTS), conc, rate, rounds, sweep, wl
 
 
+def _from_log(spec: str | None) -> str | None:
+    if spec is not None:
+        from zgtool.latency.attribution.fromlog import parse_from_log
+
+        parse_from_log(spec)
+    return spec
+
+
 def parse_split_options(
         targets: Sequence[str], *, requests: int | None = None, concurrency: int | str = 1, warmup: int = 2,
         stream: bool = True, prompt: str = "short", prompt_file: Path | None = None, max_tokens: str = "short",
@@ -229,7 +245,8 @@ def parse_split_options(
         otlp_endpoint: str | None = None, dataset: str | None = None, speedup: float = 1.0,
         metrics_url: str | None = None, brief: bool = False, tokenizer: str = "auto",
         scrape: Sequence[str] | None = None, scrape_interval_s: float = 1.0,
-        core_hour_price: float | None = None, gpu_hour_price: float | None = None) -> SplitOptions:
+        core_hour_price: float | None = None, gpu_hour_price: float | None = None, runs: int = 1,
+        from_log: str | None = None) -> SplitOptions:
     """The command line's values (keyword names and defaults as the CLI's) -> SplitOptions, or the
     UsageError of the first option that does not hold (one line, exit 2)."""
     from zgtool.errors import UsageError
@@ -237,11 +254,13 @@ def parse_split_options(
 
     if not targets:
         raise UsageError("give at least one TARGET (a URL or a name from zgtool.toml)")
+    if runs < 1:
+        raise UsageError(f"--runs must be >= 1, not {runs}")
     n, conc, rate, rounds, sweep, wl = _load_and_sweep(
         requests, concurrency, rate, rounds, dataset, speedup, max_tokens,
         {"--cpu-pid": cpu_pid, "--otlp-listen": otlp_listen, "--vllm-metrics": vllm_metrics,
          "--otlp-endpoint": otlp_endpoint, "--scrape": scrape, "--core-hour-price": core_hour_price,
-         "--gpu-hour-price": gpu_hour_price})
+         "--gpu-hour-price": gpu_hour_price, "--from-log": from_log})
     open_loop = open_loop_fields(rate, arrivals, max_in_flight, conc, point_s)
     if rate is not None and vllm_metrics:
         raise UsageError("--vllm-metrics reads deltas around one request at a time; it cannot run with --rate")
@@ -272,4 +291,5 @@ def parse_split_options(
         csv_dir=csv_dir, quiet=quiet, brief=brief, tokenizer=vocab.check_tokenizer(tokenizer),
         scrape=vocab.check_scrape(list(scrape or ()), scrape_interval_s), scrape_interval_s=scrape_interval_s,
         core_hour_price=vocab.check_price(core_hour_price, "--core-hour-price"),
-        gpu_hour_price=vocab.check_price(gpu_hour_price, "--gpu-hour-price"))
+        gpu_hour_price=vocab.check_price(gpu_hour_price, "--gpu-hour-price"), runs=runs,
+        from_log=_from_log(from_log))

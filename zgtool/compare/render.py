@@ -54,8 +54,10 @@ def verdict(labels: Sequence[str], metrics: list[MetricRow], taxes: list[TaxRow]
                 f"{sum(1 for d in tax.per_run if d is not None)} runs)")
     else:
         row = next((m for m in metrics if m.metric == "total_ms"), None)
-        head = (f"Across {k} runs, path 1 ({row.path_name}) total_ms p50 is {fmt_interval(row.across)} ms (between-run 95% "
-                "t-interval)") if row else f"Across {k} runs"
+        head = (f"Across {k} runs, path 1 ({row.path_name}) total_ms p50 is {fmt_interval(row.across, mark=False)} "
+                "ms (between-run 95% t-interval)") if row else f"Across {k} runs"
+        if len({m.path for m in metrics}) > 1:
+            head += "; no run gave a hop's tax an interval (too few figures per path: raise -n)"
     tail = ("no regression against the baseline" if regressions == 0
             else f"{regressions} regression(s) against the baseline {labels[0]}")
     return f"{head}; {tail}."
