@@ -95,3 +95,14 @@ def test_a_target_without_a_scheme_gets_a_suggestion(spec: str) -> None:
     r = run_zgtool("latency-split", spec, "-n", "1")
     assert r.returncode == ExitCode.USAGE
     assert f"did you mean http://{spec} ?" in r.stderr
+
+
+@pytest.mark.parametrize("probe", [["probe", "headers"], ["probe", "stream"], ["probe", "--target"]],
+                         ids=["headers", "stream", "all"])
+def test_a_probe_of_a_plain_web_server_writes_what_it_found_and_exits_5(http_server: str, probe: list[str],
+                                                                         tmp_path) -> None:  # noqa: ANN001
+    out = tmp_path / "probe.json"
+    r = run_zgtool(*probe, http_server, "-o", out, "--timeout-s", "5", timeout_s=90)
+    assert r.returncode == ExitCode.UNRELIABLE, r.stdout + r.stderr
+    assert "is not an OpenAI or Anthropic API" in r.stderr.splitlines()[-1]
+    assert out.exists()

@@ -74,8 +74,10 @@ class ProbeOptions:
         try:
             t, found = detect(t, api_known=self.api is not None, model_known=self.model is not None,
                               timeout_s=self.timeout_s, verify=not self.insecure)
-        except (NotAnLlmApi, TargetUnreachable):
-            return t, None      # not an LLM API, or silent: the probe itself reports what it finds
+        except NotAnLlmApi as exc:
+            return t, exc       # the probe still runs and writes what it finds; emit then exits 5 with this
+        except TargetUnreachable:
+            return t, None      # silent: the probe itself reports what it finds
         if found is not None and not self.as_json:
             from zgtool.output import err_console
 
@@ -85,9 +87,12 @@ class ProbeOptions:
         return t, found
 
     def emit(self, kind: str, data: Any, target: Any, renderer: Any, detected: Any = None) -> None:
+        from zgtool.latency.wire.detect import NotAnLlmApi
         from zgtool.output import console, emit_result
         from zgtool.results import make_result
 
+        not_llm = detected if isinstance(detected, NotAnLlmApi) else None
+        detected = None if not_llm is not None else detected
         public = target.public() if target is not None else None
         if public is not None and detected is not None:
             public = {**public, "detected": detected.public()}
@@ -95,6 +100,8 @@ class ProbeOptions:
         if not self.as_json:
             renderer(data, console)
         emit_result(result, as_json=self.as_json, out=self.out)
+        if not_llm is not None:    # a probe of a web server that answers no LLM route is no pass
+            raise not_llm
 
 
 def parse_probe_options(target: str | None = None, *, config: Path | None = None, api: str | None = None,
