@@ -174,7 +174,12 @@ events {{
 }}
 
 http {{
-    access_log {run_dir / 'nginx-access.log'};
+    # combined plus the timings `--dataset access-log:nginx:` and `latency-split --from-log` read
+    # (zgtool.workload.accesslog), and the W3C traceparent zgtool sends, so a line joins its request
+    log_format zgtool_timed '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
+                            '"$http_referer" "$http_user_agent" $request_time $upstream_response_time '
+                            '$request_length "$http_traceparent"';
+    access_log {run_dir / 'nginx-access.log'} zgtool_timed;
     client_body_temp_path {tmp / 'client_body'};
     proxy_temp_path {tmp / 'proxy'};
     fastcgi_temp_path {tmp / 'fastcgi'};

@@ -14,7 +14,9 @@ HELP = ("Workload instead of one prompt: FILE (ShareGPT JSON/JSONL, JSONL of {pr
         "trace:FILE[,block=512] (replayed at its timestamps, see --speedup), "
         "synthetic:input=DIST,output=DIST[,n=N,seed=S] with DIST fixed:N | uniform:LO:HI | "
         "normal:MEAN:STD[:MIN[:MAX]] (GuideLLM's prompt_tokens=,output_tokens=,..._stdev/_min/_max also), "
-        "shared-prefix:groups=G,prefix=L,suffix=S,output=O, multi-turn:conversations=C,turns=T,input=I,output=O. "
+        "shared-prefix:groups=G,prefix=L,suffix=S,output=O, multi-turn:conversations=C,turns=T,input=I,output=O, "
+        "access-log:FORMAT:PATH (a gateway's access log, FORMAT nginx|envoy|litellm, replayed at its arrival "
+        "times and sizes). "
         "Lengths are in tokens (one filler word per token; ShareGPT answers: chars/4).")
 
 FILE_KINDS = ("sharegpt", "jsonl", "trace")
@@ -55,6 +57,10 @@ def load_workload(spec: str, *, num_requests: int = 50, max_tokens: int = 16, sp
     if not spec:
         raise UsageError("--dataset is empty; give a file or a generator like synthetic:input=fixed:128,output=fixed:16")
     kind, sep, rest = spec.partition(":")
+    if sep and kind == "access-log":
+        from zgtool.workload.logreplay import load
+
+        return load(rest, speedup=speedup, max_tokens=max_tokens)
     if sep and kind in GEN_KINDS:
         opts = _options(rest, kind)
         if kind == "synthetic":
