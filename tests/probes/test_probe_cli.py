@@ -95,6 +95,20 @@ def test_probe_target_runs_all_four_into_one_result(origin: ThreadedUvicorn, tmp
     assert d["summary"]["hop_estimate"] == 0 and "zgtool engine" in d["summary"]["origin"]
 
 
+def test_probe_target_prints_a_one_screen_summary_and_the_tables_with_verbose(origin: ThreadedUvicorn,
+                                                                              tmp_path: Path) -> None:
+    (tmp_path / "zgtool.toml").write_text(f'[targets.fake]\nurl = "{origin.url}"\n')
+    r = zgtool("probe", "--target", "fake", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) <= 30, r.stdout
+    text = " ".join(r.stdout.split())
+    assert "origin zgtool engine" in text and "hops 0" in text and "fidelity streaming" in text
+    assert "hop_estimate" not in r.stdout and "captured True" not in r.stdout     # words, not field names
+    verbose = zgtool("probe", "--target", "fake", "--verbose", cwd=tmp_path)
+    assert verbose.returncode == 0 and len(verbose.stdout.splitlines()) > len(lines)
+
+
 @pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv to drop CAP_NET_RAW")
 def test_without_capture_privilege_tcp_falls_back_and_require_capture_exits_4(origin: ThreadedUvicorn) -> None:
     drop = ("setpriv", "--inh-caps=-net_raw,-net_admin", "--bounding-set=-net_raw,-net_admin")

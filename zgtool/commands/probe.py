@@ -128,6 +128,8 @@ def probe_root(
     config: Path = CONFIG, api: str = API, model: str = MODEL, as_json: bool = JSON, out: Path = OUTPUT,
     timeout: float = TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD, insecure: bool = INSECURE,
     max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request for the stream probe."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="With --target: every probe's full tables, not "
+                                                                "the one-screen summary."),
 ) -> None:
     """Run one probe (tcp, tls, headers, stream), or all of them with --target NAME."""
     if ctx.invoked_subcommand is not None:
@@ -138,10 +140,11 @@ def probe_root(
                                             "to run them all")
     from zgtool.probes.combined import probe_all
     from zgtool.probes.render import render_all
+    from zgtool.probes.render_summary import render_summary
 
     t, found = opts.resolve_detected()
     opts.emit("probe.all", probe_all(t, timeout_s=opts.timeout_s, insecure=opts.insecure, max_tokens=max_tokens),
-              t, render_all, found)
+              t, render_all if verbose else render_summary, found)
 
 
 def probe_tcp_cmd(
