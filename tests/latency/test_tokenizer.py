@@ -169,3 +169,23 @@ def test_bench_sends_its_dataset_rebuilt_under_the_servers_tokenizer_and_names_t
     bodies = json.loads((tmp_path / "dataset_payloads.json").read_text())
     counted = httpx.post(engine + "/tokenize", json={"messages": bodies[0]["messages"]}).json()["count"]
     assert counted == 25 and bodies[0]["model"] == "dummy:tiny"
+
+
+def test_a_gguf_counts_as_its_converted_tokenizer_json_does() -> None:
+    from zgtool.engine.gguf_convert import PACKAGED, ensure_converted, find_gguf
+
+    gguf = counter_for(str(find_gguf(PACKAGED["smollm2"])), "", "", headers={})
+    as_json = counter_for(str(ensure_converted("smollm2") / "tokenizer.json"), "", "", headers={})
+    assert gguf.source.startswith("GGUF ")
+    for text in ("Say hello in one short sentence.", "the of and 12345 xyz", ""):
+        assert gguf.count(text) == as_json.count(text)
+    assert fit_text(gguf, 40, "s")[1] == 40
+
+
+def test_a_file_that_is_no_gguf_is_one_line(tmp_path: Path) -> None:
+    from zgtool.errors import UsageError
+
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not a gguf")
+    with pytest.raises(UsageError, match="not a readable GGUF"):
+        counter_for(str(bad), "", "", headers={})

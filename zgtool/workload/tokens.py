@@ -122,20 +122,43 @@ def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bo
 def file_counter(path: Path) -> Counter:
     if not path.is_file():
         raise UsageError(f"--tokenizer {path}: no such file (give a tokenizer.json, or auto|server|none)")
-    if path.suffix == ".gguf":
-        raise UsageError(f"--tokenizer {path}: GGUF files are not read here yet; give the model's tokenizer.json "
-                         "or --tokenizer server")
     try:
         from tokenizers import Tokenizer
     except ImportError:
         raise MissingCapability("--tokenizer PATH needs the tokenizers package: pip install 'zgtool[engine]'") \
             from None
+    json_path = _gguf_tokenizer(path) if path.suffix == ".gguf" else path
     try:
-        tok = Tokenizer.from_file(str(path))
+        tok = Tokenizer.from_file(str(json_path))
     except Exception as exc:  # noqa: BLE001 - the library raises bare Exceptions on a bad file
         raise UsageError(f"--tokenizer {path}: not a tokenizer.json ({str(exc)[:120]})") from None
-    return Counter(f"tokenizer.json {path} (no chat template)",
-                   lambda s: len(tok.encode(s, add_special_tokens=False).ids))
+    kind = "GGUF" if path.suffix == ".gguf" else "tokenizer.json"
+    return Counter(f"{kind} {path} (no chat template)", lambda s: len(tok.encode(s, add_special_tokens=False).ids))
+
+
+def _gguf_tokenizer(path: Path) -> Path:
+    """A GGUF's tokenizer as a tokenizer.json (in a temporary folder), written by the engine's own GGUF
+    converter (byte-level BPE 'gpt2' vocabularies, as llama.cpp's Llama-family GGUFs)."""
+    import tempfile
+
+    try:
+        from gguf import GGUFReader
+
+        from zgtool.engine.gguf_convert import _field, _write_tokenizer
+    except ImportError:
+        raise MissingCapability("--tokenizer FILE.gguf needs the gguf package: pip install 'zgtool[engine]'") \
+            from None
+    from zgtool.engine.errors import ModelLoadError
+
+    try:
+        reader = GGUFReader(str(path))
+        out = Path(tempfile.mkdtemp(prefix="zgtool-gguf-tokenizer-"))
+        _write_tokenizer(reader, list(_field(reader, "tokenizer.ggml.tokens", [])), out)
+    except ModelLoadError as exc:
+        raise UsageError(f"--tokenizer {path}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any parse failure of a damaged file
+        raise UsageError(f"--tokenizer {path}: not a readable GGUF ({type(exc).__name__})") from None
+    return out / "tokenizer.json"
 
 
 def counter_for(choice: str, base: str, model: str, *, headers: dict[str, str], verify: bool | str = True,
