@@ -125,9 +125,26 @@ def fold_long_words() -> None:
     rich_utils._get_parameter_help = folded_parameter_help
 
 
+def _group_options(command: Any) -> None:
+    """Long option lists in the vocabulary's panels (zgtool.commands.vocabulary.PANELS)."""
+    from zgtool.commands.vocabulary import PANEL_MIN_OPTIONS, PANELS
+
+    options = [p for p in getattr(command, "params", []) if getattr(p, "opts", None) and
+               not getattr(p, "hidden", False) and p.param_type_name == "option"]
+    if len(options) < PANEL_MIN_OPTIONS:
+        return
+    for param in options:
+        if getattr(param, "rich_help_panel", None):
+            continue
+        panel = next((PANELS[o] for o in param.opts if o in PANELS), None)
+        if panel is not None:
+            param.rich_help_panel = panel
+
+
 def plain_help(command: Any) -> Any:
     """Give every parameter in a click command tree click-style help rendering; returns it."""
     fold_long_words()
+    _group_options(command)
     for param in getattr(command, "params", []):
         _make_plain(param)
     original = command.get_help_option

@@ -116,3 +116,13 @@ def test_verifys_tax_table_keeps_every_configuration_label_and_figure(width: int
     for row in verdict["rows"]:
         assert row["label"] in text
     assert "n.s." in text and "*" in text
+
+
+def test_long_option_lists_are_grouped_in_the_vocabularys_panels() -> None:
+    r = run_zgtool("latency-split", "--help", columns=120)
+    panels = [ln.split("─")[1].strip() for ln in r.stdout.splitlines() if ln.startswith("╭─ ")]
+    assert {"Load", "Workload", "Attribution", "Output"} <= set(panels), panels
+    load = r.stdout.split("╭─ Load")[1].split("╰")[0]
+    assert "--requests" in load and "-n" in load
+    output = r.stdout.split("╭─ Output")[1].split("╰")[0]
+    assert "--output" in output and "-o" in output

@@ -43,6 +43,27 @@ TOKENIZER = "--tokenizer"
 
 APIS = ("anthropic", "openai")
 
+# Help panels: every command groups its options the same way, by spelling (so -n is "Load" and -o is
+# "Output" wherever they appear). zgtool.plainhelp applies it to the built command tree; an option a
+# command declares with its own rich_help_panel keeps it; one not listed stays under "Options".
+PANEL_LOAD, PANEL_WORKLOAD, PANEL_TARGET = "Load", "Workload", "Target and TLS"
+PANEL_ATTRIBUTION, PANEL_OUTPUT = "Attribution", "Output"
+PANELS: dict[str, str] = {
+    **dict.fromkeys(("--requests", "--concurrency", "--rate", "--arrivals", "--max-in-flight", "--point-s",
+                     "--rounds", "--runs", "--warmup", "--new-connection", "--timeout-s", "--duration",
+                     "--slo"), PANEL_LOAD),
+    **dict.fromkeys(("--prompt", "--prompt-file", "--max-tokens", "--stream", "--dataset", "--speedup",
+                     "--tokenizer"), PANEL_WORKLOAD),
+    **dict.fromkeys(("--api", "--model", "--config", "--insecure", "--cacert"), PANEL_TARGET),
+    **dict.fromkeys(("--cpu-pid", "--otlp-listen", "--vllm-metrics", "--metrics-url", "--engine-metrics",
+                     "--scrape", "--scrape-interval-s", "--from-log", "--core-hour-price", "--gpu-hour-price"),
+                    PANEL_ATTRIBUTION),
+    **dict.fromkeys(("--output", "--out-dir", "--json", "--csv", "--quiet", "--brief", "--otlp-endpoint"),
+                    PANEL_OUTPUT),
+}
+# a command gets panels once it has this many options; a short help reads better as one list
+PANEL_MIN_OPTIONS = 12
+
 HELP_JSON = "Print the JSON result to stdout."
 HELP_OUTPUT = "Write the JSON result to this file."
 HELP_CSV = "Also write every summary table as CSV files into DIR."
