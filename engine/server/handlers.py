@@ -72,9 +72,16 @@ class Flight:
 async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
     rest = ctx.headers.get(DEFAULT_MAX_TOKENS_HEADER) == b"context"
-    req = await intake.parse_body(_parse_rest_of_context if rest else anth.parse_messages, body,
-                                  app.engine.max_model_len)
+    req = await _parse_body(app, _parse_rest_of_context if rest else anth.parse_messages, body)
     await _generate(app, ctx, scope, req, receive, send)
+
+
+async def _parse_body(app: ServerApp, parse: intake.Parse, body: bytes) -> ChatRequest:
+    """intake.parse_body with what lets it refuse a large prompt that cannot fit in its worker
+    process (the model checked first, as _generate and count_tokens do)."""
+    return await intake.parse_body(parse, body, app.engine.max_model_len,
+                                   getattr(app.engine.tokenizer, "max_token_chars", None),
+                                   lambda model: _check_model(app, model))
 
 
 def _parse_rest_of_context(obj: dict[str, Any], max_model_len: int) -> ChatRequest:
@@ -87,13 +94,13 @@ def _parse_rest_of_context(obj: dict[str, Any], max_model_len: int) -> ChatReque
 
 async def chat_completions(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
-    req = await intake.parse_body(oai.parse_chat, body, app.engine.max_model_len)
+    req = await _parse_body(app, oai.parse_chat, body)
     await _generate(app, ctx, scope, req, receive, send)
 
 
 async def count_tokens(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
-    req = await intake.parse_body(_parse_count_tokens, body, app.engine.max_model_len)
+    req = await _parse_body(app, _parse_count_tokens, body)
     _check_model(app, req.model)
     intake.check_fits(req, getattr(app.engine.tokenizer, "max_token_chars", None), app.engine.max_model_len)
     # the key's tier holds here too (concurrency, requests per minute): tokenizing is work

@@ -17,6 +17,13 @@ decoder holds the GIL for the whole body (orjson: ~140 ms for 200,000 empty mess
 is decoded by the json module's Python scanner instead: slower, but it yields the GIL every
 switch interval. Its result is json.loads'; whatever it refuses goes through
 zgtool.http.body.load_json for the exact 400.
+
+Even so a thread's decode shares the server's one GIL: four 7 MB prompts held it ~20-40 ms each
+(orjson plus load_json's scans), and /health waited that long (issue 37 item 4). A body over
+``PROCESS_BODY_BYTES`` is therefore decoded, parsed and checked against the context in a worker
+process (body_worker): the same code, its verdict sent back. A request that cannot fit comes back
+as its model and its error, not its text: the caller checks the model first (``check_model``),
+then raises the error, in the order of the in-process path.
 """
 
 from __future__ import annotations
@@ -31,12 +38,14 @@ from typing import Any
 
 from zgtool.engine.api.common import ChatRequest, ParamError
 from zgtool.engine.errors import ContextLengthExceeded, InvalidRequest
+from zgtool.engine.server import body_worker
 from zgtool.http.body import load_json_object
 
 # Anthropic documents "a limit of 100,000 messages in a single request"; OpenAI documents none,
 # so both APIs get the same cap.
 MAX_MESSAGES = 100_000
 OFFLOAD_BODY_BYTES = 256 * 1024
+PROCESS_BODY_BYTES = 1024 * 1024     # over this, decoded in the body worker process
 OFFLOAD_COST_CHARS = 32_768
 MESSAGE_COST_CHARS = 64     # a message costs validation + template work even when empty
 STRUCTURE_HEAVY_SEPARATORS = 20_000
@@ -118,13 +127,48 @@ def _decode_large(parse: Parse, body: bytes, max_model_len: int) -> ChatRequest:
     return _decode(parse, body, max_model_len)
 
 
-async def parse_body(parse: Parse, body: bytes, max_model_len: int) -> ChatRequest:
+def large_body_verdict(body: bytes, parse: Parse, max_model_len: int,
+                       max_token_chars: int | None) -> tuple[str, Any, Any]:
+    """Run in the body worker: ("req", the request, None), or ("unfit", its model, the state of
+    check_fits' error) for a request that cannot fit (its text never crosses back)."""
+    req = _decode_large(parse, body, max_model_len)
+    try:
+        check_fits(req, max_token_chars, max_model_len)
+    except PromptCannotFit as exc:
+        return "unfit", req.model, body_worker.exc_state(exc)
+    return "req", req, None
+
+
+def _decode_large_anywhere(parse: Parse, body: bytes, max_model_len: int, max_token_chars: int | None,
+                           check_model: Callable[[str], None] | None) -> ChatRequest:
+    if len(body) <= PROCESS_BODY_BYTES:
+        return _decode_large(parse, body, max_model_len)
+    got = body_worker.call(large_body_verdict, (parse, max_model_len, max_token_chars), body)
+    if got is None:                 # no worker (it died on this body, or cannot start): here, then
+        value = large_body_verdict(body, parse, max_model_len, max_token_chars)
+    else:
+        ok, value = got
+        if not ok:
+            raise value
+    tag, req_or_model, err = value
+    if tag == "req":
+        return req_or_model  # type: ignore[no-any-return]
+    if check_model is not None:
+        check_model(req_or_model)   # an unknown model's error comes before the context's
+    raise body_worker.rebuild(err)
+
+
+async def parse_body(parse: Parse, body: bytes, max_model_len: int, max_token_chars: int | None = None,
+                     check_model: Callable[[str], None] | None = None) -> ChatRequest:
     """The request parsed by ``parse`` (an API's parser); off the loop for a large body, one at a
     time: a C decoder holds the GIL for a whole body (orjson: ~30 ms for 7 MB), so several large
-    bodies decoded at once would hold it, and the event loop, for their sum."""
+    bodies decoded at once would hold it, and the event loop, for their sum. Over
+    ``PROCESS_BODY_BYTES``, in the body worker process; with ``max_token_chars`` given, a request
+    that cannot fit is refused there: ``check_model(model)`` first, then check_fits' error, as the
+    caller would have raised them."""
     if len(body) > OFFLOAD_BODY_BYTES:
-        return await asyncio.get_running_loop().run_in_executor(_LARGE_BODIES, _decode_large, parse, body,
-                                                                max_model_len)
+        return await asyncio.get_running_loop().run_in_executor(
+            _LARGE_BODIES, _decode_large_anywhere, parse, body, max_model_len, max_token_chars, check_model)
     return _decode(parse, body, max_model_len)
 
 
