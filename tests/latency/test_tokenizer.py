@@ -189,3 +189,17 @@ def test_a_file_that_is_no_gguf_is_one_line(tmp_path: Path) -> None:
     bad.write_bytes(b"not a gguf")
     with pytest.raises(UsageError, match="not a readable GGUF"):
         counter_for(str(bad), "", "", headers={})
+
+
+def test_sharegpt_answer_lengths_are_counted_with_the_tokenizer(engine: str, tmp_path: Path) -> None:
+    from zgtool.workload.spec import load_workload
+    from zgtool.workload.tokens import refit
+
+    answer = "Hello there, how are you?"
+    f = tmp_path / "sg.json"
+    f.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": answer}]}]))
+    wl = load_workload(f"sharegpt:{f}")
+    assert wl.specs[0].max_tokens == 7                                      # ceil(25 / 4) without a tokenizer
+    counted, _ = refit(wl, server_counter(engine, "dummy:tiny", headers={}))
+    bare = httpx.post(engine + "/tokenize", json={"prompt": answer, "add_special_tokens": False}).json()["count"]
+    assert counted.specs[0].max_tokens == bare == len(answer)                # dummy:tiny is byte-level

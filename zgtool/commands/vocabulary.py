@@ -135,7 +135,7 @@ def otlp_endpoint(help: str = HELP_OTLP_ENDPOINT) -> Any:
 
 
 HELP_TOKENIZER = ("Who counts the workload's tokens: auto (the target's tokenize route, else filler words), server "
-                  "(vLLM/llama.cpp/TGI/zgtool /tokenize), PATH (a tokenizer.json; needs zgtool[engine]) or none "
+                  "(vLLM/llama.cpp/TGI/zgtool /tokenize), PATH (a tokenizer.json or GGUF; needs zgtool[engine]) or none "
                   "(one filler word per token). Synthetic prompts are built to their exact length under it.")
 
 

@@ -2,7 +2,8 @@
 
 ShareGPT (vLLM's --dataset-name sharegpt): a JSON array or JSONL of {"conversations": [{"from": "human",
 "value": ...}, {"from": "gpt", "value": ...}, ...]}; the first human turn is the prompt, the gpt turn after
-it the reference answer, whose length in tokens (ceil(chars / 4), textgen.approx_tokens) is the request's
+it the reference answer, whose length in tokens (ceil(chars / 4), textgen.approx_tokens; under --tokenizer, counted
+with it: zgtool.workload.tokens) is the request's
 max_tokens. Rows with no human turn followed by a gpt turn are skipped, as vLLM skips conversations with
 fewer than two turns, and counted in the workload's notes.
 
@@ -66,7 +67,8 @@ def sharegpt(path: Path, rows: list[tuple[int, Any]] | None = None) -> Workload:
         if prompt is None or answer is None:
             skipped += 1
             continue
-        specs.append(RequestSpec((("user", prompt),), max(1, textgen.approx_tokens(answer))))
+        specs.append(RequestSpec((("user", prompt),), max(1, textgen.approx_tokens(answer)),
+                                 reference_output=answer))
     if not specs:
         raise bad_row(str(path), rows[0][0], "no conversation has a human turn followed by a gpt turn")
     notes = (f"{skipped} conversation(s) without a human turn and a gpt answer skipped",) if skipped else ()

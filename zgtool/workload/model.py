@@ -23,6 +23,7 @@ class RequestSpec:
     messages: tuple[Message, ...]
     max_tokens: int
     input_tokens: int | None = None      # a generator's requested prompt length (zgtool.workload.tokens refits it)
+    reference_output: str | None = None  # ShareGPT's answer: max_tokens is its length (recounted by --tokenizer)
 
     def __post_init__(self) -> None:
         if not any(role == "user" for role, _ in self.messages):

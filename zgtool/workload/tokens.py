@@ -40,13 +40,14 @@ class Counter:
     count: Callable[[str], int]      # tokens of a user message's text (with the template where `templated`)
     templated: bool = False          # the count includes the chat template (what the server reports)
     notes: tuple[str, ...] = ()      # fall-backs taken on the way
+    count_text: Callable[[str], int] | None = None   # a bare text's tokens (an answer's), when `count` is templated
 
     def public(self) -> dict[str, Any]:
         return {"source": self.source, "chat_template_counted": self.templated, "notes": list(self.notes)}
 
 
 FILLER = Counter("none: one filler word per token (not the model's tokenizer)",
-                 lambda s: len(s.split()))
+                 lambda s: len(s.split()), count_text=textgen.approx_tokens)
 
 
 # -- server routes ------------------------------------------------------------------------------------------
@@ -114,8 +115,38 @@ def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bo
                 raise UsageError(f"--tokenizer server: {base}{path} stopped answering in its shape mid-run")
             return int(got)
 
-        return Counter(f"server POST {path} ({label}) at {base}", count, templated)
+        bare = _bare_route(client, base, path, model) if templated else None
+        return Counter(f"server POST {path} ({label}) at {base}", count, templated,
+                       count_text=(lambda t, b=bare, p=path: _post_count(client, base, p, b, t)) if bare else None)
     raise CannotCount(f"no tokenize route at {base} answered ({'; '.join(dict.fromkeys(said))})")
+
+
+def _bare_body(model: str) -> Callable[[str], dict[str, Any]]:
+    return lambda t: {"model": model, "prompt": t, "add_special_tokens": False}
+
+
+def _bare_route(client: Any, base: str, path: str, model: str) -> Callable[[str], dict[str, Any]] | None:
+    """vLLM's {"prompt"} form on the route that counted messages, when it answers in its shape."""
+    body = _bare_body(model)
+    try:
+        r = client.post(base + path, content=json.dumps(body(PROBE_TEXT)), headers={"content-type": "application/json"})
+        return body if r.status_code == 200 and (_vllm_count(r.json()) or 0) > 0 else None
+    except Exception:  # noqa: BLE001 - httpx errors and bad JSON alike: no bare route
+        return None
+
+
+def _post_count(client: Any, base: str, path: str, body: Callable[[str], dict[str, Any]], text: str) -> int:
+    import httpx
+
+    try:
+        got = _vllm_count(client.post(base + path, content=json.dumps(body(text)),
+                                      headers={"content-type": "application/json"}).json())
+    except (httpx.HTTPError, ValueError) as exc:
+        raise TargetUnreachable(f"--tokenizer: {base}{path} stopped answering while counting "
+                                f"({type(exc).__name__})") from None
+    if got is None:
+        raise UsageError(f"--tokenizer server: {base}{path} stopped answering in its shape mid-run")
+    return got
 
 
 # -- local files ----------------------------------------------------------------------------------------------
@@ -203,13 +234,18 @@ def fit_text(counter: Counter, n: int, seed: str) -> tuple[str, int]:
 
 def refit(workload: Workload, counter: Counter) -> tuple[Workload, tuple[int, ...]]:
     """A synthetic workload's prompts rebuilt to their requested lengths under `counter`, and each one's count
-    under it (a dataset's prompts are counted as they are)."""
+    under it (a dataset's prompts are counted as they are; a ShareGPT answer's length, its max_tokens, is
+    recounted as a bare text)."""
     specs: list[RequestSpec] = []
     counts: list[int] = []
+    bare = counter.count_text or (None if counter.templated else counter.count)
     for i, spec in enumerate(workload.specs):
         if spec.input_tokens is not None:
             text, got = fit_text(counter, spec.input_tokens, f"{workload.name}-{i}")
             spec = replace(spec, messages=(("user", text),))
+        elif spec.reference_output is not None and bare is not None:     # ShareGPT: the answer's own length
+            spec = replace(spec, max_tokens=max(1, bare(spec.reference_output)))
+            got = counter.count("\n".join(t for _, t in spec.messages))
         else:
             got = counter.count("\n".join(t for _, t in spec.messages))
         specs.append(spec)
