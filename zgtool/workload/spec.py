@@ -17,7 +17,7 @@ HELP = ("Workload instead of one prompt: FILE (ShareGPT JSON/JSONL, JSONL of {pr
         "shared-prefix:groups=G,prefix=L,suffix=S,output=O, multi-turn:conversations=C,turns=T,input=I,output=O, "
         "access-log:FORMAT:PATH (a gateway's access log, FORMAT nginx|envoy|litellm, replayed at its arrival "
         "times and sizes). "
-        "Lengths are in tokens (one filler word per token; ShareGPT answers: chars/4).")
+        "Lengths are in tokens (one filler word per token; ShareGPT answers: chars/4), or counted by --tokenizer.")
 
 FILE_KINDS = ("sharegpt", "jsonl", "trace")
 GEN_KINDS = ("synthetic", "shared-prefix", "multi-turn")
