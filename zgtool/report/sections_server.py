@@ -49,16 +49,16 @@ def _timeline(r: dict[str, Any], span: tuple[float, float]) -> str:
 def _group_chart(sources: list[dict[str, Any]], group: tuple[str, tuple[str, ...], str, float],
                  span: tuple[float, float]) -> str | None:
     title, keys, unit, scale = group
-    series = []
+    series: list[svg.Series] = []
     for src in sources:
         who = src.get("engine") or src["url"]
         for key in keys:
-            ys = (src.get("series") or {}).get(key)
-            if not ys:
+            pts = [(t, y * scale) for t, y in zip(src["t_s"], (src.get("series") or {}).get(key) or [], strict=False)
+                   if y is not None]
+            if not pts:
                 continue
-            color = svg.metric_color(len(series))
-            series.append(svg.Series(f"{who} {LABELS[key]}", src["t_s"], [None if y is None else y * scale for y in ys],
-                                     color, "step" if key in ("waiting", "running") else "line"))
+            series.append(svg.Series(f"{who} {LABELS[key]}", [t for t, _ in pts], [y for _, y in pts],
+                                     svg.metric_color(len(series)), "step" if key in ("waiting", "running") else "line"))
     if not series:
         return None
     return f"<h3>{escape(title)}</h3>" + svg.line_chart(series, x_label="seconds since the run started",
