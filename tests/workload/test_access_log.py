@@ -53,8 +53,12 @@ def test_every_post_nginx_wrote_parses_with_its_timings_and_trace_id(nginx_log: 
         assert e.request_bytes and e.request_bytes > 0 and e.status == 200
 
 
-def test_from_log_joins_every_measured_request_through_nginx(nginx_log: tuple[str, str, Path, Path]) -> None:
+def test_from_log_joins_every_measured_request_through_nginx(nginx_log: tuple[str, str, Path, Path],
+                                                            tmp_path: Path) -> None:
     _, front, _, out = nginx_log
+    html = tmp_path / "r.html"
+    assert run_zgtool("report", "html", str(out), "-o", str(html)).returncode == 0
+    assert 'id="fromlog"' in html.read_text() and "gateway by its log, ms" in html.read_text()
     data = json.loads(out.read_text())["data"]
     fl = data["from_log"]
     assert fl["format"] == "nginx" and fl["skipped"] == 0

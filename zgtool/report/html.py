@@ -9,6 +9,7 @@ from pathlib import Path
 
 from zgtool.report.load import ResultSet, collect
 from zgtool.report.sections_cost import cost_section
+from zgtool.report.sections_fromlog import from_log_section
 from zgtool.report.sections_latency import (
     Section,
     cdf_section,
@@ -97,6 +98,7 @@ def build_sections(rs: ResultSet, files: list[str]) -> list[Section]:
         server_metrics_section(rs),
         throughput_section(rs),
         cost_section(rs),
+        from_log_section(rs),
         sweep_section(rs),
         tokens_section(rs),
         stream_section(rs),
