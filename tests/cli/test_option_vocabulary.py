@@ -15,10 +15,10 @@ from zgtool.app import _register_all, app
 
 MEASURING = ["latency-split", "bench", "verify", "client ask", "probe", "dcgm watch", "defrag", "report html"]
 # the shared options, where the command has the setting at all
-SHORT = {"--requests": "-n", "--concurrency": "-c", "--output": "-o", "--out": "-o", "--record": "-o",
+SHORT = {"--requests": "-n", "--concurrency": "-c", "--output": "-o", "--record": "-o",
          "--insecure": "-k", "--quiet": "-q"}
 HIDDEN_OLD = {"latency-split": ["--timeout"], "probe": ["--timeout"], "defrag": ["--timeout"],
-              "bench": ["--no-progress"]}
+              "bench": ["--no-progress"], "verify": ["--out"]}   # verify's folder is --out-dir now
 
 
 def _root() -> Any:
@@ -94,3 +94,9 @@ def test_help_ends_with_examples_that_parse(path: str) -> None:
     for ex in examples:
         argv = shlex.split(ex)[1:]
         _parse(argv)
+
+
+def test_verify_takes_its_folder_as_out_dir_and_o_as_the_result_file() -> None:
+    opts = _options("verify")
+    assert "--out-dir" in opts and opts["-o"].opts == ["-o", "--output"]
+    assert opts["--out"].hidden      # the old spelling still parses, with a deprecation line

@@ -56,7 +56,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     out = tmp_path_factory.mktemp("verify") / "run"
     mark = uuid.uuid4().hex
     env = {**os.environ, MARK: mark, "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
-    proc = subprocess.run([*ZG, "verify", "--quick", "--model", MODEL, "--out", str(out)], capture_output=True,
+    proc = subprocess.run([*ZG, "verify", "--quick", "--model", MODEL, "--out-dir", str(out)], capture_output=True,
                           text=True, timeout=400, env=env)
     return proc, out, _left_over(mark, out)
 
@@ -109,7 +109,7 @@ def test_sigint_stops_every_child_and_exits_130_with_one_line(tmp_path: Path) ->
     mark = uuid.uuid4().hex
     env = {**os.environ, MARK: mark, "PYTHONUNBUFFERED": "1"}
     out = tmp_path / "run"
-    proc = subprocess.Popen([*ZG, "verify", "--quick", "--no-k6", "--model", MODEL, "--out", str(out)],
+    proc = subprocess.Popen([*ZG, "verify", "--quick", "--no-k6", "--model", MODEL, "--out-dir", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 180
@@ -134,7 +134,7 @@ def test_sigint_stops_every_child_and_exits_130_with_one_line(tmp_path: Path) ->
 
 
 def test_unknown_gateway_exits_2_naming_the_choices(tmp_path: Path) -> None:
-    proc = subprocess.run([*ZG, "verify", "--gateway", "envoy", "--out", str(tmp_path / "o")], capture_output=True,
+    proc = subprocess.run([*ZG, "verify", "--gateway", "envoy", "--out-dir", str(tmp_path / "o")], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "nginx, pygw, stack" in proc.stderr
     assert not (tmp_path / "o").exists()

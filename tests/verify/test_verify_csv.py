@@ -20,7 +20,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 @pytest.mark.slow
 def test_every_stage_result_becomes_csv_files_named_after_it(tmp_path: Path) -> None:
     out, csv_dir = tmp_path / "run", tmp_path / "csv"
-    r = run_zgtool("verify", "--quick", "--no-k6", "--model", "null", "--out", out, "--csv", csv_dir, "--quiet",
+    r = run_zgtool("verify", "--quick", "--no-k6", "--model", "null", "--out-dir", out, "--csv", csv_dir, "--quiet",
                    timeout_s=400)
     assert r.returncode == 0, r.stderr[-2000:]
     splits = sorted(out.glob("latency_split-*.json"))
@@ -38,6 +38,6 @@ def test_every_stage_result_becomes_csv_files_named_after_it(tmp_path: Path) -> 
 def test_csv_into_a_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
     f = tmp_path / "afile"
     f.write_text("x")
-    r = run_zgtool("verify", "--model", "null", "--out", tmp_path / "o", "--csv", f)
+    r = run_zgtool("verify", "--model", "null", "--out-dir", tmp_path / "o", "--csv", f)
     assert r.returncode == ExitCode.USAGE and "--csv" in r.stderr and r.stderr.count("\n") == 1
     assert not (tmp_path / "o").exists()

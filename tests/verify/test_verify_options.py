@@ -94,7 +94,7 @@ def test_the_summary_shows_a_breached_gate_without_a_tick_and_the_indicative_hea
 
 def test_malformed_options_exit_2_before_anything_starts(tmp_path: Path) -> None:
     for args in (["--concurrency", "1,x"], ["--slo", "latency:5"], ["--requests", "1"]):
-        proc = subprocess.run([*ZG, "verify", *args, "--out", str(tmp_path / "o")], capture_output=True, text=True,
+        proc = subprocess.run([*ZG, "verify", *args, "--out-dir", str(tmp_path / "o")], capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 2, (args, proc.stderr)
         assert not (tmp_path / "o").exists()

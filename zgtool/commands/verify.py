@@ -37,7 +37,7 @@ EXAMPLES = """
 \b
 Examples:
   zgtool verify --quick --model null
-  zgtool verify --model smollm2 --gateway nginx -n 64 -c 1,8 -o reports/nginx --csv reports/nginx/csv
+  zgtool verify --model smollm2 --gateway nginx -n 64 -c 1,8 --out-dir reports/nginx --csv reports/nginx/csv
   zgtool verify --gateway pygw --slo 'ttft:500 e2e:2000' --fail-on-gate
 """
 
@@ -61,6 +61,7 @@ class VerifyOptions:
     csv_dir: Path | None = None
     quiet: bool = False
     as_json: bool = False
+    output: Path | None = None         # -o FILE: the verify result (JSON), as every command's -o
 
 
 def parse_verify_options(*, model: str = "smollm2", dtype: str = "auto", num_threads: int | None = None,
@@ -69,17 +70,26 @@ def parse_verify_options(*, model: str = "smollm2", dtype: str = "auto", num_thr
                          slo: list[str] | None = None, out: Path | None = None, csv_dir: Path | None = None,
                          quiet: bool = False, no_k6: bool = False, timeout_s: float | None = None,
                          gateway: str = "stack", policy: Path | None = None, fail_on_gate: bool = False,
-                         as_json: bool = False, tokenizer: str = "auto") -> VerifyOptions:
+                         as_json: bool = False, tokenizer: str = "auto", out_dir: Path | None = None,
+                         output: Path | None = None) -> VerifyOptions:
     """The command line's values -> VerifyOptions (VerifyConfig checks its own fields), or the UsageError
     of the first option that does not hold."""
     from zgtool.verify.plan import VerifyConfig
 
+    if out is not None:    # the old spelling of --out-dir
+        from zgtool.output import err_console
+
+        err_console.print("zgtool verify: --out is deprecated, use --out-dir (-o is the result file everywhere)",
+                          style="yellow", highlight=False)
+        out_dir = out_dir or out
+    out = out_dir
     cfg = VerifyConfig(model=model, quick=quick, out_dir=out, k6=not no_k6, gateway=gateway, policy=policy,
                        fail_on_gate=fail_on_gate, dtype=dtype, num_threads=num_threads, requests=requests,
                        max_tokens=max_tokens, concurrency=_levels(concurrency), prompt=prompt,
                        slo=tuple(slo or ()), dataset=dataset, timeout_s=timeout_s,
                        tokenizer=vocab.check_tokenizer(tokenizer))
-    return VerifyOptions(config=cfg, csv_dir=vocab.check_csv_dir(csv_dir), quiet=quiet, as_json=as_json)
+    return VerifyOptions(config=cfg, csv_dir=vocab.check_csv_dir(csv_dir), quiet=quiet, as_json=as_json,
+                         output=output)
 
 
 def verify(
@@ -100,7 +110,11 @@ def verify(
     tokenizer: str = vocab.tokenizer(),
     slo: list[str] = typer.Option([], "--slo", help="Goodput SLOs in ms, vLLM form: "
                                   "'ttft:500 tpot:50 e2e:2000' (repeatable)."),
-    out: Path | None = typer.Option(None, "-o", "--out", help="Folder for results + report.html."),
+    out_dir: Path | None = typer.Option(None, "--out-dir", help="Folder for results + report.html "
+                                        "(default reports/<timestamp>)."),
+    out: Path | None = typer.Option(None, "--out", hidden=True, help="Old name of --out-dir."),
+    output: Path | None = typer.Option(None, *vocab.OUTPUT, help="Also write the verify result (JSON) to this "
+                                       "file."),
     csv_dir: Path | None = typer.Option(None, "--csv", metavar="DIR", help="Also write every stage's "
                                         "results (per request and summary tables) as CSV files into DIR."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No live spinner; the one line per finished "
@@ -131,6 +145,10 @@ def run(opts: VerifyOptions) -> None:
     data, report = run_verify(opts.config, Ui(_quiet_console() if opts.quiet else err_console))
     if opts.csv_dir is not None:
         _write_csvs(report.parent, opts.csv_dir, err_console)
+    if opts.output is not None:
+        import shutil
+
+        shutil.copyfile(report.parent / "verify.json", opts.output)
     if opts.as_json:
         sys.stdout.write(json.dumps(summary_json(data), indent=2) + "\n")
     else:

@@ -5,7 +5,7 @@ always the number of requests, `-o` always the result file and `--timeout-s` alw
 Spellings (tests/cli/test_option_vocabulary.py holds them):
 
     -n --requests      measured requests (a count)          -c --concurrency   requests in flight
-    -o --output        the JSON result file (verify: a folder, -o --out; dcgm watch: -o --record)
+    -o --output        the JSON result file (dcgm watch: -o --record)   --out-dir DIR  a folder (verify)
     --json             the JSON result on stdout            --csv DIR          tables as CSV files in DIR
     -q --quiet         no live progress on stderr            -k --insecure      no TLS verification
     --cacert FILE      a CA bundle                           --timeout-s S      seconds (old --timeout: hidden)
