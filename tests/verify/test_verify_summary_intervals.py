@@ -15,7 +15,7 @@ from zgtool.verify.plan import VerifyData
 from zgtool.verify.summary import render_summary
 
 
-def test_the_tax_table_prints_bounds_never_plus_minus_or_stars(tmp_path: Path) -> None:
+def test_the_tax_table_prints_bounds_never_plus_minus_and_marks_significance_in_text(tmp_path: Path) -> None:
     results = [split([diff("total_ms", 36.33, 10.7, 92.4), diff("outside_engine_ms", 21.1, 12.0, 30.0),
                       diff("ttft_ms", 35.9, 12.4, 58.0), diff("ttfb_ms", 80.8, 60.2, 101.0)], stream=True),
                split([diff("total_ms", 2.0, -5.0, 9.0), diff("outside_engine_ms", 0.5, -1.0, 2.0)])]
@@ -27,7 +27,8 @@ def test_the_tax_table_prints_bounds_never_plus_minus_or_stars(tmp_path: Path) -
     buf = io.StringIO()
     render_summary(data, tmp_path / "report.html", Console(file=buf, width=200, color_system=None))
     out = buf.getvalue()
-    assert "±" not in out and "*" not in out
+    assert "±" not in out
+    assert "+36.33 [+10.7, +92.4] *" in out and "+0.50 [-1.00, +2.00] n.s." in out     # readable without colour
     assert "+36.33 [+10.7, +92.4]" in out and "+21.10 [+12.0, +30.0]" in out and "+0.50 [-1.00, +2.00]" in out
     assert "first token" in out and "+35.90 [+12.4, +58.0]" in out
     assert out.index("Verdict:") < out.index("stack adds 35.9 ms to the first token")
@@ -69,3 +70,21 @@ def test_client_lag_and_the_machine_s_load_are_printed_under_the_verdict(tmp_pat
     out = " ".join(buf.getvalue().split())
     assert "15% of requests (6 of 40" in out and "machine load 9.5 / 8.0 / 6.0 (1/5/15 min) on 2 CPUs" in out
     assert out.index("Verdict:") < out.index("15% of requests") < out.index("Gateway tax")
+
+
+def test_the_verdict_starts_stdouts_first_line(tmp_path: Path) -> None:
+    import json
+
+    from rich.console import Console
+
+    from zgtool.verify.summary import render_summary
+
+    data_dir = Path(__file__).resolve().parents[1] / "report" / "data"
+    verify = json.loads((data_dir / "verify" / "verify.json").read_text())["data"]
+    data = VerifyData(config={}, plan={}, urls={}, stages=[], files=[], gate=None, verdict=verify["verdict"])
+    console = Console(width=60, record=True, force_terminal=False, color_system=None)
+    with console.capture() as cap:
+        render_summary(data, tmp_path / "report.html", console)
+    text = cap.get()
+    assert text.splitlines()[0].startswith("Verdict: ")
+    assert " ".join(verify["verdict"]["headline"].split()) in " ".join(text.split())

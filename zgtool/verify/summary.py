@@ -59,13 +59,14 @@ def render_summary(data: VerifyData, report: Path, console: Console) -> None:
     v = data.verdict
     if v:
         # an indicative (--quick) headline says so itself
-        console.print(f"\n[bold]Verdict:[/bold] {v['headline']}", highlight=False)
+        # the answer first: it starts stdout's first line
+        console.print(f"[bold]Verdict:[/bold] {v['headline']}", highlight=False)
         for line in _health(data, report.parent):
             console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False)
         _tax_table(v, console)
         _metrics_table(v, console)
     else:
-        console.print("\n[bold]Verdict:[/bold] no latency-split result to compare (see the stages above)")
+        console.print("[bold]Verdict:[/bold] no latency-split result to compare (see the stages above)")
     _skips(data, console)
     if data.gate:
         g = data.gate
