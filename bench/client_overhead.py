@@ -113,6 +113,15 @@ def scrape_ab(url: str, blocks: int, per_block: int, max_tokens: int) -> dict[st
     cfg = SplitConfig(num_requests=per_block, concurrency=8, warmup=8, stream=True, max_tokens=max_tokens, rounds=1,
                       resamples=100)
     target = Target("engine", url, api="anthropic", model="null")
+    from zgtool.latency.attribution.scrape import Scraper
+
+    scraper = Scraper(metrics_url(url))       # what one scrape costs this client: wall and CPU (the GIL it holds)
+    w0, c0 = time.perf_counter(), time.thread_time()
+    for _ in range(50):
+        assert scraper.scrape().ok
+    scrape_wall_ms, scrape_cpu_ms = (time.perf_counter() - w0) * 20.0, (time.thread_time() - c0) * 20.0
+    print(f"\none scrape of {metrics_url(url)}: {scrape_wall_ms:.2f} ms wall, {scrape_cpu_ms:.2f} ms CPU of this "
+          f"client (at 1 s: {scrape_cpu_ms / 10:.2f}% of the time)")
     ttft: dict[str, list[float]] = {"scrape": [], "none": []}
     block_p50: dict[str, list[float]] = {"scrape": [], "none": []}
     scrapes = 0
@@ -147,7 +156,8 @@ def scrape_ab(url: str, blocks: int, per_block: int, max_tokens: int) -> dict[st
           f"<= 0.1 ms; {scrapes} scrapes during the A blocks)")
     return {"scrape_ttft_p50_ms": round(p50["scrape"], 3), "noscrape_ttft_p50_ms": round(p50["none"], 3),
             "scrape_ttft_p50_diff_ms": round(diff, 3), "scrape_ratio_p50": round(p50["scrape"] / p50["none"], 4),
-            "scrape_diff_se_ms": round(se, 3), "scrapes": scrapes, "scrape_requests_per_arm": len(ttft["scrape"])}
+            "scrape_diff_se_ms": round(se, 3), "scrape_wall_ms": round(scrape_wall_ms, 3),
+            "scrape_cpu_ms": round(scrape_cpu_ms, 3), "scrapes": scrapes, "scrape_requests_per_arm": len(ttft["scrape"])}
 
 
 if __name__ == "__main__":
