@@ -116,8 +116,12 @@ def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bo
             return int(got)
 
         bare = _bare_route(client, base, path, model) if templated else None
-        return Counter(f"server POST {path} ({label}) at {base}", count, templated,
-                       count_text=(lambda t, b=bare, p=path: _post_count(client, base, p, b, t)) if bare else None)
+        count_text: Callable[[str], int] | None = None
+        if bare is not None:
+            def count_text(text: str, bare: Callable[[str], dict[str, Any]] = bare, path: str = path) -> int:
+                return _post_count(client, base, path, bare, text)
+
+        return Counter(f"server POST {path} ({label}) at {base}", count, templated, count_text=count_text)
     raise CannotCount(f"no tokenize route at {base} answered ({'; '.join(dict.fromkeys(said))})")
 
 
