@@ -20,7 +20,7 @@ def zg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
 def test_json_result_is_versioned_with_definitions_and_raw_samples(origin: str, gateway: str,
                                                                    tmp_path: Path) -> None:
     out = tmp_path / "split.json"
-    r = zg("latency-split", origin, gateway, "-n", "5", *FAST, "--json", "-o", str(out))
+    r = zg("latency-split", origin, gateway, "-n", "8", *FAST, "--json", "-o", str(out))   # 8: an interval
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert json.loads(out.read_text())["data"] == doc["data"]
@@ -28,7 +28,7 @@ def test_json_result_is_versioned_with_definitions_and_raw_samples(origin: str, 
     data = doc["data"]
     assert {"ttft_ms", "tpot_ms", "itl_ms"} <= set(data["definitions"])
     direct, gw = data["targets"]
-    assert len(direct["samples"]) == 5 and direct["samples"][0]["total_ms"] > 0
+    assert len(direct["samples"]) == 8 and direct["samples"][0]["total_ms"] > 0
     assert "gw_auth_ms" in gw["phases"] and "gw_auth_ms" not in direct["phases"]
     p50 = direct["phases"]["total_ms"]
     assert p50["median_lo"] <= p50["summary"]["p50"] <= p50["median_hi"]
