@@ -5,6 +5,8 @@
   tokens the server will report; {"prompt"} where messages are refused), llama.cpp's POST /tokenize
   ({"content"} -> {"tokens"}), TGI's POST /tokenize ({"inputs"} -> [{"id", "text", ...}]), and vLLM's shape at
   /v1/tokenize. An answer that is not one of those shapes, or counts "hello world" as nothing, is not used.
+  SGLang serves a native /tokenize too; its answer's shape was not found documented, so it counts here only
+  if it answers in one of the shapes above (else the fall-back says so).
 - PATH: a local tokenizer.json, read with the `tokenizers` package (the engine extra): the user text only,
   no chat template.
 - none: one filler word per token (zgtool.workload.textgen), as before.
