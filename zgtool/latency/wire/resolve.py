@@ -108,6 +108,9 @@ def fill_points(s: RequestSample, points: Points, t0: int, m: _Marks, clock: Pac
             setattr(s, name, (found[0] - t0) / 1e6)
             slack[name] = found[1]
     _fill_gaps(s, points, r)
+    if r.clock is not None and m.conn is not None and m.up_offset is not None and m.down_offset is not None:
+        # this answer is settled: its segments (and older ones) need not be searched again
+        r.clock.forget(*m.conn, {UP: m.up_offset, DOWN: m.down_offset + m.rx_bytes})
     s.unvouched = [name for name, ns in slack.items() if ns > LAG_FLAG_NS]
     lag = max((ns for name, ns in slack.items() if name in HEADLINE), default=0)
     s.rx_clock = "packet" if clock is not None and r.from_packets == r.points else (
