@@ -18,6 +18,7 @@ Not thread-safe: one caller at a time (intake's single large-body thread).
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import socket
@@ -27,6 +28,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+# Below the server's threads: where cores are short, its streams and /health get the CPU first and
+# a large body waits (bench/isolation.py --checks freeze).
+WORKER_NICE = 10
 ExcState = tuple[type[BaseException], tuple[Any, ...], dict[str, Any]]
 
 
@@ -45,6 +49,7 @@ def rebuild(state: ExcState) -> BaseException:
 
 def _serve(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(WORKER_NICE)
     while True:
         try:
             fn, args = pickle.loads(conn.recv_bytes())
