@@ -118,3 +118,12 @@ def test_bench_requests_the_detected_model_in_place_of_the_payloads_placeholder(
     cfg, direct, _, found = detect_for_bench(cfg, (resolve(wildcard_first, api="openai"), True), None, tmp_path)
     assert direct.model == "smollm2" and found[0].served
     assert cfg.payload is not None and json.loads(Path(cfg.payload).read_text())["model"] == "smollm2"
+
+
+def test_a_first_target_that_serves_nothing_asks_for_the_model_a_later_one_serves(
+        failing_origin: str, other_model: str) -> None:
+    got = detect_targets([(resolve(failing_origin), True), (resolve(other_model), True)],
+                         Detect(api_known=False, model_known=False))
+    assert [t.model for t, _ in got] == ["tiny-openai", "tiny-openai"]     # never two models in one run
+    first = got[0][1]
+    assert first is None or first.model == "tiny-openai"

@@ -44,9 +44,11 @@ def _check(t: Target, model: str, first: Target, how: Detect) -> None:
 
 def detect_targets(targets: Sequence[tuple[Target, bool]], how: Detect) -> list[tuple[Target, Detection | None]]:
     """Each (target, is_bare_url) detected in order. The first served model is the run's: every later bare
-    URL is asked for it (its own listing is not consulted) and must serve it, else ModelNotServed."""
+    URL is asked for it (its own listing is not consulted) and must serve it, else ModelNotServed; an earlier
+    one that served nothing asks for it too (its errors are measured), so no two paths ask for different models."""
     out: list[tuple[Target, Detection | None]] = []
     first: tuple[Target, str] | None = None
+    unserved: set[int] = set()          # indexes in `out` of bare URLs detected before any model was served
     for t, bare in targets:
         if not bare or (how.api_known and how.model_known):
             out.append((t, None))
@@ -56,6 +58,12 @@ def detect_targets(targets: Sequence[tuple[Target, bool]], how: Detect) -> list[
                               verify=how.verify)
             if first is None and found is not None and found.served and not how.model_known:
                 first = (t, found.model)
+                # earlier bare URLs served nothing (their own errors will speak): they ask for this model too
+                m = found.model
+                out = [(replace(u, model=m), f and replace(f, model=m)) if i in unserved else (u, f)
+                       for i, (u, f) in enumerate(out)]
+            elif found is None or not found.served:
+                unserved.add(len(out))
             out.append((t, found))
             continue
         first_t, model = first
