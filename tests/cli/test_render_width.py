@@ -92,7 +92,10 @@ def test_latency_split_flags_requests_the_client_could_not_vouch_for():
 def test_latency_split_names_every_phase_in_words():
     text = render_split(split_result(("direct", "stack")))
     assert "outside_engine" not in text and "_ms" not in text
-    assert "outside engine" in text and "engine decode" in text and "n.s." not in text
+    assert "outside engine" in text and "engine decode" in text
+    # n.s. appears only as the significance marker after an interval (issue 33), never as a phase's word
+    assert all(ln.split("n.s.")[0].rstrip().endswith("]") for ln in text.splitlines() if "n.s." in ln
+               and "= not significant" not in ln and "n.s. = " not in ln)
 
 
 def test_gate_output_is_one_block_per_check_at_80_columns():
