@@ -144,3 +144,15 @@ def test_bad_scrape_options_are_one_line_and_exit_2(args: list[str], message: st
     assert r.returncode == 2 and message in r.stderr
 
 
+
+
+def test_pygws_own_exposition_gives_its_request_rate() -> None:
+    from zgtool.gateway.pygw_metrics import GatewayMetrics
+
+    m = GatewayMetrics()
+    before = series.read(_scrape(m.render().decode(), 0.0))
+    m.requests.labels("/v1/messages", "200").inc(30)
+    m.requests.labels("/health", "200").inc(10)
+    after = series.read(_scrape(m.render().decode(), 2.0))
+    assert before.engine == after.engine == "pygw"
+    assert series.rates(before, after) == {"requests_s": 20.0}

@@ -86,13 +86,15 @@ class Reading:
 def _value(scrape: Scrape, metric: str, counter: bool) -> float | None:
     if counter:
         total = scrape.value(metric + "_total")
-        return total if total is not None else scrape.value(metric)
+        total = total if total is not None else scrape.value(metric)
+        # a labelled counter nothing has counted yet is declared (# TYPE) without a sample: it is 0
+        return 0.0 if total is None and (metric in scrape.types or metric + "_total" in scrape.types) else total
     return scrape.value(metric)
 
 
 def engine_of(scrape: Scrape) -> str | None:
     """The engine or gateway whose names this scrape carries (None: none of ours)."""
-    present = {s.name for s in scrape.samples}
+    present = {s.name for s in scrape.samples} | set(scrape.types)
     for engine, names in ENGINES.items():
         for n in names:
             if n.metric in present or (n.counter and n.metric + "_total" in present):
