@@ -52,6 +52,7 @@ def test_vllm_documented_format_maps_to_the_same_series() -> None:
     ("tgi_queue_size 1\ntgi_batch_current_size 7\n", "TGI", {"waiting": 1.0, "running": 7.0}),
     ("llamacpp:requests_deferred 3\nllamacpp:requests_processing 1\n", "llama.cpp", {"waiting": 3.0, "running": 1.0}),
     ('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 87\n', "dcgm-exporter", {"gpu_util": 0.87}),
+    ('zg_num_requests_waiting 0\nzg_gpu_sm_util{model_name="m"} 40\n', "zgtool", {"waiting": 0.0, "gpu_util": 0.4}),
 ])
 def test_other_engines_documented_names_map_to_the_series(text: str, engine: str, levels: dict[str, float]) -> None:
     r = series.read(_scrape(text))

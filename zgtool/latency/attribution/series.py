@@ -52,7 +52,7 @@ ENGINES: dict[str, tuple[Name, ...]] = {
                Name("kv_usage", "zg_kv_cache_usage_perc"),
                Name("prefix_hit_tokens_s", "zg_prefix_cache_hits", counter=True),
                Name("output_tokens_s", "zg_generation_tokens", counter=True),
-               Name("gpu_util", "zg_gpu_sm_util")),
+               Name("gpu_util", "zg_gpu_sm_util", scale=0.01)),     # NVML's percent (engine/server/admission.py)
     "vLLM": (Name("waiting", "vllm:num_requests_waiting"), Name("running", "vllm:num_requests_running"),
              Name("kv_usage", "vllm:kv_cache_usage_perc"), Name("kv_usage", "vllm:gpu_cache_usage_perc"),
              Name("prefix_hit_tokens_s", "vllm:prefix_cache_hits", counter=True),
