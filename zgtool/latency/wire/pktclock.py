@@ -6,7 +6,7 @@ newest segment it took, and a segment queued behind an unread one is merged into
 so a client woken late reads several segments under the last one's time. A packet socket gets every segment
 as its own datagram with its own time, the time tcpdump reports. Measured on this 2-core box under a CPU
 burner on both cores (bench/kernel_rx_clock.py, against tcpdump on lo): TTFB and first-token errors within
-0.05 ms in 98-100% of requests, p99 <= 0.02 ms, where the socket's own timestamps had p99 errors of 6-50 ms.
+0.05 ms in 98-100% of requests (worst 0.02 ms), where the socket's own timestamps had p99 errors of 6-19 ms.
 
 Segments are located by TCP sequence number, counted from each direction's SYN (the capture opens before
 the run's first connection), so a point of an answer (its first byte, its head's end, a token event's
