@@ -8,7 +8,9 @@ printing is isolation.py's):
 - freeze: a victim stream's time and /health's latency beside four 7 MB prompts sent together vs
   alone, rounds alternated (goal: /health under 100 ms, victim within 1.5x of alone); and beside
   the four resent as soon as answered for the victim's whole run (a flood: every 7 MB body is
-  received and JSON-decoded, ~100 ms of CPU each on a 2-core box).
+  received by the server, ~15 ms of its CPU, and decoded by its body worker process at nice 10,
+  20-80 ms there: engine/server/body_worker.py). On a shared box /health's tail is mostly the
+  OS scheduler: compare beside with alone in the same run, over several runs.
 """
 
 from __future__ import annotations
