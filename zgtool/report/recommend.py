@@ -300,7 +300,29 @@ def _gate(rs: ResultSet) -> list[Recommendation]:
     return out
 
 
-RULES: tuple[Rule, ...] = (_buffering, _tax, _noise, _cache, _jitter, _k6, _engine, _probes, _gate)
+def _capacity(rs: ResultSet) -> list[Recommendation]:
+    """A sweep's capacity tax, as its headline states it: a firm one above TAX_PCT_MAX is to act on, an
+    indicative one (thin load points) to re-measure; neither is ever "nothing to act on"."""
+    out = []
+    for r in rs.of("latency_sweep"):
+        data = r.get("data") or {}
+        for t in data.get("capacity_tax") or []:
+            pct = t.get("tax_pct")
+            if pct is None or pct <= 0:
+                continue
+            if t.get("indicative"):
+                need = data.get("min_point_requests")
+                out.append(Recommendation("check", f"{t.get('candidate')} may cost capacity: re-measure",
+                                          f"{t.get('text')}. Re-run the sweep with -n {need} or more per load point "
+                                          "before acting on it.", {"tax_pct": pct, "bound": t.get("bound")}))
+            else:
+                sev = "act" if pct >= TAX_PCT_MAX else "info"
+                out.append(Recommendation(sev, f"{t.get('candidate')} saturates earlier than {t.get('baseline')}",
+                                          f"{t.get('text')}.", {"tax_pct": pct, "bound": t.get("bound")}))
+    return out
+
+
+RULES: tuple[Rule, ...] = (_buffering, _tax, _noise, _cache, _jitter, _k6, _engine, _probes, _gate, _capacity)
 _ORDER = {"act": 0, "check": 1, "info": 2}
 
 
@@ -322,7 +344,8 @@ def checks() -> list[str]:
             f"engine compute differing by path by more than {ENGINE_DRIFT_PCT:g}% (CPU contention or a noisy run)",
             "an intermediary on the direct path",
             f"a certificate expiring within {CERT_DAYS_MIN:g} days or untrusted",
-            "a breached gate"]
+            "a breached gate",
+            f"a sweep's capacity tax above {TAX_PCT_MAX:g}% (an indicative one: re-measure)"]
 
 
 __all__ = ["Recommendation", "checks", "recommendations", "path_name"]

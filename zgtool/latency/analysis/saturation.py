@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 RATE = "rate"                   # open loop: load = offered req/s
 CONCURRENCY = "concurrency"     # closed loop: load = streams in flight
+# the fewest answered requests at every load point a knee or capacity-tax statement reads, below which it
+# is printed as indicative: set from bench/sweep_calibration.py (how often two identical sweeps disagree)
+MIN_POINT_REQUESTS = 32
 
 
 def qty(load: float, unit: str) -> str:
@@ -157,6 +160,22 @@ class CapacityTax:
     baseline_peak_rps: float | None = None
     candidate_peak_rps: float | None = None
     peak_tax_pct: float | None = None
+    # a load point it reads answered fewer than MIN_POINT_REQUESTS: the statement may flip on a rerun
+    indicative: bool = False
+
+
+def thin(fewest_ok: int | None) -> str | None:
+    """Why a statement read from load points of at most `fewest_ok` answers is only indicative, or None."""
+    if fewest_ok is None or fewest_ok >= MIN_POINT_REQUESTS:
+        return None
+    return (f"indicative: {fewest_ok} answered requests at a load point, a firm statement needs "
+            f"{MIN_POINT_REQUESTS} (-n {MIN_POINT_REQUESTS})")
+
+
+def mark_indicative(tax: CapacityTax, fewest_ok: int | None) -> CapacityTax:
+    """The capacity tax prefixed "indicative: ..." where a point either path's statement reads was thin."""
+    why = thin(fewest_ok)
+    return tax if why is None else dataclasses.replace(tax, indicative=True, text=f"{why}; {tax.text}")
 
 
 def with_peaks(tax: CapacityTax, base: Saturation, cand: Saturation, base_peak_rps: float | None,

@@ -7,7 +7,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from zgtool.latency.analysis.saturation import RATE, qty
+from zgtool.latency.analysis.saturation import RATE, qty, thin
 from zgtool.latency.render.split import legend, short_names
 from zgtool.latency.schedule.sweep import PointSummary, SweepResult
 
@@ -67,8 +67,21 @@ def table(res: SweepResult, stream: bool, slo: bool, short: dict[str, str]) -> T
     return t
 
 
+def verdict(res: SweepResult) -> str:
+    """The sweep's answer in one line: each gateway's capacity tax, or the one path's knee; "indicative: ..."
+    first where a load point it reads answered fewer than MIN_POINT_REQUESTS requests."""
+    if res.capacity_tax:
+        return " | ".join(t.text for t in res.capacity_tax)
+    said = []
+    for name, s in res.saturation.items():
+        why = thin(res.fewest_ok.get(name))
+        said.append(f"{why + '; ' if why else ''}{name}: {s.describe(res.unit)}")
+    return " | ".join(said) or "no load point measured"
+
+
 def render(res: SweepResult, console: Console, *, stream: bool, slo: bool) -> None:
     short = short_names(res.targets)
+    console.print(verdict(res), style="bold", highlight=False, soft_wrap=True)
     console.print(table(res, stream, slo, short))
     key = legend(res.targets, short)
     if key is not None:
@@ -83,7 +96,8 @@ def render(res: SweepResult, console: Console, *, stream: bool, slo: bool) -> No
     for name in res.targets:
         s = res.saturation.get(name)
         if s is not None:
-            console.print(f"{name}: {s.describe(res.unit)}", highlight=False)
+            why = thin(res.fewest_ok.get(name))
+            console.print(f"{name}: {s.describe(res.unit)}{f' ({why})' if why else ''}", highlight=False)
     for tax in res.capacity_tax:
         console.print(tax.text, style="bold" if tax.tax_pct else None, highlight=False)
     for p in res.points:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from zgtool.errors import UsageError
 from zgtool.latency.analysis.saturation import (
     CONCURRENCY,
+    MIN_POINT_REQUESTS,
     RATE,
     CapacityTax,
     CurvePoint,
@@ -27,7 +28,9 @@ from zgtool.latency.analysis.saturation import (
     Saturation,
     capacity_tax,
     detect,
+    mark_indicative,
     qty,
+    thin,
     with_peaks,
 )
 from zgtool.latency.config import SplitConfig
@@ -163,9 +166,18 @@ class SweepResult:
     calibration: dict[str, float] | None = None    # --rate sweep: one stream's measured rate
     stopped: str | None = None                     # why an automatic sweep ended
     notes: list[str] = field(default_factory=list)
+    fewest_ok: dict[str, int | None] = field(default_factory=dict)   # per path: fewest_answered()
 
     def of(self, target: str) -> list[PointSummary]:
         return sorted((p for p in self.points if p.target == target), key=lambda p: p.load)
+
+    def fewest_answered(self, target: str) -> int | None:
+        """The fewest answers at a load point the path's statement reads: every point up to the first
+        saturated one (a point where nothing answered is saturated whatever -n was; it does not count)."""
+        s = self.saturation.get(target)
+        limit = s.saturated_at if s is not None and s.saturated_at is not None else float("inf")
+        counts = [p.num_ok for p in self.of(target) if p.load <= limit and p.num_ok]
+        return min(counts) if counts else None
 
     def peak_rps(self, target: str) -> float | None:
         """The most this path answered per second at any load point."""
@@ -267,9 +279,12 @@ def judge(res: SweepResult, stream: bool) -> None:
         if pts:
             res.saturation[name] = detect(pts, res.rule)
     base = res.targets[0]
-    res.capacity_tax = [with_peaks(capacity_tax(base, res.saturation[base], name, res.saturation[name], res.unit),
-                                   res.saturation[base], res.saturation[name], res.peak_rps(base), res.peak_rps(name))
-                        for name in res.targets[1:] if base in res.saturation and name in res.saturation]
+    res.fewest_ok = {name: res.fewest_answered(name) for name in res.saturation}
+    res.capacity_tax = [
+        mark_indicative(with_peaks(capacity_tax(base, res.saturation[base], name, res.saturation[name], res.unit),
+                                   res.saturation[base], res.saturation[name], res.peak_rps(base), res.peak_rps(name)),
+                        min((n for n in (res.fewest_ok[base], res.fewest_ok[name]) if n is not None), default=None))
+        for name in res.targets[1:] if base in res.saturation and name in res.saturation]
 
 
 def _measure_point(targets: Sequence[Target], cfg: SplitConfig, kind: str, load: float) -> list[PointSummary]:
@@ -366,6 +381,9 @@ def result_data(res: SweepResult) -> dict[str, Any]:
         "knee": {name: s.knee for name, s in res.saturation.items()},
         "capacity_tax_pct": {t.candidate: t.tax_pct for t in res.capacity_tax},
         "peak_tax_pct": {t.candidate: t.peak_tax_pct for t in res.capacity_tax},
+        # below MIN_POINT_REQUESTS answers at a point the statement reads, it is indicative
+        "fewest_ok_per_point": res.fewest_ok, "min_point_requests": MIN_POINT_REQUESTS,
+        "indicative": {name: thin(n) is not None for name, n in res.fewest_ok.items()},
         "definitions": {
             "achieved_rps": "closed loop (-c): ok answers / the measured wall time (vLLM request_throughput); "
                             "open loop (--rate): per block, the requests between its first and last quarter "
