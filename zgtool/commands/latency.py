@@ -402,7 +402,9 @@ def run(opts: SplitOptions) -> dict:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("latency-split", help=HELP)
+    from zgtool.workload.spec import epilog
+
+    @app.command("latency-split", help=HELP, epilog=epilog())
     def latency_split(
         targets: list[str] = o.TARGETS, requests: int | None = o.REQUESTS, concurrency: str = o.CONCURRENCY,
         warmup: int = o.WARMUP, stream: bool = o.STREAM, prompt: str = o.PROMPT, prompt_file: Path | None = o.PROMPT_FILE,

@@ -21,6 +21,38 @@ HELP = ("Workload instead of one prompt: FILE (ShareGPT JSON/JSONL, JSONL of {pr
 
 FILE_KINDS = ("sharegpt", "jsonl", "trace")
 GEN_KINDS = ("synthetic", "shared-prefix", "multi-turn")
+LOG_KIND = "access-log"
+# every form SPEC takes: (kind, grammar, what it is, an example), the help's epilog; each example is parsed by
+# the tests, and every kind load_workload() reads has a form here (tests/cli/test_dataset_epilog.py)
+FORMS: tuple[tuple[str, str, str, str], ...] = (
+    ("FILE", "FILE", "ShareGPT, JSONL of {prompt|messages, output_len} or a Mooncake trace",
+     "sharegpt.json"),
+    ("sharegpt", "sharegpt:FILE", "ShareGPT conversations: the first human turn, the answer's length",
+     "sharegpt:ShareGPT_V3.json"),
+    ("jsonl", "jsonl:FILE", "one {prompt|messages, output_len} per line (no length: --max-tokens)",
+     "jsonl:prompts.jsonl"),
+    ("trace", "trace:FILE[,block=512][,speedup=X]", "a Mooncake trace replayed at its timestamps (see --speedup)",
+     "trace:mooncake.jsonl,speedup=2"),
+    ("synthetic", "synthetic:input=DIST,output=DIST[,n=N,seed=S]", "DIST: fixed:N | uniform:LO:HI | "
+     "normal:MEAN:STD[:MIN[:MAX]]", "synthetic:input=uniform:64:512,output=fixed:32,n=200"),
+    ("synthetic", "synthetic:prompt_tokens=N,output_tokens=N[,..._stdev/_min/_max]", "the same in GuideLLM's keys",
+     "synthetic:prompt_tokens=256,output_tokens=16"),
+    ("shared-prefix", "shared-prefix:groups=G,prefix=L,suffix=S,output=O[,n=N,seed=S]", "G system prompts of L "
+     "tokens, each request one and its own suffix", "shared-prefix:groups=4,prefix=512,suffix=64,output=16"),
+    ("multi-turn", "multi-turn:conversations=C,turns=T,input=I,output=O[,prefix=L,seed=S]", "C conversations of T "
+     "turns, each turn resending the history", "multi-turn:conversations=8,turns=4,input=64,output=16"),
+    (LOG_KIND, "access-log:FORMAT:PATH", "a gateway's log (nginx|envoy|litellm) replayed "
+     "at its times and sizes", "access-log:nginx:/var/log/nginx/access.log"),
+)
+
+
+def epilog() -> str:
+    """The workload grammar in full, one example per form (a command's help epilog; click keeps a \\b block)."""
+    lines = ["\b", "Workload forms (--dataset SPEC), one example each:"]
+    for _, grammar, what, example in FORMS:
+        lines += [f"  {grammar}", f"    {what}", f"    --dataset {example}"]
+    lines.append("Lengths in tokens (a filler word each), or as --tokenizer counts them.")
+    return "\n".join(lines)
 _KV = re.compile(r"^[A-Za-z_]+=")
 
 
@@ -57,7 +89,7 @@ def load_workload(spec: str, *, num_requests: int = 50, max_tokens: int = 16, sp
     if not spec:
         raise UsageError("--dataset is empty; give a file or a generator like synthetic:input=fixed:128,output=fixed:16")
     kind, sep, rest = spec.partition(":")
-    if sep and kind == "access-log":
+    if sep and kind == LOG_KIND:
         from zgtool.workload.logreplay import load
 
         return load(rest, speedup=speedup, max_tokens=max_tokens)
