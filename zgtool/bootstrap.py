@@ -34,6 +34,7 @@ DEFAULT_RESAMPLES = 2000
 DEFAULT_CONFIDENCE = 0.95
 MIN_SAMPLES = 3          # below this a resampled median says nothing useful
 MIN_ROUNDS = 3           # fewer rounds than this: resample requests (and say so)
+MIN_DISTINCT = 3         # fewer distinct values: a resampled median can only land on them, so no interval
 _MAX_CELLS = 4_000_000   # resample in chunks above this many floats (memory bound)
 
 NOT_SIGNIFICANT = "not significant"
@@ -58,6 +59,7 @@ class Interval:
     n: int
     method: str = BY_REQUESTS
     rounds: int | None = None
+    note: str | None = None    # why lo/hi are None though n >= MIN_SAMPLES: "no interval (k distinct values)"
 
     def contains(self, x: float) -> bool:
         return self.lo is None or self.hi is None or self.lo <= x <= self.hi
@@ -208,10 +210,14 @@ def median_ci(values: Sequence[float], *, groups: Sequence[Hashable] | None = No
         est = percentile(xs, 50)
         lo = None if iv.lo is None else min(math.exp(iv.lo), est)
         hi = None if iv.hi is None else max(math.exp(iv.hi), est)
-        return Interval(est, lo, hi, iv.confidence, iv.resamples, iv.n, iv.method, iv.rounds)
+        return Interval(est, lo, hi, iv.confidence, iv.resamples, iv.n, iv.method, iv.rounds, iv.note)
     if scale != LINEAR:
         raise ValueError(f"scale must be {LINEAR!r} or {LOG!r}, not {scale!r}")
     return _median_ci(xs, gs, confidence, resamples, seed)
+
+
+def no_interval(k: int) -> str:
+    return f"no interval ({k} distinct value{'s' if k != 1 else ''})"
 
 
 def _median_ci(xs: list[float], gs: list[Hashable], confidence: float, resamples: int, seed: int) -> Interval:
@@ -220,6 +226,11 @@ def _median_ci(xs: list[float], gs: list[Hashable], confidence: float, resamples
     est = percentile(xs, 50)
     if len(xs) < MIN_SAMPLES:
         return Interval(est, None, None, confidence, 0, len(xs))
+    distinct = len(set(xs))
+    if distinct < MIN_DISTINCT:
+        # every resampled median is one of the values or the mean of two: bounds such as [0.00, 0.00] for a
+        # self-report that is always 0, or [0.00, x] for a mix of two values, are the resample's artefact
+        return Interval(est, None, None, confidence, 0, len(xs), note=no_interval(distinct))
     rng = np.random.default_rng(seed)
     labels = _round_index(gs)
     if len(labels) >= MIN_ROUNDS:

@@ -173,6 +173,7 @@ class PhaseStats:
     waterfall_mean_ms: float | None    # mean contribution per ok request (absent = 0): sums to mean total
     ci_method: str = "linear"          # how median_lo/hi were drawn: log | linear, clipped at 0 | linear
     of: int | None = None              # ok requests it could come from (count < of: figures left out)
+    ci_note: str | None = None         # why no interval though count >= 8: "no interval (k distinct values)"
 
 
 @dataclass

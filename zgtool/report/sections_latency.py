@@ -78,6 +78,8 @@ def _stat(s: dict[str, Any] | None, key: str = "median_ms", clip: bool = False) 
     if clip and lo is not None and hi is not None:
         lo, hi = max(lo, 0.0), max(hi, 0.0)
     ci = f" <span class=muted>[{lo:.2f}, {hi:.2f}]</span>" if lo is not None and hi is not None else ""
+    if not ci and s.get("note"):            # "within its resolution", "no interval (k distinct values)"
+        ci = f" <span class=muted>({escape(str(s['note']))})</span>"
     return f"{s[key]:.2f}{ci}"
 
 
@@ -169,12 +171,11 @@ def median_ci_cell(p: dict[str, Any]) -> tuple[str, str]:
     if lo is None or hi is None:
         if isinstance(count, int) and count < 8:       # no interval from so few (latency-split's MIN_FIGURES)
             return f"too few: {count} of {of if isinstance(of, int) else count} kept", ""
-        return "–", ""
+        return str(p.get("ci_note") or "–"), ""      # "no interval (k distinct values)": never a 0.00 artefact
     method = str(p.get("ci_method") or "linear")
-    if method != "log" and lo < 0:
-        method = "linear, clipped at 0"
     kept = f" ({count}/{of})" if isinstance(count, int) and isinstance(of, int) and count < of else ""
-    return f"[{svg.fmt(max(lo, 0.0))}, {svg.fmt(max(hi, 0.0))}]{kept}", CI_METHODS.get(method, method)
+    # a latency's bound is drawn above 0 (log scale, or no interval); a remainder's below 0 is its own
+    return f"[{svg.fmt(lo)}, {svg.fmt(hi)}]{kept}", CI_METHODS.get(method, method)
 
 
 def _num(v: Any, fmt: str = "{:.1f}") -> str:

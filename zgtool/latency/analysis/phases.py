@@ -185,8 +185,15 @@ def _phase_stats(name: str, values: list[float], groups: list[int], n_ok: int, w
         return PhaseStats(name, len(values), summarize(values), None, None, mean_contrib, method, of)
     ci = median_ci(values, groups=groups, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed,
                    scale=design.bootstrap_scale(method))
-    lo = ci.lo if ci.lo is None or method != design.CI_CLIPPED else max(0.0, ci.lo)
-    return PhaseStats(name, len(values), summarize(values), lo, ci.hi, mean_contrib, method, of)
+    if ci.note is not None:                           # too few distinct values for a resample to mean anything
+        return PhaseStats(name, len(values), summarize(values), None, None, mean_contrib, method, of, ci.note)
+    if method == design.CI_CLIPPED and ci.lo is not None and ci.lo < 0:
+        # no resampled median of values >= 0 is below 0: the widening for few rounds took it there, and a
+        # bound clipped to 0.00 would be that artefact, not a finding
+        zeros = sum(1 for v in values if v == 0)
+        return PhaseStats(name, len(values), summarize(values), None, None, mean_contrib, method, of,
+                          f"no interval (widened below 0; {zeros} of {len(values)} are 0)")
+    return PhaseStats(name, len(values), summarize(values), ci.lo, ci.hi, mean_contrib, method, of)
 
 
 def too_few(kept: int, of: int) -> str:

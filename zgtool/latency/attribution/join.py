@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zgtool.bootstrap import median_ci, median_difference
+from zgtool.bootstrap import LINEAR, LOG, median_ci, median_difference
 from zgtool.latency.analysis.phases import engine_source, engine_total_ms, outside_engine_ms
 from zgtool.latency.attribution.adapters.base import CLOCK_TOLERANCE_MS
 from zgtool.latency.records import FROM_ARRIVAL, FROM_SCHEDULING, RequestSample, TargetResult
+from zgtool.stats import percentile
 
 
 def _get(r: dict[str, float], k: str) -> float | None:
@@ -112,10 +113,25 @@ class Boot:
 
 
 def _stat(values: list[float], groups: list[int], cfg: Boot) -> dict[str, Any] | None:
+    """Median and interval; a latency (every value > 0) on log scale so no bound is clipped to 0. No interval
+    (and `note` says why) from too few distinct values, from a self-report whose whole spread lies within
+    its resolution (nginx's 1 ms: always 0), or where a latency's widened bound went below 0."""
     if not values:
         return None
-    iv = median_ci(values, groups=groups, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed)
-    return {"median_ms": iv.estimate, "lo_ms": iv.lo, "hi_ms": iv.hi, "n": len(values)}
+    res = resolution_ms(values)
+    if res is not None and max(values) - min(values) < res:
+        return {"median_ms": percentile(values, 50), "lo_ms": None, "hi_ms": None, "n": len(values),
+                "note": WITHIN_RESOLUTION, "resolution_ms": res}
+    scale = LOG if min(values) > 0 else LINEAR
+    iv = median_ci(values, groups=groups, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed,
+                   scale=scale)
+    out = {"median_ms": iv.estimate, "lo_ms": iv.lo, "hi_ms": iv.hi, "n": len(values)}
+    if iv.note is not None:
+        out["note"] = iv.note
+    elif min(values) >= 0 and iv.lo is not None and iv.lo < 0:
+        out.update(lo_ms=None, hi_ms=None, note=f"no interval (widened below 0; "
+                   f"{sum(1 for v in values if v == 0)} of {len(values)} are 0)")
+    return out
 
 
 def _col(rows: Sequence[JoinedRequest], f: Callable[[JoinedRequest], float | None]) -> tuple[list[float], list[int]]:

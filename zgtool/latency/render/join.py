@@ -21,7 +21,10 @@ def _cell(stat: dict[str, Any] | None, clip: bool = True) -> str:
         return "-"
     lo, hi = stat.get("lo_ms"), stat.get("hi_ms")
     if lo is None or hi is None:
-        return f"{stat['median_ms']:.2f}"
+        note = stat.get("note")
+        if note == "within its resolution":
+            return f"{stat['median_ms']:.2f} (within its {stat.get('resolution_ms', 1):g} ms resolution)"
+        return f"{stat['median_ms']:.2f}" + (f" ({note})" if note else "")
     if clip:
         lo, hi = max(lo, 0.0), max(hi, 0.0)
     return f"{stat['median_ms']:.2f} [{lo:.2f}, {hi:.2f}]"

@@ -81,12 +81,12 @@ def fmt_ci(lo: float | None, hi: float | None, *, signed: bool = True) -> str:
 
 
 def fmt_pm(value: float, lo: float | None, hi: float | None, *, signed: bool = False) -> str:
-    """`6.44 [6.20, 6.71]`: the figure and its 95% interval as bounds (a latency's never below 0)."""
+    """`6.44 [6.20, 6.71]`: the figure and its 95% interval as bounds. A bound is never clipped here: a
+    latency's is drawn above 0 (log scale, or no interval: zgtool.latency.analysis.phases), and a remainder's
+    can be below 0, where a clipped 0.00 would read as a finding."""
     s = f"{value:+.2f}" if signed else f"{value:.2f}"
     if lo is None or hi is None:
         return s
-    if not signed:
-        lo, hi = max(lo, 0.0), max(hi, 0.0)
     return f"{s} {fmt_ci(lo, hi, signed=signed)}"
 
 
@@ -96,6 +96,8 @@ def fmt_p50(p: PhaseStats | None) -> str:
     if p is None or p.summary.get("p50") is None:
         return "-"
     s = fmt_pm(p.summary["p50"], p.median_lo, p.median_hi)
+    if p.ci_note is not None and p.count >= MIN_FIGURES:
+        s = f"{s} ({p.ci_note})"
     if p.count < MIN_FIGURES:
         return f"{s} (too few: {p.count} of {p.of if p.of is not None else p.count} kept)"
     return s if p.of is None or p.count >= p.of else f"{s} ({p.count}/{p.of})"
