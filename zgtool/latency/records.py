@@ -254,6 +254,7 @@ class TargetResult:
     num_lagged: int = 0                                   # ok requests flagged lagged (their unvouched figures left out)
     open_loop: OpenLoopSummary | None = None              # achieved rate, dispatch lag (zgtool.latency.analysis.openloop)
     trace_context: dict[str, Any] | None = None           # did its traceparent reach the engine (survived/dropped)
+    subsets: dict[str, Any] | None = None                 # figures resting on different requests: {of, kept: {name: k}}
 
 
 @dataclass

@@ -217,7 +217,17 @@ def summarize_target(target: Target, samples: list[RequestSample], cfg: SplitCon
         wsum = None if name in METRICS else sum(r.get(name, 0.0) for r in rows)
         stats.append(_phase_stats(name, vals, groups, len(ok), wsum, cfg))
     return TargetResult(target.name, target.url, target.api, target.scheme, samples, errors,
-                        len(ok), len(samples) - len(ok), stats, num_lagged=sum(1 for s in ok if s.lagged))
+                        len(ok), len(samples) - len(ok), stats, num_lagged=sum(1 for s in ok if s.lagged),
+                        subsets=subsets(stats, len(ok)))
+
+
+def subsets(stats: Sequence[PhaseStats], n_ok: int) -> dict[str, Any] | None:
+    """Where the table's per-request figures rest on different subsets of the ok requests (TTFB kept for 22 of
+    30, total for 30 of 30): the counts, so the table can say that one median may exceed another's."""
+    kept = {p.name: p.count for p in stats if p.name in METRICS and p.of is not None}
+    if len(set(kept.values())) < 2:
+        return None
+    return {"of": n_ok, "kept": kept}
 
 
 def _zero_when_absent(phase: str) -> bool:

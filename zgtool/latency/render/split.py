@@ -215,6 +215,17 @@ def waterfall(tr: TargetResult, res: SplitResult, scale: float, *, short: str | 
     return bare
 
 
+def subsets_text(tr: TargetResult, short: str | None = None) -> Text | None:
+    """The table's footnote where its figures rest on different requests (issue 38: a TTFB p50 above the
+    total p50 is then no contradiction)."""
+    if not tr.subsets:
+        return None
+    of, kept = tr.subsets["of"], tr.subsets["kept"]
+    counts = ", ".join(f"{label(name)} {k} of {of}" for name, k in kept.items())
+    return Text(f"  {short or tr.name}: figures from different subsets of requests ({counts}): a median of one "
+                "may exceed another's", style="dim")
+
+
 def errors_text(tr: TargetResult, short: str | None = None) -> Text | None:
     if not tr.errors:
         return None
@@ -290,6 +301,8 @@ def render(res: SplitResult, console: Console) -> None:
         blocks.append(waterfall(tr, res, scale, short=short[tr.name], width=console.width, bar_width=room))
         if (err := errors_text(tr, short[tr.name])) is not None:
             blocks.append(err)
+        if (sub := subsets_text(tr, short[tr.name])) is not None:
+            blocks.append(sub)
         blocks.append(Text(""))
     if len(res.targets) > 1:
         blocks.append(side_by_side(res, short, width=console.width))
@@ -307,8 +320,8 @@ def render(res: SplitResult, console: Console) -> None:
     for name, parts in res.unattributed_parts.items():
         blocks.append(Text(f"  {short[name]}: Server-Timing parts not attributed (overlap unknown): "
                            f"{', '.join(parts)}", style="dim"))
-    blocks.append(Text("  ms; [lo, hi] = 95% bootstrap CI (a latency's on log latency or clipped at 0: never "
-                       "negative); * = significant (its CI excludes 0), n.s. = not significant (its CI "
+    blocks.append(Text("  ms; [lo, hi] = 95% bootstrap CI (a latency's on log latency, never negative; "
+                       "none from under 3 distinct values; a remainder's can be); * = significant (its CI excludes 0), n.s. = not significant (its CI "
                        "contains 0). TTFT/E2E from request start; ITL = every gap; TPOT = "
                        "(E2E - TTFT)/(tokens - 1) (vLLM). Waterfall rows sum to the mean total; unattributed = "
                        "time no Server-Timing part or engine adapter explains.", style="dim"))
