@@ -3,8 +3,10 @@ only vLLM's documented format): fixtures/engines/vllm_live_*.txt and litellm_vll
 the command, versions and date (bench/setup_peers.sh --only vllm; `zgtool gateway --kind litellm`; record.py).
 The parsers written against the documented format run on the real answers: the engine's name (body, routes,
 metric names), POST /tokenize (chat and prompt forms), the Prometheus names the scrape and the dcgm engine
-reading use, the stream's usage chunk with vLLM's per-request `metrics` (and LiteLLM's without them), and
-LiteLLM's model listing."""
+reading use (idle and busy scrapes), the stream's usage chunk with vLLM's per-request `metrics` (and LiteLLM's
+without them), vLLM's own OTLP spans (fixtures/otlp/vllm_live_llm_request_spans.pb: the sink's body as vLLM
+exported it for the four chat recordings, the sent traceparent kept directly and lost behind LiteLLM), the
+404 shapes for an unknown model, and LiteLLM's model listing."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from replay_servers import FIXTURES, running
 
@@ -21,7 +24,7 @@ from zgtool.latency.attribution.adapters import vllm as vllm_adapter
 from zgtool.latency.attribution.adapters.base import Evidence
 from zgtool.latency.attribution.otlp import decode_protobuf, span_timing
 from zgtool.latency.attribution.scrape import Scrape, parse
-from zgtool.latency.wire.detect import _models, usable_models
+from zgtool.latency.wire.detect import _api_error_body, _error_words, _models, usable_models
 from zgtool.latency.wire.engine_id import from_body, from_headers, from_routes
 from zgtool.workload.tokens import _vllm_count, server_counter
 
@@ -211,3 +214,22 @@ def test_litellms_recorded_listing_hides_the_served_model_among_its_cost_map() -
     assert len(ids) > 100 and ids[0] == "null" and "smollm2" not in ids      # `*` config: OpenAI's catalogue
     assert usable_models(ids) == ids                                          # nothing there is a wildcard
     assert _models(doc("vllm_live_models")) == ["smollm2"]
+
+
+def test_recorded_busy_scrape_reads_as_six_running_and_kv_in_use() -> None:
+    text = exchange("vllm_live_metrics_busy")[2].decode()        # 6 streams in flight (the file's header)
+    samples, types = parse(text)
+    r = series.read(Scrape("http://vllm/metrics", 1.0, 0.001, samples, types))
+    assert r.engine == "vLLM" and r.levels["running"] == 6.0 and r.levels["waiting"] == 0.0
+    assert 0.0 < r.levels["kv_usage"] < 1.0
+    assert normalise_engine(parse_exposition(text), "vllm").metrics["running"] == 6.0
+
+
+# --- an unknown model: the error shapes detection reads -----------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["vllm_live_unknown_model", "litellm_vllm_live_unknown_model"])
+def test_recorded_unknown_model_answers_are_api_errors_naming_the_served_model(name: str) -> None:
+    status, headers, body = exchange(name)
+    r = httpx.Response(status, headers={"content-type": headers["content-type"]}, content=body)
+    assert status == 404 and _api_error_body(r)
+    assert "does not exist" in _error_words(r) and "Valid aliases: smollm2" in _error_words(r)
