@@ -100,7 +100,10 @@ def test_the_reports_recommendations_ask_to_remeasure_an_indicative_tax(tmp_path
     sec = recommendations_section(collect(files))
     assert "Nothing to act on" not in sec.body
     assert "re-measure" in sec.body and f"-n {MIN_POINT_REQUESTS} or more per load point" in sec.body
-    assert "indicative: 8 answered requests" in render_files(files)
+    page = render_files(files)
+    assert "indicative: 8 answered requests" in page
+    assert "nginx: knee at 4 streams; saturated at 8 streams" in page
+    assert f"(indicative: fewer than {MIN_POINT_REQUESTS} answers at a load point)" in page
 
 
 def test_every_load_point_is_labelled_on_each_charts_x_axis(tmp_path: Path) -> None:

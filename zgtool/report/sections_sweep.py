@@ -114,7 +114,11 @@ def _one(data: dict[str, Any]) -> str:
     if taxes:
         parts.append("".join(f'<p class="headline">{escape(t["text"])}</p>' for t in taxes))
     sats = data.get("saturation") or {}
-    parts.append("<ul>" + "".join(f"<li>{escape(name)}: {escape(s.get('text', ''))}</li>"
+    thin = data.get("indicative") or {}
+    need = data.get("min_point_requests")
+    parts.append("<ul>" + "".join(f"<li>{escape(name)}: {escape(s.get('text', ''))}"
+                                  + (f" (indicative: fewer than {need} answers at a load point)" if thin.get(name)
+                                     else "") + "</li>"
                                   for name, s in sats.items()) + "</ul>")
     stream = any(p.get("ttft_ms") for p in data.get("points", []))
     ttft, e2e = _keys(data)
