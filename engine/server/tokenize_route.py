@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from zgtool.engine.api import openai as oai
@@ -32,25 +34,63 @@ def _object(body: bytes) -> dict[str, Any]:
     return obj
 
 
+def _chat(obj: dict[str, Any], max_model_len: int) -> Any:
+    """The chat form as a chat request's parser reads it (the message cap checked first)."""
+    intake.check_message_count(obj, intake.message_cap(max_model_len))
+    return oai.parse_chat({**obj, "model": obj.get("model") or "-"}, max_model_len)
+
+
+def _check_prompt_fits(prompt: str, max_token_chars: int | None, max_model_len: int) -> None:
+    """A prompt whose characters alone need more tokens than the context holds is refused before it
+    is tokenized (it could never be a prompt here; tokenizing megabytes would hold the server)."""
+    if max_token_chars is None or len(prompt) <= intake.OFFLOAD_COST_CHARS:
+        return
+    least = -(-len(prompt) // max_token_chars)
+    if least > max_model_len:
+        raise intake.PromptCannotFit(least, len(prompt), max_token_chars, 0, max_model_len)
+
+
 async def tokenize(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     ctx.api = "openai"
     ctx.principal = app.admission.authenticate(ctx.headers)
     body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
-    obj = _object(body)
+    large = len(body) > THREAD_CHARS        # decoded and parsed off the event loop
+    obj = await asyncio.to_thread(_object, body) if large else _object(body)
     model = obj.get("model")
     if model is not None:
         handlers._check_model(app, req_str(obj, "model"))
     tok = app.engine.tokenizer
+    mml = app.engine.max_model_len
+    bound = getattr(tok, "max_token_chars", None)
+    # the key's tier holds here as on count_tokens: tokenizing is work
+    principal, adm = ctx.principal, app.admission
     if "messages" in obj:
-        req = await intake.parse_body(oai.parse_chat, json.dumps({**obj, "model": model or "-"}).encode(),
-                                      app.engine.max_model_len)
-        ids = await handlers._tokenize(app, req)
+        req = await asyncio.to_thread(_chat, obj, mml) if large else _chat(obj, mml)
+        intake.check_fits(req, bound, mml)
+
+        def run() -> Awaitable[list[int]]:
+            return handlers._tokenize(app, req)
     elif "prompt" in obj:
         prompt = req_str(obj, "prompt")
         special = opt_bool(obj, "add_special_tokens", True)
-        ids = await asyncio.to_thread(tok.encode, prompt, special) if len(prompt) > THREAD_CHARS \
-            else tok.encode(prompt, special)
+        _check_prompt_fits(prompt, bound, mml)
+
+        def run() -> Awaitable[list[int]]:
+            if len(prompt) > THREAD_CHARS:
+                return asyncio.to_thread(tok.encode, prompt, special)
+            return _ready(tok.encode(prompt, special))
     else:
         raise InvalidRequest("give 'prompt' (a string) or 'messages' (a chat) to tokenize")
-    out = {"count": len(ids), "max_model_len": app.engine.max_model_len, "tokens": ids, "token_strs": None}
+    if principal is not None:
+        adm.admit(principal, 0, app.stats(), time.monotonic())
+    try:
+        ids = await run()
+    finally:
+        if principal is not None:
+            adm.release(principal, 0, None, time.monotonic())
+    out = {"count": len(ids), "max_model_len": mml, "tokens": ids, "token_strs": None}
     await app.send_json(ctx, send, 200, json.dumps(out).encode())
+
+
+async def _ready(ids: list[int]) -> list[int]:
+    return ids

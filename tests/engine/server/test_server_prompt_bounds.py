@@ -74,6 +74,10 @@ requests_per_min = 2
 name = "tiny-user"
 tier = "tiny"
 key = "sk-bounds-tiny"
+[[keys]]
+name = "tiny-tokenizer"
+tier = "tiny"
+key = "sk-bounds-tiny-tok"
 """
 
 
@@ -122,3 +126,30 @@ def test_a_tiers_request_rate_holds_on_count_tokens(keyed: Any) -> None:
     assert codes == [200, 200, 429]
     r = httpx.post(keyed.url + "/v1/messages", json=_body("/v1/messages", "hi"), headers=headers, timeout=30)
     assert r.status_code == 429 and json.loads(r.content)["error"]["type"] == "rate_limit_error"
+
+
+@pytest.mark.parametrize("form", ["prompt", "messages"])
+def test_tokenize_refuses_a_prompt_that_cannot_fit_before_tokenizing_it(server: Any, form: str) -> None:
+    tok = server.engine.tokenizer
+    calls: list[int] = []
+    encode, template = tok.encode, tok.apply_chat_template
+    tok.encode = lambda *a, **kw: (calls.append(1), encode(*a, **kw))[1]
+    tok.apply_chat_template = lambda *a, **kw: (calls.append(1), template(*a, **kw))[1]
+    content = "x" * 3_000_000
+    body = {"prompt": content} if form == "prompt" else {"messages": [{"role": "user", "content": content}]}
+    try:
+        r = httpx.post(server.url + "/tokenize", json=body, timeout=120)
+        small = {"prompt": "hello"} if form == "prompt" else {"messages": [{"role": "user", "content": "hello"}]}
+        ok = httpx.post(server.url + "/tokenize", json=small, timeout=60)
+    finally:
+        tok.encode, tok.apply_chat_template = encode, template
+    assert r.status_code == 400, r.text
+    assert "at least 3000000 tokens" in r.json()["error"]["message"] and calls == [1]   # the small one only
+    assert ok.status_code == 200 and ok.json()["count"] > 0
+
+
+def test_a_tiers_request_rate_holds_on_tokenize(keyed: Any) -> None:
+    headers = {"x-api-key": "sk-bounds-tiny-tok"}       # its own key: the count_tokens test spends the other's
+    codes = [httpx.post(keyed.url + "/tokenize", json={"prompt": "hi"}, headers=headers, timeout=30).status_code
+             for _ in range(3)]
+    assert codes == [200, 200, 429]
