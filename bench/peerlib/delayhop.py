@@ -1,6 +1,7 @@
 """A tiny real HTTP/1.1 hop that injects a known delay (bench/verdict_calibration.py's gateway).
 
-    python bench/peerlib/delayhop.py --upstream 127.0.0.1:PORT --delay-ms 2 --mode head|chunk
+    python bench/peerlib/delayhop.py --upstream 127.0.0.1:PORT --delay-ms 2 --mode head|chunk \
+        [--traceparent keep|rewrite|strip]
 
 Binds 127.0.0.1 port 0 and prints "PORT <n>". Keep-alive, one upstream connection per client
 connection; request bodies framed by Content-Length, responses by Content-Length or chunked
@@ -20,6 +21,7 @@ the latency tests run the script by path).
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import subprocess
 import sys
@@ -158,7 +160,24 @@ def _trailer(uf: Any) -> bytes:
             return out
 
 
-def serve(client: socket.socket, upstream: tuple[str, int], delay_s: float, mode: str) -> None:
+def trace_context(head: bytes, how: str) -> bytes:
+    """--traceparent: keep the client's W3C trace context, strip it (traceparent and tracestate dropped), or
+    rewrite it (a fresh trace id: a hop that starts a trace of its own)."""
+    if how == "keep":
+        return head
+    out = []
+    for line in head.split(b"\r\n"):
+        name = line.partition(b":")[0].strip().lower()
+        if name in (b"traceparent", b"tracestate"):
+            if how == "rewrite" and name == b"traceparent":
+                out.append(b"traceparent: 00-" + os.urandom(16).hex().encode() + b"-" + os.urandom(8).hex().encode()
+                           + b"-01")
+            continue
+        out.append(line)
+    return b"\r\n".join(out)
+
+
+def serve(client: socket.socket, upstream: tuple[str, int], delay_s: float, mode: str, trace: str = "keep") -> None:
     up = socket.create_connection(upstream)
     for s in (client, up):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -166,7 +185,7 @@ def serve(client: socket.socket, upstream: tuple[str, int], delay_s: float, mode
     try:
         while (head := read_head(cf)) is not None:
             length = int(header(head, b"content-length") or b"0")
-            request = head + (cf.read(length) if length else b"")
+            request = trace_context(head, trace) + (cf.read(length) if length else b"")
             ANSWER.hold_s = ANSWER.upstream_s = 0.0
             if mode == "head":
                 timed_hold(delay_s)
@@ -187,6 +206,8 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=float, default=0.0)
     ap.add_argument("--mode", choices=("head", "chunk"), default="head")
     ap.add_argument("--log", help="append each answer's first hold, in ms, to this file")
+    ap.add_argument("--traceparent", choices=("keep", "rewrite", "strip"), default="keep",
+                    help="pass the client's trace context on, give it a fresh trace id, or drop it")
     args = ap.parse_args()
     global LOG
     LOG = HoldLog(args.log)
@@ -198,7 +219,8 @@ def main() -> None:
     print(f"PORT {srv.getsockname()[1]}", flush=True)
     while True:
         conn, _ = srv.accept()
-        threading.Thread(target=serve, args=(conn, (host, int(port)), args.delay_ms / 1e3, args.mode),
+        threading.Thread(target=serve, args=(conn, (host, int(port)), args.delay_ms / 1e3, args.mode,
+                                                     args.traceparent),
                          daemon=True).start()
 
 
@@ -223,12 +245,12 @@ class Hop:
 
 
 def start_hop(upstream: str, delay_ms: float, mode: str, logdir: Path | None,
-              procs: list[subprocess.Popen[Any]]) -> Hop:
+              procs: list[subprocess.Popen[Any]], traceparent: str = "keep") -> Hop:
     """This script as a child process in front of `upstream` (URL or host:port), in its own session, added
     to `procs` (the caller stops them); with `logdir`, each answer's hold is logged there."""
     log = logdir / f"hop-{len(procs)}-{mode}-{delay_ms}.log" if logdir is not None else None
     args = [sys.executable, __file__, "--upstream", upstream.removeprefix("http://"), "--delay-ms", str(delay_ms),
-            "--mode", mode]
+            "--mode", mode, "--traceparent", traceparent]
     if log is not None:
         log.touch()
         args += ["--log", str(log)]

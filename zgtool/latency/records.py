@@ -149,6 +149,7 @@ class RequestSample:
     engine_front_ms: float | None = None   # the engine's own front (API server) before its clock starts: the
                                             # direct path's median rest, the same on every path (analysis)
     trace_id: str | None = None         # the W3C traceparent's trace id this request carried (32 hex)
+    trace_echo: str | None = None       # the trace id the engine echoed (x-zgtool-trace-id); None: no echo
     engine: EngineTiming | None = None  # the engine's own timing, from whichever adapter applied
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms
     engine_warnings: list[str] = field(default_factory=list)     # why an engine report was ignored
@@ -254,6 +255,7 @@ class TargetResult:
     num_lagged: int = 0                                   # ok requests flagged lagged (their unvouched figures left out)
     open_loop: OpenLoopSummary | None = None              # achieved rate, dispatch lag (zgtool.latency.analysis.openloop)
     trace_context: dict[str, Any] | None = None           # did its traceparent reach the engine (survived/dropped)
+    trace_echo: dict[str, Any] | None = None              # the engine's echo of the trace id vs the one sent
     subsets: dict[str, Any] | None = None                 # figures resting on different requests: {of, kept: {name: k}}
 
 

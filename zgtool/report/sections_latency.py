@@ -66,6 +66,12 @@ def waterfall_section(rs: ResultSet) -> Section:
         if traced:
             parts.append('<p class="note">Trace context per path (the engine\'s spans under each request\'s fresh '
                          "traceparent): " + "; ".join(traced) + "</p>")
+        echoed = [f"{escape(t['name'])}: {escape(te['verdict'])} (of {te['sent']}: {te['survived']} survived, "
+                  f"{te['rewritten']} rewritten, {te['dropped']} dropped)"
+                  for t in d.get("targets") or [] if (te := t.get("trace_echo"))]
+        if echoed:
+            parts.append('<p class="note">Trace context per path (the trace id the engine echoed against the '
+                         "one sent): " + "; ".join(echoed) + "</p>")
     sec.body = "".join(parts)
     return sec
 

@@ -378,6 +378,24 @@ def trace_context(samples: Sequence[RequestSample]) -> dict[str, Any] | None:
     return {"verdict": verdict, "came_back": k, "sent": n}
 
 
+REWRITTEN, DROPPED_ECHO, MIXED = "rewritten", "dropped", "mixed"
+
+
+def trace_echo(samples: Sequence[RequestSample], direct_echoes: bool) -> dict[str, Any] | None:
+    """Did this path's traceparent reach the engine? From the trace id the engine echoed (zgtool's engine:
+    x-zgtool-trace-id) against the one zgtool sent on that request: the same = survived, another = rewritten (a
+    hop started its own trace), none while the direct path's answers echo = dropped. None: nothing to judge by
+    (no echo on this path nor on the direct one)."""
+    ok = [s for s in samples if s.ok and s.trace_id]
+    echoed = [s for s in ok if s.trace_echo]
+    if not ok or (not echoed and not direct_echoes):
+        return None
+    same = sum(1 for s in echoed if s.trace_echo == s.trace_id)
+    counts = {SURVIVED: same, REWRITTEN: len(echoed) - same, DROPPED_ECHO: len(ok) - len(echoed)}
+    verdict = next((v for v, k in counts.items() if k == len(ok)), MIXED)
+    return {"verdict": verdict, **counts, "sent": len(ok), "source": "engine echo (x-zgtool-trace-id)"}
+
+
 def trace_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
     per = [(t.name, tc) for t, s in zip(targets, samples, strict=True) if (tc := trace_context(s)) is not None]
     if not per:
@@ -452,8 +470,10 @@ def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], c
     stream_metrics = [m for m in METRICS if cfg.stream or m not in STREAM_ONLY]
     results = [summarize_target(t, s, cfg, [*order, *stream_metrics])
                for t, s in zip(targets, samples, strict=True)]
+    direct_echoes = bool(samples) and any(s.ok and s.trace_echo for s in samples[0])
     for r, per_target in zip(results, samples, strict=True):
         r.trace_context = trace_context(per_target)
+        r.trace_echo = trace_echo(per_target, direct_echoes)
         r.throughput = throughput(per_target, cfg.slo, cfg.stream)
         r.cpu_ms_per_request = (cpu or {}).get(r.name)
     notes = attribution_notes(targets, samples)

@@ -177,7 +177,22 @@ def _waterfall_table(tr: TargetResult, res: SplitResult, scale: float, title: st
                      fmt_p50(p) if with_ci else fmt_ms(p.summary.get("p50")), fmt_ms(p.summary.get("p99")),
                      str(p.count)]
             t.add_row(*cells, *([""] if bar_width else []))
+    if (tc := trace_cell(tr)) is not None:
+        t.add_row(Text("trace context", style="bold"), "", tc[0], "", tc[1], *([""] if bar_width else []))
     return t
+
+
+def trace_cell(tr: TargetResult) -> tuple[str, str] | None:
+    """(what happened to the path's traceparent, on how many requests): from the engine's echo of the trace id,
+    else from the engine's spans (--otlp-listen); None when neither came back."""
+    if (e := tr.trace_echo) is not None:
+        if e["verdict"] == "mixed":
+            how = ", ".join(f"{e[v]} {v}" for v in ("survived", "rewritten", "dropped") if e[v])
+            return f"mixed: {how} (echo)", str(e["sent"])
+        return f"{e['verdict']} (echo)", str(e["sent"])
+    if (c := tr.trace_context) is not None:
+        return f"{c['verdict']} ({c['came_back']}/{c['sent']} spans)", str(c["sent"])
+    return None
 
 
 def _lines(renderable: object, width: int) -> int:

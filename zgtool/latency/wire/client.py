@@ -59,6 +59,10 @@ class _Trace:
                 self.local_port = None
 
 
+# zgtool's engine echoes the trace id of the traceparent it received (engine/server/tracing.py); none arrived: no echo
+TRACE_ECHO_HEADER = b"x-zgtool-trace-id"
+
+
 def trace_headers() -> tuple[str, list[tuple[bytes, bytes]]]:
     """A fresh W3C trace context (version 00, sampled): (trace id, [traceparent, tracestate])."""
     trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
@@ -240,6 +244,8 @@ class Session:
         for k, v in resp.headers:
             if k.lower() in (b"request-id", b"x-request-id") and sample.request_id is None:
                 sample.request_id = v.decode("latin-1")
+            elif k.lower() == TRACE_ECHO_HEADER:     # zgtool's engine: the trace id its traceparent carried
+                sample.trace_echo = v.decode("latin-1").strip().lower()
         ev.headers = Evidence.from_headers(resp.headers).headers
         # Server-Timing, and the engine's timing under a gateway's name for it (LiteLLM)
         parts = timing_from_headers(resp.headers)
