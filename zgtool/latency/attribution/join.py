@@ -125,7 +125,7 @@ def _stat(values: list[float], groups: list[int], cfg: Boot) -> dict[str, Any] |
     scale = LOG if min(values) > 0 else LINEAR
     iv = median_ci(values, groups=groups, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed,
                    scale=scale)
-    out = {"median_ms": iv.estimate, "lo_ms": iv.lo, "hi_ms": iv.hi, "n": len(values)}
+    out: dict[str, Any] = {"median_ms": iv.estimate, "lo_ms": iv.lo, "hi_ms": iv.hi, "n": len(values)}
     if iv.note is not None:
         out["note"] = iv.note
     elif min(values) >= 0 and iv.lo is not None and iv.lo < 0:
