@@ -30,3 +30,13 @@ def test_a_path_that_mixes_verdicts_says_each_count() -> None:
                   "source": "engine echo (x-zgtool-trace-id)"}
     tr = TargetResult("gw", "http://127.0.0.1:1", "anthropic", "http", [], {}, 4, 0, trace_echo=te)
     assert trace_cell(tr) == ("mixed: 2 survived, 1 rewritten, 1 dropped (echo)", "4")
+
+
+def test_the_html_lists_each_paths_echo_verdict_with_its_counts() -> None:
+    from zgtool.report.load import ResultSet
+    from zgtool.report.sections_latency import waterfall_section
+
+    te = trace_echo(_sent(["same", "same", "f" * 32, None]), direct_echoes=True)
+    data = {"config": {}, "waterfall_phases": [], "targets": [{"name": "gw", "phases": {}, "trace_echo": te}]}
+    sec = waterfall_section(ResultSet(results=[("r.json", {"kind": "latency_split", "data": data})]))
+    assert "gw: mixed (of 4: 2 survived, 1 rewritten, 1 dropped)" in sec.body
