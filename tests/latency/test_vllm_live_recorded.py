@@ -6,7 +6,8 @@ metric names), POST /tokenize (chat and prompt forms), the Prometheus names the 
 reading use (idle and busy scrapes), the stream's usage chunk with vLLM's per-request `metrics` (and LiteLLM's
 without them), vLLM's own OTLP spans (fixtures/otlp/vllm_live_llm_request_spans.pb: the sink's body as vLLM
 exported it for the four chat recordings, the sent traceparent kept directly and lost behind LiteLLM), the
-404 shapes for an unknown model, and LiteLLM's model listing."""
+404 shapes for an unknown model, LiteLLM's model listing, and vLLM started as bench/peers.py starts it (without
+the flag: vllm_live_plain_*.txt)."""
 
 from __future__ import annotations
 
@@ -233,3 +234,18 @@ def test_recorded_unknown_model_answers_are_api_errors_naming_the_served_model(n
     r = httpx.Response(status, headers={"content-type": headers["content-type"]}, content=body)
     assert status == 404 and _api_error_body(r)
     assert "does not exist" in _error_words(r) and "Valid aliases: smollm2" in _error_words(r)
+
+
+# --- vLLM as bench/peers.py starts it: no --enable-per-request-metrics -----------------------------------------
+
+def test_without_the_flag_vllm_sends_no_metrics_and_no_adapter_claims_a_timing() -> None:
+    last = sse_docs(exchange("vllm_live_plain_stream")[2])[-1]
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 8 and "metrics" not in last
+    assert vllm_adapter.read(_evidence("vllm_live_plain_stream")) is None
+    whole = doc("vllm_live_plain_nonstream")
+    assert "metrics" in whole and whole["metrics"] is None          # the key is there, empty
+    ev = Evidence(stream=False)
+    ev.note_doc(whole)
+    assert vllm_adapter.read(ev) is None
+    named = from_body(whole)                                        # still named by its fingerprint
+    assert named is not None and named.label() == "vLLM 0.32.0"
