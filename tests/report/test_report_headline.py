@@ -92,7 +92,8 @@ def test_percentile_intervals_are_never_negative_and_state_their_method(tmp_path
     r["data"]["targets"][1]["phases"]["ttft_ms"] = {**ttft, "median_lo": 80.0, "median_hi": 200.0, "ci_method": "log"}
     pct = section(html_of(tmp_path, r), "percentiles")
     assert "-114" not in pct and "−114" not in pct
-    assert "<td class=num>[0, 1,893]</td><td>linear, clipped at 0</td>" in pct
+    # issue 38: a latency's bound widened below 0 is no interval, never a clipped [0, ...]
+    assert "<td class=num>no interval (widened below 0)</td><td></td>" in pct
     assert "<td class=num>[80, 200]</td><td>log latency</td>" in pct
     assert "drawn on log latency" in pct
 

@@ -141,8 +141,8 @@ def percentile_section(rs: ResultSet) -> Section:
                             + "".join(f"<td class=num>{_ms(s.get(k))}</td>" for k in ("p50", "p90", "p95", "p99", "mean"))
                             + f"<td class=num>{ci}</td><td>{escape(method)}</td></tr>")
     sec.body = ('<p class="note">Median 95% CI: bootstrap over rounds. A latency cannot be negative: its interval '
-                "is drawn on log latency where the result says so (never below 0), otherwise on the linear scale "
-                "and clipped at 0.</p>"
+                "is drawn on log latency where the result says so (never below 0); one whose linear interval went below "
+                "0 has none (a bound clipped to 0 would be an artefact); a remainder's can be below 0.</p>"
                 f'<div class="wide"><table class="t"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></div>'
                 + _definitions(found))
     return sec
@@ -180,6 +180,10 @@ def median_ci_cell(p: dict[str, Any]) -> tuple[str, str]:
         return str(p.get("ci_note") or "–"), ""      # "no interval (k distinct values)": never a 0.00 artefact
     method = str(p.get("ci_method") or "linear")
     kept = f" ({count}/{of})" if isinstance(count, int) and isinstance(of, int) and count < of else ""
+    if lo < 0 and p.get("ci_method") != "linear":
+        # a latency's bound below 0 (an older result, drawn linear and widened for few rounds): clipped it would
+        # read 0, the widening's artefact (issue 38)
+        return f"no interval (widened below 0){kept}", ""
     # a latency's bound is drawn above 0 (log scale, or no interval); a remainder's below 0 is its own
     return f"[{svg.fmt(lo)}, {svg.fmt(hi)}]{kept}", CI_METHODS.get(method, method)
 
