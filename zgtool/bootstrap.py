@@ -272,6 +272,9 @@ def median_difference(baseline: Sequence[float], candidate: Sequence[float], *,
     n = min(len(a), len(b))
     if n < MIN_SAMPLES:
         return Difference(Interval(est, None, None, confidence, 0, n), NOT_SIGNIFICANT)
+    distinct = len(set(a) | set(b))
+    if distinct < MIN_DISTINCT:       # e.g. an engine phase that is 0 on both paths: [+0.00, +0.00] says nothing
+        return Difference(Interval(est, None, None, confidence, 0, n, note=no_interval(distinct)), NOT_SIGNIFICANT)
     rng = np.random.default_rng(seed)
     labels = _round_index(ga, gb)
     rounds: int | None

@@ -61,7 +61,8 @@ def test_identical_samples_are_not_significant() -> None:
 def test_constant_identical_samples_are_not_significant() -> None:
     d = median_difference([5.0] * 50, [5.0] * 50)
     assert d.verdict == NOT_SIGNIFICANT
-    assert (d.interval.lo, d.interval.hi) == (0.0, 0.0)
+    # one distinct value: no interval rather than a degenerate [0, 0] (issue 38)
+    assert (d.interval.lo, d.interval.hi) == (None, None) and d.interval.note == "no interval (1 distinct value)"
 
 
 def test_a_real_shift_is_detected_in_its_direction_with_an_interval_around_it() -> None:

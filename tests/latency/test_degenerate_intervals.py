@@ -55,4 +55,32 @@ def test_a_latency_above_0_keeps_a_positive_interval_in_the_join() -> None:
 
 
 def test_a_remainders_negative_bound_is_shown_not_clipped() -> None:
-    assert fmt_pm(1787.85, -312.4, 2196.77) == "1787.85 [-312, 2197]"
+    from zgtool.latency.records import PhaseStats
+
+    rest = PhaseStats("network_client_ms", 30, {"p50": 1787.85}, -312.4, 2196.77, None, "linear", 30)
+    assert fmt_p50(rest) == "1787.85 [-312, 2197]"
+    assert fmt_pm(5.0, -3.0, 12.0) == "5.00 [0.0, 12.0]"          # a latency's (never below 0 by its drawing)
+
+
+def test_a_difference_of_a_phase_that_is_0_on_both_paths_has_no_interval() -> None:
+    from zgtool.bootstrap import median_difference
+    from zgtool.latency.analysis.phases import analyse
+    from zgtool.latency.records import RequestSample
+    from zgtool.latency.render.split import fmt_diff
+    from zgtool.targets import Target
+
+    d = median_difference([0.0] * 16, [0.0] * 16)
+    assert d.interval.lo is None and d.interval.note == "no interval (1 distinct value)"
+    assert median_difference([0.0] * 16, [0.01 * (i % 4) for i in range(16)]).interval.lo is not None
+
+    def path(extra: float) -> list[RequestSample]:
+        return [RequestSample(index=i, worker=0, round=i % 4, ok=True, total_ms=1.0 + extra + 0.01 * (i % 5),
+                              server_timing={"prefill": 0.0, "total": 0.5}) for i in range(16)]
+
+    targets = [Target("a", "http://127.0.0.1:1"), Target("b", "http://127.0.0.1:2")]
+    res = analyse(targets, [path(0.0), path(0.2)], SplitConfig(num_requests=16, stream=False, resamples=200))
+    pre = next(x for x in res.differences if x.phase == "prefill_ms")
+    assert pre.lo_ms is None and pre.note == "no interval (1 distinct value)"
+    assert fmt_diff(pre).plain == "+0.00 (no CI: 1 value)"
+    total = next(x for x in res.differences if x.phase == "total_ms")
+    assert total.lo_ms is not None and total.note is None

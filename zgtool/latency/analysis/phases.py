@@ -291,7 +291,7 @@ def _difference(phase: str, base: str, cand: str, d: Difference, base_median_ms:
         negligible=design.is_negligible(iv.estimate, iv.lo, iv.hi, d.significant, floor),
         min_effect_ms=floor, mde_ms=design.mde_ms(iv.lo, iv.hi, confidence, m),
         lo_adj=adj.lo if adj else None, hi_adj=adj.hi if adj else None,
-        significant_adj=d.significant_adjusted, comparisons=m)
+        significant_adj=d.significant_adjusted, comparisons=m, note=iv.note)
 
 
 def measured_duration_s(samples: Sequence[RequestSample]) -> float:

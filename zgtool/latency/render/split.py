@@ -80,13 +80,14 @@ def fmt_ci(lo: float | None, hi: float | None, *, signed: bool = True) -> str:
     return f"[{f.format(lo)}, {f.format(hi)}]"
 
 
-def fmt_pm(value: float, lo: float | None, hi: float | None, *, signed: bool = False) -> str:
-    """`6.44 [6.20, 6.71]`: the figure and its 95% interval as bounds. A bound is never clipped here: a
-    latency's is drawn above 0 (log scale, or no interval: zgtool.latency.analysis.phases), and a remainder's
-    can be below 0, where a clipped 0.00 would read as a finding."""
+def fmt_pm(value: float, lo: float | None, hi: float | None, *, signed: bool = False, clip: bool = True) -> str:
+    """`6.44 [6.20, 6.71]`: the figure and its 95% interval as bounds (a latency's never below 0). A remainder's
+    (clip=False) can be below 0, where a clipped 0.00 would read as a finding."""
     s = f"{value:+.2f}" if signed else f"{value:.2f}"
     if lo is None or hi is None:
         return s
+    if not signed and clip:
+        lo, hi = max(lo, 0.0), max(hi, 0.0)
     return f"{s} {fmt_ci(lo, hi, signed=signed)}"
 
 
@@ -95,7 +96,7 @@ def fmt_p50(p: PhaseStats | None) -> str:
     no interval from under 8 figures ("too few: k of n kept")."""
     if p is None or p.summary.get("p50") is None:
         return "-"
-    s = fmt_pm(p.summary["p50"], p.median_lo, p.median_hi)
+    s = fmt_pm(p.summary["p50"], p.median_lo, p.median_hi, clip=p.ci_method != "linear")
     if p.ci_note is not None and p.count >= MIN_FIGURES:
         s = f"{s} ({p.ci_note})"
     if p.count < MIN_FIGURES:
@@ -113,6 +114,9 @@ def fmt_diff(d: PhaseDifference | None) -> Text:
         return Text(d.note if d is not None and d.note else "-", style="dim")
     style = {"higher": "red", "lower": "green"}.get(d.verdict, "dim")
     mark = SIGNIFICANT if d.verdict in ("higher", "lower") else NOT_SIGNIFICANT_MARK
+    if d.lo_ms is None and d.note:          # "no interval (1 distinct value)": no CI, so no marker either
+        k = d.note.removeprefix("no interval (").split(" ")[0]
+        return Text(f"{d.diff_ms:+.2f} (no CI: {k} value{'s' if k != '1' else ''})", style="dim")
     return Text(f"{fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True)} {mark:<4}", style=style)
 
 
