@@ -76,7 +76,7 @@ def _row(spec: PairedSpec, res: LoadedResult, name: str, base: dict[str, Any], c
     iv = d.interval
     threshold = spec.threshold_ms(percentile(a, 50))
     if iv.lo is None or iv.hi is None:
-        return GateRow(label, check, res.label, SKIP, group=GROUP, detail=f"too few samples ({iv.n})")
+        return GateRow(label, check, res.label, SKIP, group=GROUP, detail=iv.note or f"too few samples ({iv.n})")
     breached = iv.lo > 0 and iv.estimate > threshold
     why = paired_why(iv.estimate, iv.lo, iv.hi, threshold, breached)
     return GateRow(label, check, res.label, FAIL if breached else PASS, (f"{name} difference", "threshold"),
