@@ -206,8 +206,9 @@ def test_rate_sweep_starts_at_one_streams_rate_and_doubles(capacity: dict[int, s
         s = data["saturation"][url]
         assert data["stopped"].startswith("every path saturated")
         assert s["saturated_at"] == loads[-1] and s["knee"] == (loads[-2] if len(loads) > 1 else None)
-        # answers cannot outrun the 30 req/s capacity, so no knee is claimed at or above it (a busy
-        # machine's late sends count from their due time and may place it lower, never higher)
-        assert s["knee"] is None or s["knee"] < 30, s
+        # answers cannot outrun the 30 req/s capacity, so no knee is claimed where 30 req/s falls short by
+        # more than the rule's shortfall (a busy machine's late sends count from their due time and may place
+        # it lower, never higher): 32.2 req/s answered at 30 is within 10%, a knee the rule rightly keeps
+        assert s["knee"] is None or s["knee"] < 30 / (1 - data["rule"]["shortfall"]), s
     else:
         assert "fell behind" in r.stderr
