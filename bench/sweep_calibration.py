@@ -10,6 +10,9 @@ and figure. A flip is a pair whose two identical runs state different things. Th
 Wilson 95% interval) is what zgtool.latency.analysis.saturation.MIN_POINT_REQUESTS is set from: below it a
 sweep's statement is printed as indicative. On a shared 2-core box the figures are noisy: read the trend.
 LAST line: JSON.
+Measured here (null engine, -c 1,2,4,8, busy 2-core box; pairs that flipped): -n 4: 6/6, 8: 6/6, 16: 5/6,
+32: 5/6, 64: 4/6 (--pairs 6); 128: 2/3, 256: 2/3 (--pairs 3). Every pair flipped below 16 per point; above
+that, more requests did not make the null engine's knee repeatable here (the box's CPU is its capacity).
 """
 
 from __future__ import annotations
