@@ -12,7 +12,8 @@ sweep's statement is printed as indicative. On a shared 2-core box the figures a
 LAST line: JSON.
 Measured here (null engine, -c 1,2,4,8, busy 2-core box; pairs that flipped): -n 4: 6/6, 8: 6/6, 16: 5/6,
 32: 5/6, 64: 4/6 (--pairs 6); 128: 2/3, 256: 2/3 (--pairs 3). Every pair flipped below 16 per point; above
-that, more requests did not make the null engine's knee repeatable here (the box's CPU is its capacity).
+that, more requests did not make the null engine's knee repeatable here (the box's CPU is its capacity);
+dummy:small (--ns 8,32 --pairs 3): 3/3 and 3/3.
 """
 
 from __future__ import annotations
