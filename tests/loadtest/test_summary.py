@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from zgtool.errors import UsageError
-from zgtool.loadtest.summary import PHASES, RampStep, find_knee, ramp_path, scenario_stats
+from zgtool.loadtest.render import bench_verdict
+from zgtool.loadtest.summary import PHASES, BenchResult, RampStep, find_knee, ramp_path, scenario_stats
 
 DATA = Path(__file__).parent / "data"
 
@@ -68,3 +69,31 @@ def test_failures_or_an_unkept_rate_mark_the_knee():
     assert find_knee(steps)[0:2] == (80, "40 of 400 requests failed")
     steps[3] = RampStep(80, 5.0, 200, 40, 0, 0.5, 1.0, 1.2)
     assert find_knee(steps)[1] == "only 40.0 of 80 req/s started"
+
+
+def _bench(summary: dict, failures: dict[str, int] | None = None) -> BenchResult:
+    scen = {}
+    for name in ("direct", "gateway"):
+        if failures and name in failures:
+            summary["metrics"][f"http_req_failed{{path:{name}}}"]["values"].update(
+                passes=failures[name], fails=11 - failures[name])
+        scen[name] = scenario_stats(summary, name, url="http://x", stream=False, rate_rps=10, duration_s=1.0)
+    return BenchResult(k6_version="v1.1", script="s.js", config={"rate_rps": 10}, scenarios=scen, requests=22,
+                       failures=sum((failures or {}).values()), failure_rate=0.0, dropped_iterations=0,
+                       load_generator_saturated=False, test_run_s=1.0)
+
+
+def test_bench_answers_first_with_what_the_gateway_adds_at_p50_and_p95():
+    summary = _load("k6_summary_gateway_vs_direct.json")
+    res = _bench(summary)
+    d, g = res.scenarios["direct"].http_req_duration, res.scenarios["gateway"].http_req_duration
+    line = bench_verdict(res)
+    assert line.startswith(f"gateway adds {g.p50 - d.p50:+.2f} ms at p50")
+    assert f"{g.p95 - d.p95:+.2f} ms at p95" in line and "at 10 req/s" in line and "no interval" in line
+
+
+def test_bench_verdict_names_failures_and_a_run_where_nothing_succeeded():
+    summary = _load("k6_summary_gateway_vs_direct.json")
+    assert "gateway: 3 of 11 failed" in bench_verdict(_bench(summary, {"gateway": 3}))
+    summary = _load("k6_summary_gateway_vs_direct.json")
+    assert bench_verdict(_bench(summary, {"direct": 11, "gateway": 11})).startswith("No request succeeded")

@@ -15,7 +15,38 @@ def _ms(v: float | None) -> str:
     return "-" if v is None or math.isnan(v) else f"{v:.2f}"
 
 
+def bench_verdict(result: BenchResult) -> str:
+    """The first line: what the gateway scenario adds to direct's request latency (p50, p95), or, with one
+    scenario, its latency; the failures when there are any. k6's scenarios are separate, unpaired runs:
+    no interval is claimed (latency-split gives the paired tax with one)."""
+    s = result.scenarios
+    failed = [f"{n}: {s[n].failures} of {s[n].requests} failed" for n in s if s[n].failures]
+    tail = ("; " + ", ".join(failed)) if failed else ""
+    ok = [n for n in s if s[n].requests > s[n].failures]
+    if not ok:
+        return "No request succeeded in any scenario" + tail + "."
+    rate = result.config.get("rate_rps")
+    at = f" at {rate} req/s" if rate is not None else ""
+    if "direct" in ok and len(ok) > 1:
+        base = s["direct"].http_req_duration
+        parts = []
+        for n in ok:
+            if n == "direct":
+                continue
+            d = s[n].http_req_duration
+            if any(math.isnan(v) for v in (d.p50, d.p95, base.p50, base.p95)):
+                continue
+            parts.append(f"{n} adds {d.p50 - base.p50:+.2f} ms at p50 ({_ms(base.p50)} -> {_ms(d.p50)}) and "
+                         f"{d.p95 - base.p95:+.2f} ms at p95 per request over direct{at}")
+        if parts:
+            return ("; ".join(parts) + " (separate k6 runs, no interval: `zgtool latency-split` gives the paired "
+                    "tax with one)" + tail + ".")
+    lines = [f"{n}: p50 {_ms(s[n].http_req_duration.p50)} ms, p95 {_ms(s[n].http_req_duration.p95)} ms" for n in ok]
+    return "; ".join(lines) + at + tail + "."
+
+
 def render_bench(result: BenchResult, console: Console) -> None:
+    console.print(bench_verdict(result), highlight=False, markup=False, soft_wrap=True)
     names = list(result.scenarios)
     cfg = result.config
     table = Table(title=f"k6 {result.k6_version}: {cfg['rate_rps']} req/s for {cfg['duration_s']:g} s per "
