@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +76,11 @@ def test_anthropic_stream_reports_the_real_prefix_cache_hit(live: Live) -> None:
 
 def test_overloaded_529_carries_retry_after(tmp_path: Path) -> None:
     with in_process(tmp_path, max_num_seqs=1, max_waiting=1, max_model_len=300_000) as live:
+        # the null model now steps 250,000 tokens in well under a second: hold each step 1 ms so that the
+        # two streams keep their seat and their queue place for the whole test
+        runner = live.built.engine.runner  # type: ignore[union-attr]
+        step = runner.execute
+        runner.execute = lambda batch: (time.sleep(0.001), step(batch))[1]
         socks = []
         body = {"model": "null", "max_tokens": 250_000, "stream": True, "messages": MSGS}
         for _ in range(2):                    # one running, one waiting: the queue is full
