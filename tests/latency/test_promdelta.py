@@ -165,7 +165,7 @@ def test_without_flags_a_path_lacking_engine_timing_falls_back_on_the_direct_tar
         ok = [s for s in t["samples"] if s["ok"]]
         # a delta that another (unmeasured warm-up) request also moved is refused with a counted warning
         joined = [s for s in ok if s["engine"] and s["engine"]["source"] == SOURCE]
-        assert len(ok) == 8 and len(joined) >= 6, t["name"]
+        assert len(ok) == 12 and len(joined) >= 9, t["name"]
         assert all(s["engine_warnings"] for s in ok if s not in joined)
     oe = next(d for d in result["data"]["differences"] if d["phase"] == "outside_engine_ms")
     assert oe["diff_ms"] is not None and oe["verdict"] != "not measured"
