@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -32,32 +31,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+from peerlib.rates import wilson
+
 from zgtool.gate import DEFAULT_POLICY, LoadedResult, evaluate, load_policy
+from zgtool.http.net import free_port
 from zgtool.stats import percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 HOP = ROOT / "bench" / "peerlib" / "delayhop.py"
 SCENARIOS = ("aa", "ab2ms", "ab10")
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (max(0.0, mid - half), min(1.0, mid + half))
-
-
-def free_port() -> int:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
