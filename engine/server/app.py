@@ -16,17 +16,16 @@ import time
 from typing import Any
 
 from zgtool import __version__
-from zgtool.engine.server import handlers, tokenize_route
 from zgtool.engine.server.accesslog import AccessLog
-from zgtool.engine.server.admission import Admission, Principal
+from zgtool.engine.server.admission import Admission
 from zgtool.engine.server.config import ServeConfig
+from zgtool.engine.server.context import KEEPALIVE, SERVER_TIMING_FMT, Ctx, Flight, Routes
 from zgtool.engine.server.errors import HttpError, not_found, to_http_error
-from zgtool.engine.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from zgtool.engine.server.metrics import ServerMetrics
 from zgtool.engine.server.protocol import RESPOND, WRITE_CHUNK
 from zgtool.engine.server.safety import SafetyPolicy
 from zgtool.engine.server.sse import KeepaliveTicker
-from zgtool.engine.server.tracing import SpanExporter, parse_traceparent, response_headers
+from zgtool.engine.server.tracing import SpanExporter, response_headers
 from zgtool.http.body import ClientGone, load_json_object, read_body
 from zgtool.http.errors import error_body
 
@@ -38,37 +37,10 @@ DRAIN_WRITE_S = 5.0    # after aborting at the end of the grace period: time for
 # anthropic-version: absent is accepted (as 2023-06-01, like other compatible servers); a
 # value that is not a version date is a client bug worth a 400.
 ANTHROPIC_VERSION = re.compile(rb"\d{4}-\d{2}-\d{2}")
-# Server-Timing of every answer: these parts in this order, formatted in one step from a
-# tuple of their values (handlers build the tuple; no dict per request)
-SERVER_TIMING_KEYS = handlers.SERVER_TIMING_KEYS
-SERVER_TIMING_FMT = b", ".join(b"%s;dur=%%.3f" % k.encode() for k in SERVER_TIMING_KEYS)
-
-
-class Ctx:
-    """Per-request state shared by the handlers."""
-
-    __slots__ = ("rid", "api", "t0", "headers", "principal", "started", "safety_ms", "status", "log", "error_type",
-                 "respond", "write_chunk", "trace")
-
-    def __init__(self, rid: str, api: str, t0: float, headers: dict[bytes, bytes], respond: Any = None) -> None:
-        self.rid = rid
-        self.api = api
-        self.t0 = t0
-        self.headers = headers
-        self.principal: Principal | None = None
-        self.started = False          # response headers sent
-        self.safety_ms = 0.0          # input-side safety time (the engine times the output side)
-        self.status = 0
-        self.log: dict[str, Any] | None = None     # access-log record being built (generation routes)
-        self.error_type: str | None = None
-        self.respond = respond        # our protocol's one-write answer (protocol.RESPOND), or None
-        self.write_chunk: Any = None  # our protocol's one piece of a stream (protocol.WRITE_CHUNK), or None
-        tp = headers.get(b"traceparent")
-        self.trace = None if tp is None else parse_traceparent(tp, headers.get(b"tracestate"))
 
 
 class ServerApp:
-    def __init__(self, engine: Any, cfg: ServeConfig, admission: Admission,
+    def __init__(self, engine: Any, cfg: ServeConfig, admission: Admission, routes: Routes,
                  safety: SafetyPolicy | None = None, access_log: AccessLog | None = None) -> None:
         self.engine = engine
         self.cfg = cfg
@@ -76,7 +48,7 @@ class ServerApp:
         self.safety = safety
         self.access_log = access_log
         self.draining = False
-        self.inflight: dict[str, handlers.Flight] = {}
+        self.inflight: dict[str, Flight] = {}
         keys = admission.keys
         self.metrics_keyed = cfg.metrics_require_key or bool(keys is not None and keys.metrics_require_key)
         # run.py serves with our protocol, which calls a per-request disconnect hook; under
@@ -87,7 +59,7 @@ class ServerApp:
         self.request_tasks: set[Any] | None = None
         self.tracer: SpanExporter | None = None    # run.py: --otlp-endpoint
         # a stream silent for --stream-keepalive-s gets a keepalive (sse.py)
-        self.keepalive = KeepaliveTicker(cfg.stream_keepalive_s, handlers.KEEPALIVE)
+        self.keepalive = KeepaliveTicker(cfg.stream_keepalive_s, KEEPALIVE)
         self.created = int(time.time())
         from zgtool.engine.cpu_kernels import engine_isa, engine_status
 
@@ -99,17 +71,8 @@ class ServerApp:
         self._stats: dict[str, Any] = {}
         self._stats_t = -1.0
         self._hint = b""
-        self.routes: dict[str, dict[str, Any]] = {
-            "/v1/messages": {"POST": handlers.messages},
-            "/v1/messages/count_tokens": {"POST": handlers.count_tokens},
-            "/v1/chat/completions": {"POST": handlers.chat_completions},
-            "/v1/models": {"GET": _models},
-            "/tokenize": {"POST": tokenize_route.tokenize},
-            "/health": {"GET": _health},
-            "/metrics": {"GET": _metrics},
-            "/admin/kv": {"GET": _admin_kv},
-            "/admin/defrag": {"POST": _admin_defrag},
-        }
+        self.routes = routes.exact       # path -> {method: handler} (routes.py)
+        self.prefix_routes = routes.prefix
 
     # -- ASGI --------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -166,8 +129,11 @@ class ServerApp:
         ctx.write_chunk = scope.pop(WRITE_CHUNK, None)
         try:
             route = self.routes.get(path)
-            if route is None and path.startswith("/v1/models/"):
-                route = {"GET": _model}
+            if route is None:
+                for prefix, by_method in self.prefix_routes:
+                    if path.startswith(prefix):
+                        route = by_method
+                        break
             if route is None:
                 raise not_found(f"no route for {scope['method']} {path}")
             handler = route.get(scope["method"])
@@ -293,75 +259,3 @@ class ServerApp:
     def require_admin(self, ctx: Ctx) -> None:
         if ctx.principal is None or not ctx.principal.is_admin:
             raise HttpError(403, "permission_error", "this endpoint needs an admin key ([admin] keys in keys.toml)")
-
-
-# -- small routes -------------------------------------------------------------
-
-# /health answers 503 "degraded" (what Kubernetes probes and load balancers act on) once the engine
-# has had work and run no step for this long: a wedged engine must not look healthy.
-STALLED_AFTER_S = 30.0
-
-
-async def _health(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    if app.draining:
-        await app.send_json(ctx, send, 503, b'{"status":"draining"}')
-        return
-    stalled = app.engine.stalled_s() if hasattr(app.engine, "stalled_s") else 0.0
-    if stalled > STALLED_AFTER_S:
-        body = json.dumps({"status": "degraded", "reason": f"the engine has had work and made no progress "
-                                                           f"for {stalled:.0f} s"}).encode()
-        await app.send_json(ctx, send, 503, body)
-        return
-    await app.send_json(ctx, send, 200, b'{"status":"ok"}')
-
-
-async def _metrics(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    body = app.metrics.render()
-    await app.send_json(ctx, send, 200, body, content_type=(b"content-type", METRICS_CONTENT_TYPE))
-
-
-def _model_obj(app: ServerApp, api: str, name: str) -> dict[str, Any]:
-    if api == "anthropic":
-        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(app.created))
-        return {"type": "model", "id": name, "display_name": name, "created_at": created}
-    return {"id": name, "object": "model", "created": app.created, "owned_by": "zgtool"}
-
-
-async def _models(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    names = list(dict.fromkeys(app.cfg.served_names))
-    data = [_model_obj(app, ctx.api, n) for n in names]
-    if ctx.api == "anthropic":
-        body: dict[str, Any] = {"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
-    else:
-        body = {"object": "list", "data": data}
-    await app.send_json(ctx, send, 200, json.dumps(body).encode())
-
-
-async def _model(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    """GET /v1/models/{id}: one served model, or 404 not_found_error."""
-    name = scope["path"][len("/v1/models/"):]
-    if name not in app.cfg.served_names:
-        raise HttpError(404, "not_found_error", f"model {name!r} is not served here", code="model_not_found",
-                        param="model")
-    await app.send_json(ctx, send, 200, json.dumps(_model_obj(app, ctx.api, name)).encode())
-
-
-async def _admin_kv(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    app.require_admin(ctx)
-    # kv_report runs between two engine steps and blocks until then: keep it off the loop.
-    report = await asyncio.get_running_loop().run_in_executor(None, app.engine.kv_report)
-    await app.send_json(ctx, send, 200, json.dumps(report, default=str).encode())
-
-
-async def _admin_defrag(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    app.require_admin(ctx)
-    body = await app.read_json(ctx, receive) if ctx.headers.get(b"content-length", b"0") != b"0" else {}
-    flags = {}
-    for key in ("dry_run", "drop_prefix_cache"):
-        value = body.get(key, False)
-        if not isinstance(value, bool):
-            raise HttpError(400, "invalid_request_error", f"{key}: must be a boolean")
-        flags[key] = value
-    result = await asyncio.get_running_loop().run_in_executor(
-        None, lambda: app.engine.defrag(flags["dry_run"], flags["drop_prefix_cache"]))
-    await app.send_json(ctx, send, 200, json.dumps(result, default=str).encode())

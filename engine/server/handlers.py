@@ -17,8 +17,8 @@ from zgtool.engine.api import openai as oai
 from zgtool.engine.api.common import ChatRequest
 from zgtool.engine.config import SamplingParams
 from zgtool.engine.errors import ContextLengthExceeded, ModelNotFound
-from zgtool.engine.outputs import RequestOutput
 from zgtool.engine.server import intake
+from zgtool.engine.server.context import KEEPALIVE, SERVER_TIMING_KEYS, Ctx, Flight
 from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
 from zgtool.engine.server.safetytext import Holdback
@@ -29,44 +29,14 @@ from zgtool.http.errors import error_payload
 from zgtool.http.sse import SSE_HEADERS, comment
 
 if TYPE_CHECKING:
-    from zgtool.engine.server.app import Ctx, ServerApp
+    from zgtool.engine.server.app import ServerApp
 
 # pygw sends its default max_tokens (any Anthropic upstream needs one) with this header set to
 # "context" when its OpenAI client chose none: here that means the rest of the context, as on the
 # engine's own OpenAI route
 DEFAULT_MAX_TOKENS_HEADER = b"x-zgtool-max-tokens-default"
 
-# What the keepalive ticker pushes into a silent stream (never a real output: compared by identity)
-KEEPALIVE = RequestOutput(request_id="", token_ids=[], text="")
 KEEPALIVE_COMMENT = comment("keepalive")      # the OpenAI route's keepalive (SDKs drop SSE comments)
-
-# Server-Timing of every answer: these parts in this order (app.SERVER_TIMING_FMT formats them)
-SERVER_TIMING_KEYS = ("queue", "prefill", "decode", "detok", "safety", "total")
-
-class Flight:
-    """One generation request in flight: what the disconnect hook and the drain act on."""
-
-    __slots__ = ("rid", "engine", "started", "done", "gone", "shutdown")
-
-    def __init__(self, rid: str, engine: Any) -> None:
-        self.rid = rid
-        self.engine = engine
-        self.started = False     # handed to the engine
-        self.done = False
-        self.gone = False        # the client left (or stopped reading)
-        self.shutdown = False    # aborted because the grace period ran out
-
-    def on_gone(self) -> None:
-        if not self.done:
-            self.gone = True
-            if self.started:
-                self.engine.abort(self.rid)
-
-    def abort_for_shutdown(self) -> None:
-        if not self.done:
-            self.shutdown = True
-            if self.started:
-                self.engine.abort(self.rid)
 
 
 async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:

@@ -141,6 +141,7 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
     from zgtool.engine.server.accesslog import AccessLog
     from zgtool.engine.server.admission import Admission
     from zgtool.engine.server.app import ServerApp
+    from zgtool.engine.server.routes import table
     from zgtool.engine.server.safety import load_policy
     from zgtool.http.keys import load_keys
 
@@ -162,7 +163,7 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
         sock.close()
         raise ModelLoadFailed(f"cannot load model {cfg.model!r}: {exc}", missing=False) from exc
     access = AccessLog(cfg.access_log) if cfg.access_log is not None else None
-    app = ServerApp(engine, cfg, Admission(keys), policy, access)
+    app = ServerApp(engine, cfg, Admission(keys), table(), policy, access)
     if cfg.otlp_endpoint is not None:
         from zgtool import __version__
         from zgtool.engine.server.tracing import SpanExporter

@@ -16,10 +16,11 @@ from zgtool.engine.api import openai as oai
 from zgtool.engine.api.common import opt_bool, req_str
 from zgtool.engine.errors import InvalidRequest
 from zgtool.engine.server import handlers, intake
+from zgtool.engine.server.context import Ctx
 from zgtool.http.body import read_body
 
 if TYPE_CHECKING:
-    from zgtool.engine.server.app import Ctx, ServerApp
+    from zgtool.engine.server.app import ServerApp
 
 THREAD_CHARS = 64 * 1024          # a longer prompt is tokenized off the event loop
 

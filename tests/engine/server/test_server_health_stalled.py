@@ -7,11 +7,11 @@ import threading
 
 import httpx
 
-from zgtool.engine.server import app as app_module
+from zgtool.engine.server import routes as routes_module
 
 
 def test_health_is_degraded_while_the_engine_is_stuck_and_ok_once_it_moves(start_server, monkeypatch):
-    monkeypatch.setattr(app_module, "STALLED_AFTER_S", 0.0)
+    monkeypatch.setattr(routes_module, "STALLED_AFTER_S", 0.0)
     release = threading.Event()
     entered = threading.Event()
     with start_server(model="dummy:tiny") as s:  # a step thread (null steps on the loop)

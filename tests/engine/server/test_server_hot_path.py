@@ -18,8 +18,7 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from zgtool.engine.api import anthropic as anth
 from zgtool.engine.api import openai as oai
 from zgtool.engine.outputs import RequestOutput
-from zgtool.engine.server.app import Ctx
-from zgtool.engine.server.handlers import Flight
+from zgtool.engine.server.context import Ctx, Flight
 from zgtool.engine.server.protocol import _OneWriteCycle
 from zgtool.engine.stream import RequestStream
 
