@@ -4,12 +4,16 @@ layer's weights and KV (rebuilt when the KV pool is), the step_layers argument s
 lm_head + argmax and the non-finite checks over the logits. Every tensor whose pointer goes into
 a struct is checked first (dtype, CPU, contiguous, size): the C side reads dense arrays with no
 length to check against, so a wrong tensor would read the wrong memory (issue 26's NaN logits
-came from a scale table shorter than a GEMM's outputs)."""
+came from a scale table shorter than a GEMM's outputs).
+
+CpuStep reads its model through StepModel, a Protocol of exactly what it uses (LlamaModel satisfies
+it), so this module does not import engine/model.py, which builds a CpuStep at load time."""
 
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -19,16 +23,70 @@ from zgtool.engine.quant import Int8Weight
 if TYPE_CHECKING:
     from zgtool.engine.attention import AttnMeta
     from zgtool.engine.backends import GreedyArgs
-    from zgtool.engine.model import LlamaModel
+    from zgtool.engine.presets import ModelSpec
 
 # the torch dtype of each weight element step_layers takes (ZG_W_* in zg_kernels.h)
 WEIGHT_DTYPES = {ck.W_F32: torch.float32, ck.W_BF16: torch.bfloat16, ck.W_INT8: torch.int8, ck.W_INT8A8: torch.int8}
 
 
+class StepLayer(Protocol):
+    """What CpuStep reads of one decoder layer (engine/model.py's LayerWeights), read-only."""
+
+    @property
+    def input_norm(self) -> torch.Tensor: ...
+    @property
+    def post_norm(self) -> torch.Tensor: ...
+    @property
+    def qkv(self) -> torch.Tensor | Int8Weight: ...
+    @property
+    def qkv_bias(self) -> torch.Tensor | None: ...
+    @property
+    def o(self) -> torch.Tensor | Int8Weight: ...
+    @property
+    def gate_up(self) -> torch.Tensor | Int8Weight: ...
+    @property
+    def down(self) -> torch.Tensor | Int8Weight: ...
+
+
+class StepModel(Protocol):
+    """What CpuStep reads of its model (engine/model.py's LlamaModel), read-only."""
+
+    @property
+    def spec(self) -> ModelSpec: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def scale(self) -> float: ...
+    @property
+    def layers(self) -> Sequence[StepLayer]: ...
+    @property
+    def norm(self) -> torch.Tensor: ...
+    @property
+    def cos(self) -> torch.Tensor: ...
+    @property
+    def sin_signed(self) -> torch.Tensor: ...
+    @property
+    def k_cache(self) -> Sequence[torch.Tensor]: ...
+    @property
+    def v_cache(self) -> Sequence[torch.Tensor]: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def _kv_generation(self) -> int: ...  # bumped when the KV pool is (re)allocated
+    @property
+    def _lm_ones(self) -> torch.Tensor | None: ...  # f32_gemm's all-ones per-channel scales
+
+
 class CpuStep:
     """One CPU model's step glue around the C kernels (one per LlamaModel)."""
 
-    def __init__(self, model: LlamaModel, wtype: int) -> None:
+    def __init__(self, model: StepModel, wtype: int) -> None:
         self.m = model
         self.wtype = wtype  # the projections' weight element: ck.W_F32 | W_BF16 | W_INT8
         self.scratch: dict[str, torch.Tensor] = {}  # grow-only step buffers

@@ -9,7 +9,7 @@ buffers, and the sampled ids come back in ONE device-to-host copy: nothing else 
 With graphs on, one CUDA graph per batch-size bucket (1, 2, 4, ..., the running cap) is captured
 at start-up; a decode step of B sequences replays the smallest bucket >= B with the rows past B
 padded (each pad row writes its KV into a spare block no sequence owns and attends to that one
-position). Steps with prompt chunks (prefill, mixed) run eagerly (engine/runner.py's metadata,
+position). Steps with prompt chunks (prefill, mixed) run eagerly (engine/model_runner.py's metadata,
 flash SDPA per chunk), sampling still on the device. A capture that fails leaves graphs off with
 the reason in `graph_status` (banner, /metrics); the engine never fails for it.
 
@@ -29,7 +29,7 @@ from zgtool.engine.attention import AttnMeta
 from zgtool.engine.device_sampling import NONFINITE, sample_on_device
 from zgtool.engine.handback import HandbackRunner
 from zgtool.engine.model import LlamaModel
-from zgtool.engine.runner import needs_sample
+from zgtool.engine.model_runner import needs_sample
 from zgtool.engine.scheduler import ScheduledBatch
 from zgtool.engine.sequence import Sequence
 

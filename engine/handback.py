@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from zgtool.engine.model import AttnMeta
-from zgtool.engine.runner import ModelRunner
+from zgtool.engine.model_runner import ModelRunner
 from zgtool.engine.scheduler import ScheduledBatch
 
 

@@ -27,12 +27,8 @@ import importgraph as ig
 # engine circles through type-only (TYPE_CHECKING) or deferred (in-function) imports: each entry is two
 # modules of the circle (a circle containing one of these pairs is the known one, whatever else it holds)
 ENGINE_KNOWN = {
-    # model builds a CpuStep at load time; cpu_forward names LlamaModel in annotations only
-    frozenset({"zgtool.engine.cpu_forward", "zgtool.engine.model"}),
     # app dispatches to handlers; handlers annotate ServerApp/Ctx
     frozenset({"zgtool.engine.server.app", "zgtool.engine.server.handlers"}),
-    # runner builds a CudaRunner inside a function; cuda_runner imports runner at load time
-    frozenset({"zgtool.engine.cuda_runner", "zgtool.engine.runner"}),
 }
 
 
