@@ -11,10 +11,9 @@ Three strengths of edge:
   so Python's loader never sees their circle, but a reader does (app.py <-> cli.py and
   gate/evaluate.py <-> paired.py were such circles).
 
-zgtool/ and probes/ have no circle at any strength. engine/ has none at runtime; the type-only and
-deferred circles still in it are listed in ENGINE_KNOWN below (their files are being reworked by the
-engine's own issues; cut them with a leaf module or a Protocol and delete the entry). The list must
-match exactly: a new circle fails, and so does an entry that no longer exists.
+zgtool/, engine/ and probes/ have no circle at any strength (the last three engine ones were cut with
+leaf modules and a Protocol: engine/server/context.py and routes.py, engine/model_runner.py, and
+cpu_forward.StepModel).
 
 A circle is cut by moving what both sides need (a record, a constant) into a leaf module both import;
 a failure names one concrete loop with the line of each import in it.
@@ -23,13 +22,6 @@ a failure names one concrete loop with the line of each import in it.
 from __future__ import annotations
 
 import importgraph as ig
-
-# engine circles through type-only (TYPE_CHECKING) or deferred (in-function) imports: each entry is two
-# modules of the circle (a circle containing one of these pairs is the known one, whatever else it holds)
-ENGINE_KNOWN = {
-    # app dispatches to handlers; handlers annotate ServerApp/Ctx
-    frozenset({"zgtool.engine.server.app", "zgtool.engine.server.handlers"}),
-}
 
 
 def _describe(graph: dict[str, dict[str, int]], component: list[str]) -> str:
@@ -53,14 +45,9 @@ def test_no_runtime_import_circle_anywhere() -> None:
     assert not found, "import circles at runtime:" + _fmt(found)
 
 
-def test_no_type_only_or_deferred_import_circle_outside_the_listed_engine_ones() -> None:
+def test_no_type_only_or_deferred_import_circle_anywhere() -> None:
     found = _circles(ig.import_graph(inside_functions=True))
-    new = {k: v for k, v in found.items() if not any(pair <= k for pair in ENGINE_KNOWN)}
-    assert not new, "import circles (TYPE_CHECKING and in-function imports counted):" + _fmt(new)
-    gone = [sorted(pair) for pair in ENGINE_KNOWN if not any(pair <= k for k in found)]
-    assert not gone, f"these engine circles are cut: delete them from ENGINE_KNOWN: {gone}"
-    outside = [sorted(k) for k in ENGINE_KNOWN if not all(m.startswith(ig.ENGINE + ".") for m in k)]
-    assert not outside, outside
+    assert not found, "import circles (TYPE_CHECKING and in-function imports counted):" + _fmt(found)
 
 
 def test_the_graph_sees_a_circle_and_names_it() -> None:
