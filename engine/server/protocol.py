@@ -223,6 +223,7 @@ class DeadlineHttpToolsProtocol(InOrderErrors):
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100
     idle_pool: IdlePool | None = None     # per server (protocol_class): idle keep-alive connections
+    _idle = False                         # answered, waiting for its next request (in the idle pool)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -253,14 +254,31 @@ class DeadlineHttpToolsProtocol(InOrderErrors):
             self.idle_pool.make_room(len(self.connections))
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if self.timeout_keep_alive_task is not None and self.idle_pool is not None:   # idle now
+        """uvicorn's (the next pipelined request starts, else the connection waits idle), with the
+        keep-alive deadline on the connection's one timer instead of a new timer per answer."""
+        if self._held_error is not None and not self.pipeline:
+            InOrderErrors.on_response_complete(self)    # the held protocol error goes out now
+            return
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle = True
+        self._arm(self.timeout_keep_alive, "keep-alive")
+        if self.idle_pool is not None:
             self.idle_pool.add(self, self.client[0] if self.client else "")
 
     def _unset_keepalive_if_required(self) -> None:
-        if self.timeout_keep_alive_task is not None and self.idle_pool is not None:
-            self.idle_pool.discard(self)
-        super()._unset_keepalive_if_required()
+        # busy again (or gone): out of the idle pool; the keep-alive deadline stays in force until
+        # the next request's first byte arms the header deadline in its place (on_message_begin)
+        if self._idle:
+            self._idle = False
+            if self.idle_pool is not None:
+                self.idle_pool.discard(self)
 
     def _arm(self, seconds: float, what: str) -> None:
         due = self.loop.time() + seconds
@@ -298,6 +316,9 @@ class DeadlineHttpToolsProtocol(InOrderErrors):
 
     def _expired(self, what: str) -> None:
         if self.transport.is_closing():
+            return
+        if what == "keep-alive":       # idle past --keep-alive-s: closed quietly, as uvicorn does
+            self.transport.close()
             return
         cycle = self.cycle
         if cycle is None or cycle.response_complete or not cycle.response_started:
@@ -351,13 +372,18 @@ class DeadlineHttpToolsProtocol(InOrderErrors):
 
     def on_url(self, url: bytes) -> None:
         self._head_bytes += len(url) + 16   # + method, version and CRLF
-        super().on_url(url)
+        self.url += url                     # uvicorn's on_url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value) + 4   # ": " and CRLF
         if self._head_bytes > self.max_header_bytes:
             raise _Reject(431, f"request line and headers exceed {self.max_header_bytes} bytes")
-        super().on_header(name, value)
+        # uvicorn's on_header, inlined: lowercase names, no trailing OWS (RFC 9110 5.5), Expect noted
+        name = name.lower()
+        value = value.rstrip(b" \t")
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         # Before the request starts: the field count, and the exact head size when the head may

@@ -7,6 +7,7 @@ import json
 import socket
 from typing import Any
 
+import pytest
 from engine_live import read_all
 
 OK = json.dumps({"model": "null", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).encode()
@@ -50,3 +51,30 @@ def test_a_body_deadline_shorter_than_the_header_deadline_cuts_a_slow_body(start
 def _send(sock: socket.socket, data: bytes) -> socket.socket:
     sock.sendall(data)
     return sock
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_keep_alive_s_without_a_408(start_server: Any) -> None:
+    """The keep-alive deadline rides the connection's one timer (no timer per answer): after its
+    answers an idle connection is closed quietly, the header deadline far away."""
+    with start_server(header_timeout_s=30.0, body_timeout_s=30.0, keep_alive_s=1.0) as s, \
+            socket.create_connection(("127.0.0.1", s.port)) as sock:
+        sock.settimeout(20)
+        for _ in range(3):
+            assert _read_answer(_send(sock, REQUEST)).startswith(b"HTTP/1.1 200")
+        assert read_all(sock) == b""        # closed, nothing written
+
+
+def test_a_kept_alive_connection_busy_past_keep_alive_s_is_not_closed(start_server: Any) -> None:
+    """The keep-alive deadline holds only while idle: a request arriving before it replaces it
+    (the header deadline), and the answer after it re-arms it from then."""
+    with start_server(header_timeout_s=30.0, body_timeout_s=30.0, keep_alive_s=1.0) as s, \
+            socket.create_connection(("127.0.0.1", s.port)) as sock:
+        sock.settimeout(20)
+        assert _read_answer(_send(sock, REQUEST)).startswith(b"HTTP/1.1 200")
+        head = REQUEST.split(b"\r\n\r\n")[0]
+        sock.sendall(head[:20])                      # a request begins within the keep-alive time
+        sock.settimeout(1.5)                         # past keep_alive_s: still open, nothing written
+        with pytest.raises(TimeoutError):
+            sock.recv(1)
+        sock.settimeout(20)
+        assert _read_answer(_send(sock, REQUEST[20:])).startswith(b"HTTP/1.1 200")

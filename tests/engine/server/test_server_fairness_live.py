@@ -13,7 +13,8 @@ from zgtest import wait_until
 
 def _stream(url: str, key: str, max_tokens: int, events: list[tuple[str, str]], tag: str,
             extra: dict[str, str] | None = None) -> None:
-    body = {"model": "dummy:tiny", "max_tokens": max_tokens, "stream": True, "temperature": 0,
+    # ignore_eos: a pro stream must not end early on EOS (greedy on random weights, batch-dependent)
+    body = {"model": "dummy:tiny", "max_tokens": max_tokens, "stream": True, "temperature": 0, "ignore_eos": True,
             "messages": [{"role": "user", "content": f"{tag} says hello"}]}
     headers = {"x-api-key": key, "anthropic-version": "2023-06-01", **(extra or {})}
     with httpx.stream("POST", url + "/v1/messages", json=body, headers=headers, timeout=120) as r:
@@ -29,7 +30,7 @@ def _second_key_served_while_the_first_fills_every_seat(s: Any, pro_key: str, fr
                                                         pro_extra: dict[str, str] | None = None,
                                                         free_extra: dict[str, str] | None = None) -> None:
     events: list[tuple[str, str]] = []
-    pro = [threading.Thread(target=_stream, args=(s.url, pro_key, 400, events, f"pro{i}", pro_extra))
+    pro = [threading.Thread(target=_stream, args=(s.url, pro_key, 900, events, f"pro{i}", pro_extra))
            for i in range(8)]
     for t in pro:
         t.start()
