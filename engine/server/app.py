@@ -22,7 +22,7 @@ from zgtool.engine.server.config import ServeConfig
 from zgtool.engine.server.context import KEEPALIVE, SERVER_TIMING_FMT, Ctx, Flight, Routes
 from zgtool.engine.server.errors import HttpError, not_found, to_http_error
 from zgtool.engine.server.metrics import ServerMetrics
-from zgtool.engine.server.protocol import RESPOND, WRITE_CHUNK
+from zgtool.engine.server.protocol import CYCLE
 from zgtool.engine.server.safety import SafetyPolicy
 from zgtool.engine.server.sse import KeepaliveTicker
 from zgtool.engine.server.tracing import SpanExporter, response_headers
@@ -123,10 +123,9 @@ class ServerApp:
         t0 = time.perf_counter()
         path = scope["path"]
         api = "openai" if path.startswith("/v1/chat") else "anthropic"
-        # popped, not read: scope -> respond -> cycle -> scope would be a reference cycle that only the
-        # garbage collector frees (10 objects per request, gen-1 collections on the hot path)
-        ctx = Ctx(f"{self._prefix}{next(self._ids):x}", api, t0, dict(scope["headers"]), scope.pop(RESPOND, None))
-        ctx.write_chunk = scope.pop(WRITE_CHUNK, None)
+        # popped, not read: scope -> cycle -> scope would be a reference cycle that only the garbage
+        # collector frees (10 objects per request, gen-1 collections on the hot path)
+        ctx = Ctx(f"{self._prefix}{next(self._ids):x}", api, t0, dict(scope["headers"]), scope.pop(CYCLE, None))
         try:
             route = self.routes.get(path)
             if route is None:
@@ -244,16 +243,29 @@ class ServerApp:
             headers += extra
         ctx.started = True
         ctx.status = status
-        respond = ctx.respond
-        if respond is not None and respond(status, headers, body):
+        cycle = ctx.cycle
+        if cycle is not None and cycle.respond(status, headers, body):
             return        # written at once, content-length included
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
+    def body_now(self, ctx: Ctx) -> bytes | None:
+        """The whole request body from our protocol's cycle, when it has all arrived (within
+        --max-body-bytes); None (nothing taken) when read_body must receive() it."""
+        cycle = ctx.cycle
+        return None if cycle is None else cycle.whole_body(self.cfg.max_body_bytes)  # type: ignore[no-any-return]
+
+    async def read_body(self, ctx: Ctx, receive: Any) -> bytes:
+        """The whole request body, bounded by --max-body-bytes (body_now, else through receive())."""
+        body = self.body_now(ctx)
+        if body is not None:
+            return body
+        return await read_body(receive, self.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+
     async def read_json(self, ctx: Ctx, receive: Any) -> dict[str, Any]:
         """The request body as a JSON object, bounded by --max-body-bytes."""
-        body = await read_body(receive, self.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+        body = await self.read_body(ctx, receive)
         return load_json_object(body)
 
     def require_admin(self, ctx: Ctx) -> None:

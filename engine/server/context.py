@@ -34,9 +34,9 @@ class Ctx:
     """Per-request state shared by the handlers."""
 
     __slots__ = ("rid", "api", "t0", "headers", "principal", "started", "safety_ms", "status", "log", "error_type",
-                 "respond", "write_chunk", "trace")
+                 "cycle", "trace")
 
-    def __init__(self, rid: str, api: str, t0: float, headers: dict[bytes, bytes], respond: Any = None) -> None:
+    def __init__(self, rid: str, api: str, t0: float, headers: dict[bytes, bytes], cycle: Any = None) -> None:
         self.rid = rid
         self.api = api
         self.t0 = t0
@@ -47,8 +47,8 @@ class Ctx:
         self.status = 0
         self.log: dict[str, Any] | None = None     # access-log record being built (generation routes)
         self.error_type: str | None = None
-        self.respond = respond        # our protocol's one-write answer (protocol.RESPOND), or None
-        self.write_chunk: Any = None  # our protocol's one piece of a stream (protocol.WRITE_CHUNK), or None
+        # our protocol's cycle (protocol.CYCLE: respond, write_chunk, whole_body), or None elsewhere
+        self.cycle = cycle
         tp = headers.get(b"traceparent")
         self.trace = None if tp is None else parse_traceparent(tp, headers.get(b"tracestate"))
 

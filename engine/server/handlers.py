@@ -24,7 +24,7 @@ from zgtool.engine.server.protocol import DISCONNECT_HOOK
 from zgtool.engine.server.safetytext import Holdback
 from zgtool.engine.server.sse import TokenGrouper
 from zgtool.engine.server.tracing import make_span
-from zgtool.http.body import ClientGone, dumps, read_body
+from zgtool.http.body import ClientGone, dumps
 from zgtool.http.errors import error_payload
 from zgtool.http.sse import SSE_HEADERS, comment
 
@@ -40,10 +40,21 @@ KEEPALIVE_COMMENT = comment("keepalive")      # the OpenAI route's keepalive (SD
 
 
 async def messages(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+    body = app.body_now(ctx)
+    if body is None:
+        body = await app.read_body(ctx, receive)
     rest = ctx.headers.get(DEFAULT_MAX_TOKENS_HEADER) == b"context"
-    req = await _parse_body(app, _parse_rest_of_context if rest else anth.parse_messages, body)
+    parse = _parse_rest_of_context if rest else anth.parse_messages
+    req = _parsed_now(app, parse, body) or await _parse_body(app, parse, body)
     await _generate(app, ctx, scope, req, receive, send)
+
+
+def _parsed_now(app: ServerApp, parse: intake.Parse, body: bytes) -> ChatRequest | None:
+    """A body parse_body would decode on the loop anyway, decoded without its coroutine; None for
+    a larger one (await _parse_body)."""
+    if len(body) > intake.OFFLOAD_BODY_BYTES:
+        return None
+    return intake.decode(parse, body, app.engine.max_model_len)
 
 
 async def _parse_body(app: ServerApp, parse: intake.Parse, body: bytes) -> ChatRequest:
@@ -63,13 +74,15 @@ def _parse_rest_of_context(obj: dict[str, Any], max_model_len: int) -> ChatReque
 
 
 async def chat_completions(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
-    req = await _parse_body(app, oai.parse_chat, body)
+    body = app.body_now(ctx)
+    if body is None:
+        body = await app.read_body(ctx, receive)
+    req = _parsed_now(app, oai.parse_chat, body) or await _parse_body(app, oai.parse_chat, body)
     await _generate(app, ctx, scope, req, receive, send)
 
 
 async def count_tokens(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
-    body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+    body = await app.read_body(ctx, receive)
     req = await _parse_body(app, _parse_count_tokens, body)
     _check_model(app, req.model)
     intake.check_fits(req, getattr(app.engine.tokenizer, "max_token_chars", None), app.engine.max_model_len)
@@ -165,8 +178,10 @@ async def _watch_disconnect(receive: Any, on_gone: Any) -> None:
 async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRequest, receive: Any,
                     send: Any) -> None:
     _check_model(app, req.model)
-    intake.check_fits(req, getattr(app.engine.tokenizer, "max_token_chars", None), app.engine.max_model_len)
-    heavy = intake.is_heavy(req)
+    engine = app.engine
+    chars = intake.text_chars(req)
+    intake.check_fits(req, getattr(engine.tokenizer, "max_token_chars", None), engine.max_model_len, chars)
+    heavy = intake.is_heavy(req, chars)
     safety = app.safety
     if safety is not None and not safety.input.empty:
         t = time.perf_counter()
@@ -379,7 +394,7 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
     hold = Holdback(filt) if filt is not None else None
     last = None
     quiet = app.keepalive.open(stream, flight)     # a stream silent this long gets a KEEPALIVE
-    chunk = ctx.write_chunk     # protocol.WRITE_CHUNK: a token's event written at once (None elsewhere)
+    chunk = ctx.cycle.write_chunk if ctx.cycle is not None else None   # a token's event written at once
     async for out in stream:
         if out is KEEPALIVE:    # queued, waiting, preempted or prefilling: tell the client it is held
             if not flight.gone:

@@ -113,7 +113,9 @@ def decode_yielding(body: bytes) -> dict[str, Any]:
     return obj
 
 
-def _decode(parse: Parse, body: bytes, max_model_len: int) -> ChatRequest:
+def decode(parse: Parse, body: bytes, max_model_len: int) -> ChatRequest:
+    """The request parsed by ``parse``, here and now: what parse_body does for a body of at most
+    ``OFFLOAD_BODY_BYTES`` (a caller that checked the size saves the coroutine)."""
     if len(body) > OFFLOAD_BODY_BYTES and body.count(b",") > STRUCTURE_HEAVY_SEPARATORS:
         obj = decode_yielding(body)
     else:
@@ -124,7 +126,7 @@ def _decode(parse: Parse, body: bytes, max_model_len: int) -> ChatRequest:
 
 def _decode_large(parse: Parse, body: bytes, max_model_len: int) -> ChatRequest:
     precheck_message_count(body, message_cap(max_model_len))
-    return _decode(parse, body, max_model_len)
+    return decode(parse, body, max_model_len)
 
 
 def large_body_verdict(body: bytes, parse: Parse, max_model_len: int,
@@ -169,7 +171,7 @@ async def parse_body(parse: Parse, body: bytes, max_model_len: int, max_token_ch
     if len(body) > OFFLOAD_BODY_BYTES:
         return await asyncio.get_running_loop().run_in_executor(
             _LARGE_BODIES, _decode_large_anywhere, parse, body, max_model_len, max_token_chars, check_model)
-    return _decode(parse, body, max_model_len)
+    return decode(parse, body, max_model_len)
 
 
 class PromptCannotFit(ContextLengthExceeded):
@@ -185,13 +187,23 @@ class PromptCannotFit(ContextLengthExceeded):
         self.max_model_len = max_model_len
 
 
-def check_fits(req: ChatRequest, max_token_chars: int | None, max_model_len: int) -> None:
+def text_chars(req: ChatRequest) -> int:
+    """Characters of the prompt's text (system and every message's content)."""
+    n = len(req.system or "")
+    for m in req.messages:
+        n += len(m["content"])
+    return n
+
+
+def check_fits(req: ChatRequest, max_token_chars: int | None, max_model_len: int, chars: int | None = None) -> None:
     """400 before any tokenizing for a prompt that can never fit the context: its characters over
     the most characters one token holds (the tokenizer's bound) already reach it (issue 37: a 7 MB
-    prompt was tokenized in full, holding the GIL for seconds, only to be refused)."""
+    prompt was tokenized in full, holding the GIL for seconds, only to be refused). ``chars``:
+    text_chars(req), when the caller has it."""
     if max_token_chars is None:
         return
-    chars = len(req.system or "") + sum(len(m["content"]) for m in req.messages)
+    if chars is None:
+        chars = text_chars(req)
     if chars <= OFFLOAD_COST_CHARS:
         return       # cheap to tokenize: the exact count names the excess (engine.py)
     least = -(-chars // max_token_chars)
@@ -200,13 +212,11 @@ def check_fits(req: ChatRequest, max_token_chars: int | None, max_model_len: int
         raise PromptCannotFit(least, chars, max_token_chars, need, max_model_len)
 
 
-def prompt_cost(req: ChatRequest) -> int:
+def prompt_cost(req: ChatRequest, chars: int | None = None) -> int:
     """Characters of text plus a fixed cost per message (empty messages are not free)."""
-    n = len(req.system or "") + MESSAGE_COST_CHARS * len(req.messages)
-    for m in req.messages:
-        n += len(m["content"])
-    return n
+    return (text_chars(req) if chars is None else chars) + MESSAGE_COST_CHARS * len(req.messages)
 
 
-def is_heavy(req: ChatRequest) -> bool:
-    return prompt_cost(req) > OFFLOAD_COST_CHARS
+def is_heavy(req: ChatRequest, chars: int | None = None) -> bool:
+    """Worth a worker thread (safety check, template); ``chars``: text_chars(req), when known."""
+    return prompt_cost(req, chars) > OFFLOAD_COST_CHARS

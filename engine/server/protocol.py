@@ -15,8 +15,8 @@ for HTTP/1.0 clients. (TLS handshakes are bounded by run.ZgServer.)
 - Malformed HTTP answers 400 in the API's error shape instead of uvicorn's plain text, after
   the answers of the requests pipelined before it (pipelining.py), then closes.
 - A complete answer leaves in one transport write; the app can hand it over without the
-  two ASGI sends (``RESPOND`` in the scope: head formatted from pre-checked header names,
-  values checked in one pass over the head).
+  two ASGI sends (``CYCLE`` in the scope, its respond(): head formatted from pre-checked header
+  names, values checked in one pass over the head), and take a complete body without receive().
 """
 
 from __future__ import annotations
@@ -40,14 +40,16 @@ from zgtool.http.errors import ApiError, error_body
 # ASGI scope key (an extension of ours): a callable run once if the client goes away
 # before the response completes (or stops reading past the write timeout).
 DISCONNECT_HOOK = "zgtool.on_disconnect"
-# ASGI scope key (an extension of ours): ``respond(status, headers, body) -> bool`` writes a
-# complete answer (content-length added) in one write, or returns False (nothing written)
-# when the app must use the ASGI sends instead.
-RESPOND = "zgtool.respond"
-# ASGI scope key (an extension of ours): ``write_chunk(body) -> bool`` writes one non-final piece
-# of a started chunked answer at once, or returns False (nothing written) when the app must use
-# the ASGI send (a paused writer must be drained, HTTP/1.0 is close-delimited, ...).
-WRITE_CHUNK = "zgtool.write_chunk"
+# ASGI scope key (an extension of ours): the request's cycle (_OneWriteCycle), whose
+# - ``respond(status, headers, body) -> bool`` writes a complete answer (content-length added) in
+#   one write, or returns False (nothing written) when the app must use the ASGI sends instead;
+# - ``write_chunk(body) -> bool`` writes one non-final piece of a started chunked answer at once,
+#   or returns False (nothing written) when the app must use the ASGI send (a paused writer must
+#   be drained, HTTP/1.0 is close-delimited, ...);
+# - ``whole_body(limit) -> bytes | None`` takes the complete request body at once, or returns None
+#   (nothing taken) when the app must use receive().
+# The app pops it from the scope (scope -> cycle -> scope would be a reference cycle).
+CYCLE = "zgtool.cycle"
 log = logging.getLogger("zgtool.serve")
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -186,6 +188,20 @@ class _OneWriteCycle(RequestResponseCycle):
             self.transport.close()
         self.on_response()
         return True
+
+    def whole_body(self, limit: int) -> bytes | None:
+        """The complete request body, taken as receive() would take it in one message; None, with
+        nothing taken, where receive() must run: the body is still arriving or over ``limit``, a
+        100 Continue is owed, the client left or the answer is already complete."""
+        if self.more_body or self.waiting_for_100_continue or self.disconnected or self.response_complete:
+            return None
+        body = self.body
+        if len(body) > limit:
+            return None
+        self.body = b""
+        self.flow.resume_reading()
+        self.message_event.clear()
+        return body
 
     def write_chunk(self, body: bytes) -> bool:
         """One ``more_body`` piece of a started chunked answer, framed and written as uvicorn's
@@ -401,8 +417,7 @@ class DeadlineHttpToolsProtocol(InOrderErrors):
         if cycle is not None and type(cycle) is RequestResponseCycle:
             cycle.__class__ = _Http10Cycle if self.scope.get("http_version") == "1.0" else _OneWriteCycle
             # set before the app's task first runs (create_task only scheduled it)
-            cycle.scope[RESPOND] = cycle.respond  # type: ignore[attr-defined,literal-required]
-            cycle.scope[WRITE_CHUNK] = cycle.write_chunk  # type: ignore[attr-defined,literal-required]
+            cycle.scope[CYCLE] = cycle  # type: ignore[literal-required]
 
     def on_message_complete(self) -> None:
         self._disarm()

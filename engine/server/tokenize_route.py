@@ -17,7 +17,6 @@ from zgtool.engine.api.common import opt_bool, req_str
 from zgtool.engine.errors import InvalidRequest
 from zgtool.engine.server import handlers, intake
 from zgtool.engine.server.context import Ctx
-from zgtool.http.body import read_body
 
 if TYPE_CHECKING:
     from zgtool.engine.server.app import ServerApp
@@ -54,7 +53,7 @@ def _check_prompt_fits(prompt: str, max_token_chars: int | None, max_model_len: 
 async def tokenize(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any) -> None:
     ctx.api = "openai"
     ctx.principal = app.admission.authenticate(ctx.headers)
-    body = await read_body(receive, app.cfg.max_body_bytes, ctx.headers.get(b"content-length"))
+    body = await app.read_body(ctx, receive)
     large = len(body) > THREAD_CHARS        # decoded and parsed off the event loop
     obj = await asyncio.to_thread(_object, body) if large else _object(body)
     model = obj.get("model")

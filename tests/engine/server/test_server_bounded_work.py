@@ -202,7 +202,7 @@ def test_a_structure_heavy_body_is_decoded_while_other_threads_run(monkeypatch):
     t.start()
     try:
         with pytest.raises(ParamError, match="at most 100000 messages"):
-            intake._decode(anth.parse_messages, body, 2_000_000)
+            intake.decode(anth.parse_messages, body, 2_000_000)
     finally:
         stop.set()
         t.join()

@@ -142,3 +142,33 @@ def test_per_token_events_are_json_dumps_bytes(text: str) -> None:
     assert line.startswith(b"data: ") and line.endswith(b"\n\n")
     assert json.loads(line[6:])["choices"][0]["delta"]["content"] == text
     assert b'"content":' + json.dumps(text).encode() + b"}" in line
+
+
+def _with_body(body: bytes, more_body: bool = False) -> Any:
+    cycle = make_cycle(RecordingTransport())
+    cycle.body = body
+    cycle.more_body = more_body
+    cycle.message_event.set()          # as on_body / on_message_complete leave it
+    return cycle
+
+
+def test_a_complete_body_is_taken_once_as_receive_would_return_it() -> None:
+    theirs = _with_body(b'{"model":"null"}')
+    msg = asyncio.run(theirs.receive())
+    ours = _with_body(b'{"model":"null"}')
+    assert ours.whole_body(1 << 20) == msg["body"] and msg["more_body"] is False
+    # taken: the cycle is left as receive() leaves it (body gone, event cleared)
+    assert ours.body == theirs.body == b"" and ours.message_event.is_set() is theirs.message_event.is_set() is False
+
+
+def test_the_body_is_left_to_receive_while_arriving_over_the_limit_or_owed_a_100_continue() -> None:
+    arriving = _with_body(b'{"mo', more_body=True)
+    assert arriving.whole_body(1 << 20) is None and arriving.body == b'{"mo'
+    big = _with_body(b"x" * 101)
+    assert big.whole_body(100) is None and big.body == b"x" * 101   # receive + read_body say 413
+    owed = _with_body(b"{}")
+    owed.waiting_for_100_continue = True
+    assert owed.whole_body(1 << 20) is None and owed.body == b"{}"
+    gone = _with_body(b"{}")
+    gone.disconnected = True
+    assert gone.whole_body(1 << 20) is None
