@@ -195,10 +195,10 @@ class _OneWriteCycle(RequestResponseCycle):
         100 Continue is owed, the client left or the answer is already complete."""
         if self.more_body or self.waiting_for_100_continue or self.disconnected or self.response_complete:
             return None
-        body = self.body
-        if len(body) > limit:
+        if len(self.body) > limit:
             return None
-        self.body = b""
+        body = bytes(self.body)
+        self.body = bytearray()
         self.flow.resume_reading()
         self.message_event.clear()
         return body

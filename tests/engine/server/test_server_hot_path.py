@@ -146,7 +146,7 @@ def test_per_token_events_are_json_dumps_bytes(text: str) -> None:
 
 def _with_body(body: bytes, more_body: bool = False) -> Any:
     cycle = make_cycle(RecordingTransport())
-    cycle.body = body
+    cycle.body = bytearray(body)        # what on_body accumulates
     cycle.more_body = more_body
     cycle.message_event.set()          # as on_body / on_message_complete leave it
     return cycle
@@ -156,7 +156,8 @@ def test_a_complete_body_is_taken_once_as_receive_would_return_it() -> None:
     theirs = _with_body(b'{"model":"null"}')
     msg = asyncio.run(theirs.receive())
     ours = _with_body(b'{"model":"null"}')
-    assert ours.whole_body(1 << 20) == msg["body"] and msg["more_body"] is False
+    got = ours.whole_body(1 << 20)
+    assert got == msg["body"] and type(got) is type(msg["body"]) is bytes and msg["more_body"] is False
     # taken: the cycle is left as receive() leaves it (body gone, event cleared)
     assert ours.body == theirs.body == b"" and ours.message_event.is_set() is theirs.message_event.is_set() is False
 
