@@ -8,7 +8,10 @@ LRU among free blocks.
 
 A hash match alone never attaches a block: its token ids must equal the request's, and it must
 have been computed after the very block the request matched just before it (each cached block
-records its parent's content id, a number never reused). Python's builtin ``hash()`` of a tuple
+records its parent's content id, a number never reused). match_prefix looks blocks up by exactly
+that, (parent's content id, token bytes) in ``by_content``; a hit block's hash is then the
+request's own chain hash (the same function of the same chain) and is read, not recomputed:
+only the blocks past the hit are hashed. Python's builtin ``hash()`` of a tuple
 is the same in every process on Debian's Python, so colliding prompts could be searched for
 offline and read another request's KV (the pattern of vLLM's GHSA-rm76-4mrf-v9r8).
 """
@@ -62,6 +65,9 @@ class BlockManager:
         self._cids = itertools.count()
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.hash_to_block: dict[bytes, int] = {}
+        # the same cached blocks by exact content: (parent's content id, token bytes) -> block.
+        # match_prefix walks a prompt's chain here, so a hit block's hash is read, not recomputed
+        self.by_content: dict[tuple[int | None, bytes], int] = {}
         self.prefix_queries = 0   # prompt tokens looked up
         self.prefix_hits = 0      # prompt tokens found
 
@@ -105,29 +111,39 @@ class BlockManager:
         end = (num_tokens // bs) * step
         # the full blocks' token bytes, converted once; a block's hash and its hit check read slices
         buf = token_bytes(ids) if end else b""
-        digest = chain_digest
         hashes: list[bytes] = []
+        hits: list[int] = []
+        off = 0
         parent = ROOT_HASH
-        for off in range(0, end, step):
-            parent = digest(parent, buf[off:off + step])
+        if self.enable_prefix_caching:
+            self.prefix_queries += num_tokens
+            # a hit is the cached block holding exactly these tokens, computed after the very block
+            # matched before it (its content id): the chain from the first block is this prompt's,
+            # so the block's hash (a function of that chain) is this prompt's too and is not recomputed
+            find = self.by_content.get
+            block_hash = self.block_hash
+            cids = self.block_cid
+            parent_cid: int | None = None
+            hit_end = ((num_tokens - 1) // bs) * step   # at least one token is left to compute
+            while off < hit_end:
+                b = find((parent_cid, buf[off:off + step]))
+                if b is None:
+                    break
+                h = block_hash[b]
+                assert h is not None
+                hits.append(b)
+                hashes.append(h)
+                parent_cid = cids[b]
+                off += step
+            if hashes:
+                parent = hashes[-1]
+        digest = chain_digest
+        for o in range(off, end, step):
+            parent = digest(parent, buf[o:o + step])
             hashes.append(parent)
         seq.block_hashes = hashes
         if not self.enable_prefix_caching:
             return 0
-        self.prefix_queries += num_tokens
-        hits: list[int] = []
-        lookup = self.hash_to_block.get
-        tokens, parent_cids, cids = self.block_tokens, self.block_parent_cid, self.block_cid
-        parent_cid: int | None = None
-        off = 0
-        for h in hashes[:(num_tokens - 1) // bs]:   # at least one token is left to compute
-            b = lookup(h)
-            # a hash is only a hint: the block must hold these tokens, computed after the block matched before
-            if b is None or parent_cids[b] != parent_cid or tokens[b] != buf[off:off + step]:
-                break
-            hits.append(b)
-            parent_cid = cids[b]
-            off += step
         num_hit_tokens = len(hits) * bs
         num_hit_tokens -= num_hit_tokens % max(align_tokens, bs) if align_tokens > bs else 0
         hits = hits[: num_hit_tokens // bs]
@@ -169,6 +185,7 @@ class BlockManager:
                 self.block_tokens[b] = token_bytes(ids[i * bs:(i + 1) * bs])
                 self.block_cid[b] = next(self._cids)
                 self.block_parent_cid[b] = parent_cid
+                self.by_content[(parent_cid, self.block_tokens[b])] = b  # type: ignore[index]
         seq.num_cached_blocks = num_full
 
     # -- allocation -------------------------------------------------------
@@ -184,6 +201,9 @@ class BlockManager:
         h = self.block_hash[b]
         if h is not None and self.hash_to_block.get(h) == b:
             del self.hash_to_block[h]
+        key = (self.block_parent_cid[b], self.block_tokens[b])
+        if self.by_content.get(key) == b:   # type: ignore[arg-type]
+            del self.by_content[key]        # type: ignore[arg-type]
         self.block_hash[b] = self.block_tokens[b] = self.block_cid[b] = self.block_parent_cid[b] = None
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
@@ -258,6 +278,7 @@ class BlockManager:
             for table in tables:
                 table[old] = None
         self.hash_to_block = {h: b for b, h in enumerate(self.block_hash) if h is not None}
+        self.by_content = {(self.block_parent_cid[b], t): b for b, t in enumerate(self.block_tokens) if t is not None}
         used = {b for b in range(self.num_blocks) if self.ref_cnt[b] > 0}
         self.free = OrderedDict((b, None) for b in range(self.num_blocks) if b not in used)
         for seq in seqs:

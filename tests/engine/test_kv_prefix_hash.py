@@ -116,3 +116,38 @@ def test_a_generation_hashes_each_full_block_once_not_each_token(monkeypatch, pr
         expected.append(parent)
     assert hashes == expected and len(hashes) >= 99 // 16 - 1
     assert engine_calls == len(hashes)
+
+
+def test_a_prefix_hit_reads_its_blocks_hashes_and_hashes_only_the_blocks_past_it(monkeypatch):
+    """A hit block's chain hash is the request's own (the same chain): it is taken from the cache,
+    not recomputed; the blocks past the hit are hashed, and the whole chain equals chain_hash's."""
+    bm = BlockManager(num_blocks=16, block_size=4)
+    a = seq(list(range(1, 14)), "a")
+    bm.match_prefix(a)
+    compute_all(bm, a)
+    calls = []
+    real = bm_mod.chain_digest
+    monkeypatch.setattr(bm_mod, "chain_digest", lambda parent, data: calls.append(data) or real(parent, data))
+    b = seq(list(range(1, 9)) + [90, 91, 92, 93, 94], "b")
+    assert bm.match_prefix(b) == 8
+    assert b.block_table == a.block_table[:2]
+    assert len(calls) == 1      # the third block only (a miss)
+    expected, parent = [], None
+    for i in range(3):
+        parent = bm_mod.chain_hash(parent, b.token_ids[i * 4:(i + 1) * 4])
+        expected.append(parent)
+    assert b.block_hashes == expected
+
+
+def test_an_evicted_block_is_no_longer_found_by_its_content():
+    bm = BlockManager(num_blocks=3, block_size=4)
+    a = seq([1, 2, 3, 4, 5], "a")
+    bm.match_prefix(a)
+    compute_all(bm, a)
+    bm.free_seq(a)
+    other = seq(list(range(20, 30)) + [9], "other")   # takes every block: a's cached block is evicted
+    bm.match_prefix(other)
+    compute_all(bm, other)
+    bm.free_seq(other)
+    assert bm.match_prefix(seq([1, 2, 3, 4, 5], "again")) == 0
+    assert (None, bm_mod.token_bytes([1, 2, 3, 4])) not in bm.by_content
