@@ -32,6 +32,12 @@ from zgtool.http.errors import error_body
 log = logging.getLogger("zgtool.serve")
 SERVER_HEADER = (b"server", f"zgtool-engine/{__version__}".encode())
 JSON_CT = (b"content-type", b"application/json")
+# the head lines of the usual answer (no trace context, no extra headers, JSON), formatted in one
+# step: what base_headers + JSON_CT give, line for line (tests/engine/server/test_server_respond.py)
+PLAIN_JSON_LINES = (b"%s: %s\r\nrequest-id: req_%%s\r\nx-request-id: inference-%%s\r\nserver-timing: %s\r\n"
+                    b"x-gpu-load-hint: %%s\r\n%s: %s\r\n") % (*SERVER_HEADER, SERVER_TIMING_FMT,
+                                                             *JSON_CT)
+PLAIN_JSON_NUM_LINES = 6
 STATS_TTL_S = 0.01     # load-hint figures may be this stale; engine.stats() is not free on a GPU
 DRAIN_WRITE_S = 5.0    # after aborting at the end of the grace period: time for the error events to go out
 # anthropic-version: absent is accepted (as 2023-06-01, like other compatible servers); a
@@ -237,13 +243,18 @@ class ServerApp:
                         extra: list[tuple[bytes, bytes]] | None = None, *,
                         timing: tuple[float, ...] | None = None,
                         content_type: tuple[bytes, bytes] = JSON_CT) -> None:
+        ctx.started = True
+        ctx.status = status
+        cycle = ctx.cycle
+        if cycle is not None and not extra and ctx.trace is None and content_type is JSON_CT and timing is not None:
+            rid = ctx.rid.encode()
+            if cycle.respond_lines(status, PLAIN_JSON_LINES % (rid, rid, *timing, self.load_hint()),
+                                   PLAIN_JSON_NUM_LINES, body):
+                return    # the usual answer, its head formatted in one step and written at once
         headers = self.base_headers(ctx, timing)
         headers.append(content_type)
         if extra:
             headers += extra
-        ctx.started = True
-        ctx.status = status
-        cycle = ctx.cycle
         if cycle is not None and cycle.respond(status, headers, body):
             return        # written at once, content-length included
         headers.append((b"content-length", str(len(body)).encode()))

@@ -153,6 +153,19 @@ class _OneWriteCycle(RequestResponseCycle):
         uvicorn's two sends would, without formatting it twice. False, with nothing written,
         when this answer needs uvicorn's general path (an unusual header, a paused writer,
         HEAD, a response already started)."""
+        plain = PLAIN_HEADER_NAMES
+        parts: list[bytes] = []
+        add = parts.extend
+        for name, value in headers:
+            if name not in plain:
+                return False
+            add((name, b": ", value, b"\r\n"))
+        return self.respond_lines(status, b"".join(parts), len(headers), body)
+
+    def respond_lines(self, status: int, lines: bytes, num_lines: int, body: bytes) -> bool:
+        """respond() for headers already formatted: ``num_lines`` lines of ``name: value\r\n``,
+        every name one of PLAIN_HEADER_NAMES (the caller's promise: the app formats its usual
+        answer's head in one step). Values are still checked, as respond() checks them."""
         if self.response_started or self._held is not None or self.flow.write_paused or self.access_log:
             return False
         if self.disconnected:
@@ -163,12 +176,7 @@ class _OneWriteCycle(RequestResponseCycle):
         add = parts.extend
         for name, value in self.default_headers:
             add((name, b": ", value, b"\r\n"))
-        plain = PLAIN_HEADER_NAMES
-        for name, value in headers:
-            if name not in plain:
-                return False
-            add((name, b": ", value, b"\r\n"))
-        lines = len(self.default_headers) + len(headers)
+        parts.append(lines)
         add((b"content-length: ", str(len(body)).encode(), b"\r\n"))
         if not self.keep_alive:
             parts.append(b"connection: close\r\n")
@@ -176,8 +184,8 @@ class _OneWriteCycle(RequestResponseCycle):
         head = b"".join(parts)
         # the only control bytes are the CRLFs ending our lines: a value with CR, LF or another
         # control byte is refused, as uvicorn refuses it (one C pass, not a regex per value)
-        lines += 3 if self.keep_alive else 4
-        if len(head) - len(head.translate(None, _CONTROL_BYTES)) != 2 * lines:
+        count = len(self.default_headers) + num_lines + (3 if self.keep_alive else 4)
+        if len(head) - len(head.translate(None, _CONTROL_BYTES)) != 2 * count:
             return False
         self.response_started = True
         self.waiting_for_100_continue = False

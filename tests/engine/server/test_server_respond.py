@@ -5,6 +5,7 @@ uvicorn's general path must see."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from cycle_helpers import RecordingTransport, make_cycle
@@ -80,3 +81,30 @@ def test_an_answer_for_a_client_that_left_is_dropped_quietly() -> None:
     cycle.disconnected = True
     assert cycle.respond(200, list(HEADERS), BODY) is True
     assert t.writes == []
+
+
+def test_the_usual_answers_head_in_one_format_is_base_headers_line_for_line() -> None:
+    from types import SimpleNamespace
+
+    from zgtool.engine.server.app import JSON_CT, PLAIN_JSON_LINES, PLAIN_JSON_NUM_LINES, ServerApp
+    from zgtool.engine.server.context import Ctx
+
+    hint = b'{"kv_util":0.0123,"running":3,"waiting":0,"cap_factor":1.0}'
+    app: Any = SimpleNamespace(load_hint=lambda: hint)
+    ctx = Ctx("1a2b3c", "anthropic", 0.0, {})
+    timing = (0.0125, 1.5, 22.25, 0.0004, 0.0, 24.987654)
+    headers = [*ServerApp.base_headers(app, ctx, timing), JSON_CT]
+    fast = PLAIN_JSON_LINES % (b"1a2b3c", b"1a2b3c", *timing, hint)
+    assert fast == b"".join(n + b": " + v + b"\r\n" for n, v in headers) and len(headers) == PLAIN_JSON_NUM_LINES
+    ours, theirs = RecordingTransport(), RecordingTransport()
+    assert make_cycle(ours).respond_lines(200, fast, PLAIN_JSON_NUM_LINES, BODY) is True
+    assert make_cycle(theirs).respond(200, headers, BODY) is True
+    assert ours.writes == theirs.writes
+
+
+def test_preformatted_lines_with_a_control_byte_are_refused_as_respond_refuses_them() -> None:
+    t = RecordingTransport()
+    cycle = make_cycle(t)
+    assert cycle.respond_lines(200, b"request-id: a\rb\r\n", 1, BODY) is False
+    assert cycle.respond_lines(200, b"request-id: a\r\nx-injected: 1\r\n", 1, BODY) is False
+    assert t.writes == [] and not cycle.response_started
