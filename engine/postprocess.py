@@ -42,22 +42,28 @@ class Postprocessor:
         seqs = batch.seqs
         if len(sampled) != len(seqs) or len(batch.num_new_tokens) != len(seqs):
             raise RuntimeError(f"the runner sampled {len(sampled)} tokens for {len(seqs)} sequences")
-        cache_full_blocks = self.block_manager.cache_full_blocks
+        bm = self.block_manager
+        cache_full_blocks = bm.cache_full_blocks
+        bs = bm.block_size
+        token = self._token
         outputs = []
         for seq, n, new_tok in zip(seqs, batch.num_new_tokens, sampled):  # noqa: B905 - lengths checked above
             tm = seq.timings
             num_tokens = len(seq.token_ids)
+            computed = seq.num_computed_tokens
             # prefilling (more than the one new token to compute) or no output yet: a prefill step
-            if num_tokens - seq.num_computed_tokens > 1 or num_tokens == len(seq.prompt_token_ids):
+            if num_tokens - computed > 1 or num_tokens == len(seq.prompt_token_ids):
                 tm.prefill_ms += step_ms
             else:
                 tm.decode_ms += step_ms
-            seq.num_computed_tokens += n
-            cache_full_blocks(seq)
+            seq.num_computed_tokens = computed = computed + n
+            # a block became full (to hash) or computed (to register): most decode steps neither
+            if len(seq.block_hashes) < num_tokens // bs or computed // bs > seq.num_cached_blocks:
+                cache_full_blocks(seq)
             if new_tok is None:     # a prompt chunk that samples nothing yet
                 continue
             try:
-                outputs.append(self._token(seq, new_tok))
+                outputs.append(token(seq, new_tok))
             except Exception as exc:  # noqa: BLE001 - this request's detok/filter/stop failed: it alone
                 if is_engine_wide(exc):
                     raise

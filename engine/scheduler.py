@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from zgtool.engine.block_manager import BlockManager
-from zgtool.engine.sequence import Sequence, Status
+from zgtool.engine.sequence import FINISHED, RUNNING, WAITING, Sequence
 
 
 @dataclass(slots=True)
@@ -63,7 +63,7 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def add(self, seq: Sequence) -> None:
-        seq.status = Status.WAITING
+        seq.status = WAITING
         self.waiting.append(seq)
         self._live_keys[seq.tenant] = self._live_keys.get(seq.tenant, 0) + 1
 
@@ -79,8 +79,10 @@ class Scheduler:
         return n
 
     def schedule(self) -> ScheduledBatch:
-        batch = ScheduledBatch()
+        batch = ScheduledBatch([], [], [])
+        seqs, num_new = batch.seqs, batch.num_new_tokens
         budget = self.max_num_batched_tokens
+        allocate = self.bm.allocate
         # 1) running sequences first (decodes and unfinished prefills), in arrival order
         i = 0
         running = self.running
@@ -91,43 +93,46 @@ class Scheduler:
             if n == 0:
                 i += 1
                 continue
-            while not self.bm.allocate(seq, n):
+            while not allocate(seq, n):
                 # out of blocks: preempt the newest running sequence (recompute later)
                 victim = running[-1]
                 self._preempt(victim, batch)
                 if victim is seq:
                     break
             else:
-                batch.seqs.append(seq)
-                batch.num_new_tokens.append(n)
+                seqs.append(seq)
+                num_new.append(n)
                 budget -= n
                 i += 1
                 continue
             # seq itself was preempted; the list shrank, do not advance i
         # 2) admit waiting sequences while budget, seats and blocks last, sharing seats by key
-        while self.waiting and budget > 0:
-            seq = self._next_waiting()
-            if len(self.running) >= self.max_num_seqs:
+        waiting = self.waiting
+        while waiting and budget > 0:
+            seq = waiting[0] if len(self._live_keys) <= 1 else self._next_waiting()
+            if len(running) >= self.max_num_seqs:
                 donor = self._seat_donor(seq)
                 if donor is None:
                     break
                 budget += self._preempt(donor, batch)
             if not seq.block_table:
-                align = self.prefill_chunk or 1
-                self.bm.match_prefix(seq, align_tokens=align)
+                self.bm.match_prefix(seq, align_tokens=self.prefill_chunk or 1)
             n = self._chunk(seq, budget)
-            if n == 0 or not self.bm.allocate(seq, n):
+            if n == 0 or not allocate(seq, n):
                 # A waiting sequence holds no blocks it cannot run with: the prefix it attached
                 # goes back (still cached, evictable). Kept, such blocks piled up across
                 # preemptions until waiting sequences held the whole pool and nothing ran (issue 22).
                 if seq.block_table:
                     self.bm.free_seq(seq)
                 break
-            self.waiting.remove(seq)
-            seq.status = Status.RUNNING
-            self.running.append(seq)
-            batch.seqs.append(seq)
-            batch.num_new_tokens.append(n)
+            if seq is waiting[0]:
+                waiting.popleft()
+            else:
+                waiting.remove(seq)
+            seq.status = RUNNING
+            running.append(seq)
+            seqs.append(seq)
+            num_new.append(n)
             budget -= n
         return batch
 
@@ -195,7 +200,7 @@ class Scheduler:
             batch.seqs.pop(j)
             given = batch.num_new_tokens.pop(j)
         self.bm.free_seq(seq)
-        seq.status = Status.WAITING
+        seq.status = WAITING
         seq.num_preemptions += 1
         self.num_preemptions += 1
         batch.preempted.append(seq)
@@ -204,7 +209,7 @@ class Scheduler:
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """Finish or abort a sequence wherever it is; its blocks go back to the pool."""
-        if seq.status is Status.FINISHED:
+        if seq.status is FINISHED:
             return
         try:
             self.running.remove(seq)    # one scan of the batch (not `in`, then remove)
@@ -214,7 +219,7 @@ class Scheduler:
             except ValueError:
                 pass
         self.bm.free_seq(seq)
-        seq.status = Status.FINISHED
+        seq.status = FINISHED
         seq.finish_reason = reason
         left = self._live_keys.get(seq.tenant, 0) - 1
         if left > 0:

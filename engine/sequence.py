@@ -16,6 +16,11 @@ class Status(enum.Enum):
     FINISHED = "finished"
 
 
+# the members as module constants: ``Status.FINISHED`` goes through the enum class's attribute
+# lookup (~150 ns on Python 3.11), a global is ~20 ns; the scheduler reads them per request
+WAITING, RUNNING, FINISHED = Status.WAITING, Status.RUNNING, Status.FINISHED
+
+
 @dataclass(eq=False, slots=True)
 class Sequence:
     request_id: str
@@ -66,7 +71,7 @@ class Sequence:
 
     @property
     def is_finished(self) -> bool:
-        return self.status is Status.FINISHED
+        return self.status is FINISHED
 
     @property
     def is_prefilling(self) -> bool:
