@@ -139,6 +139,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2000, help="requests per cell before the measured rounds")
     ap.add_argument("--concurrency", default="1,32")
     ap.add_argument("--modes", default="t1,t16,t16s")
     ap.add_argument("--profile", type=Path, help="write a cProfile of one more round of each cell here")
@@ -163,7 +164,7 @@ def main() -> None:
         server.server_state.tasks = built.app.request_tasks = set()
         for mode in args.modes.split(","):
             for c in (int(x) for x in args.concurrency.split(",")):
-                await _cell(server, mode, c, 2000)            # warm up
+                await _cell(server, mode, c, max(c, args.warmup))      # warm up
                 best = min([await _cell(server, mode, c, args.requests) for _ in range(args.rounds)])
                 results[f"{mode}_c{c}"] = round(best, 2)
                 print(f"{mode:<4} c={c:<3} {best:7.2f} us CPU per request", file=sys.stderr)

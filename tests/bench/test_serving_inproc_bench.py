@@ -1,0 +1,22 @@
+"""bench/serving_inproc.py end to end: every answer of every cell is checked (a 200 with a complete
+body, JSON or SSE), and the last line is one JSON object with CPU microseconds per request per cell."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_serving_inproc_answers_every_request_and_reports_cpu_per_request_per_cell() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "serving_inproc.py"), "--requests", "200",
+                           "--rounds", "1", "--warmup", "20", "--modes", "t1,t16s", "--concurrency", "1,4"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    cells = result["cpu_us_per_req"]
+    assert set(cells) == {"t1_c1", "t1_c4", "t16s_c1", "t16s_c4"}
+    assert all(v > 0 for v in cells.values())
