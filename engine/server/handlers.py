@@ -381,25 +381,30 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
         headers += app.admission.ratelimit_headers(ctx.principal, time.monotonic())
     ctx.started = True
     ctx.status = 200
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    cycle = ctx.cycle     # our protocol's: the head, each event and the tail written at once
+    if cycle is None or not cycle.start_chunked(200, headers):
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+    chunk = cycle.write_chunk if cycle is not None else None
     writer = None
     head = b""
     if is_anth:
         encode = anth.text_delta
     else:
         writer = oai.ChunkWriter("chatcmpl-" + ctx.rid, req.model)
-        await send({"type": "http.response.body", "body": writer.role(), "more_body": True})
+        role = writer.role()
+        if chunk is None or not chunk(role):
+            await send({"type": "http.response.body", "body": role, "more_body": True})
         encode = writer.content
     group = TokenGrouper(app.cfg.stream_interval)
     hold = Holdback(filt) if filt is not None else None
     last = None
     quiet = app.keepalive.open(stream, flight)     # a stream silent this long gets a KEEPALIVE
-    chunk = ctx.cycle.write_chunk if ctx.cycle is not None else None   # a token's event written at once
     async for out in stream:
         if out is KEEPALIVE:    # queued, waiting, preempted or prefilling: tell the client it is held
             if not flight.gone:
-                await send({"type": "http.response.body", "body": anth.PING if is_anth else KEEPALIVE_COMMENT,
-                            "more_body": True})
+                ping = anth.PING if is_anth else KEEPALIVE_COMMENT
+                if chunk is None or not chunk(ping):
+                    await send({"type": "http.response.body", "body": ping, "more_body": True})
             continue
         last = out
         if is_anth and not head:
@@ -408,7 +413,8 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
                                     stream.usage.cached_tokens)
             if not flight.gone:
                 quiet.sent = True
-                await send({"type": "http.response.body", "body": head, "more_body": True})
+                if chunk is None or not chunk(head):
+                    await send({"type": "http.response.body", "body": head, "more_body": True})
         if out.finished:
             break
         text = out.text if hold is None else hold.feed(out.text)
@@ -453,4 +459,5 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
             tail += anth.stream_tail(reason, last.stop_sequence if last is not None else None, usage, timing)
         else:
             tail += writer.tail(reason, usage if req.include_usage else None, timing)  # type: ignore[union-attr]
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
+    if cycle is None or not cycle.end_chunked(tail):
+        await send({"type": "http.response.body", "body": tail, "more_body": False})

@@ -46,6 +46,8 @@ DISCONNECT_HOOK = "zgtool.on_disconnect"
 # - ``write_chunk(body) -> bool`` writes one non-final piece of a started chunked answer at once,
 #   or returns False (nothing written) when the app must use the ASGI send (a paused writer must
 #   be drained, HTTP/1.0 is close-delimited, ...);
+# - ``start_chunked(status, headers)`` and ``end_chunked(body) -> bool`` start and end a stream
+#   the same way (False: use the ASGI send);
 # - ``whole_body(limit) -> bytes | None`` takes the complete request body at once, or returns None
 #   (nothing taken) when the app must use receive().
 # The app pops it from the scope (scope -> cycle -> scope would be a reference cycle).
@@ -197,6 +199,53 @@ class _OneWriteCycle(RequestResponseCycle):
         self.on_response()
         return True
 
+    def start_chunked(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        """uvicorn's ``http.response.start`` for an answer without content-length (a stream): the
+        head, ``transfer-encoding: chunked`` added, in one write, without a message dict and its
+        coroutine. False, with nothing written, where uvicorn's send must run: already started, a
+        paused writer, a gone client, HEAD, 204/304, HTTP/1.0 (close-delimited), an unusual header
+        name or a value with a control byte."""
+        if (self.response_started or self._held is not None or self.flow.write_paused or self.disconnected
+                or self.access_log or self.chunked_encoding is not None or status in (204, 304)
+                or self.scope["method"] == "HEAD"):
+            return False
+        parts = [STATUS_LINE[status]]
+        add = parts.extend
+        for name, value in self.default_headers:
+            add((name, b": ", value, b"\r\n"))
+        plain = PLAIN_HEADER_NAMES
+        for name, value in headers:
+            if name not in plain:
+                return False
+            add((name, b": ", value, b"\r\n"))
+        if not self.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"transfer-encoding: chunked\r\n\r\n")
+        head = b"".join(parts)
+        count = len(self.default_headers) + len(headers) + (3 if self.keep_alive else 4)
+        if len(head) - len(head.translate(None, _CONTROL_BYTES)) != 2 * count:
+            return False
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        self.chunked_encoding = True
+        self.transport.write(head)
+        return True
+
+    def end_chunked(self, body: bytes) -> bool:
+        """The last piece of a started chunked answer and its terminating chunk in one write, then
+        the answer is complete, as uvicorn's send with ``more_body`` False. False, with nothing
+        written, where that send must run instead (see write_chunk)."""
+        if (not self.response_started or self.response_complete or not self.chunked_encoding
+                or self.flow.write_paused or self.disconnected or self._held is not None):
+            return False
+        self.transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if body else b"0\r\n\r\n")
+        self.response_complete = True
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+        return True
+
     def whole_body(self, limit: int) -> bytes | None:
         """The complete request body, taken as receive() would take it in one message; None, with
         nothing taken, where receive() must run: the body is still arriving or over ``limit``, a
@@ -226,6 +275,9 @@ class _OneWriteCycle(RequestResponseCycle):
 
 class _Http10Cycle(_OneWriteCycle):
     """HTTP/1.0 has no chunked encoding: an answer without content-length is close-delimited."""
+
+    def start_chunked(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        return False          # send() below makes it close-delimited
 
     async def send(self, message: Any) -> None:
         if message["type"] == "http.response.start" and not self.response_started:

@@ -173,3 +173,43 @@ def test_the_body_is_left_to_receive_while_arriving_over_the_limit_or_owed_a_100
     gone = _with_body(b"{}")
     gone.disconnected = True
     assert gone.whole_body(1 << 20) is None
+
+
+SSE_HEAD = [(b"server", b"zgtool-engine/test"), (b"request-id", b"req_1"), (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+@pytest.mark.parametrize("tail", [b"event: message_stop\ndata: {}\n\n", b""])
+def test_a_stream_started_and_ended_at_once_writes_uvicorns_own_bytes(keep_alive: bool, tail: bytes) -> None:
+    ours, theirs = RecordingTransport(), RecordingTransport()
+    mine = make_cycle(ours, keep_alive=keep_alive)
+    assert mine.start_chunked(200, list(SSE_HEAD)) is True
+    assert mine.write_chunk(b"data: 1\n\n") is True
+    assert mine.end_chunked(tail) is True
+    cycle = make_cycle(theirs, keep_alive=keep_alive, cls=RequestResponseCycle)
+
+    async def go() -> None:
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": list(SSE_HEAD)})
+        await cycle.send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await cycle.send({"type": "http.response.body", "body": tail, "more_body": False})
+    asyncio.run(go())
+    assert b"".join(ours.writes) == b"".join(theirs.writes) and len(ours.writes) == 3
+    assert ours.closed is theirs.closed is (not keep_alive)
+    assert mine.response_complete and mine.completed == [True] and mine.message_event.is_set()
+
+
+def test_a_stream_start_steps_aside_where_uvicorns_send_must_run() -> None:
+    assert make_cycle(RecordingTransport(), method="HEAD").start_chunked(200, list(SSE_HEAD)) is False
+    assert make_cycle(RecordingTransport()).start_chunked(204, list(SSE_HEAD)) is False
+    assert make_cycle(RecordingTransport()).start_chunked(200, [(b"content-length", b"3")]) is False
+    assert make_cycle(RecordingTransport()).start_chunked(200, [(b"request-id", b"a\r\nb")]) is False
+    paused = make_cycle(t := RecordingTransport())
+    paused.flow.write_paused = True
+    assert paused.start_chunked(200, list(SSE_HEAD)) is False and t.writes == [] and not paused.response_started
+    assert _started_stream(RecordingTransport()).start_chunked(200, list(SSE_HEAD)) is False   # started already
+    not_started = make_cycle(RecordingTransport())
+    assert not_started.end_chunked(b"x") is False
+    gone = _started_stream(RecordingTransport())
+    gone.disconnected = True
+    assert gone.end_chunked(b"x") is False and not gone.response_complete
