@@ -6,17 +6,22 @@ from zgtool.engine.sequence import Sequence
 from zgtool.engine.tokenizer import Tokenizer
 
 ONE_TEXT_MAX = 1 << 18     # detokenize_step's memo holds at most this many ids (a vocabulary's worth)
+TWO_TEXT_MAX = 1 << 16     # and at most this many pairs
 
 
-def detokenize_step(tok: Tokenizer, seq: Sequence, one_text: dict[int, str] | None = None) -> str:
+def detokenize_step(tok: Tokenizer, seq: Sequence, one_text: dict[int, str] | None = None,
+                    two_text: dict[tuple[int, int], str] | None = None) -> str:
     """Append the text of the newest output token(s) to seq.output_text; return the new text.
 
     ``one_text``: a memo of decode([id]) for this tokenizer (decode is a pure function of the
     ids). After every token that completed text the prefix window is that one token, so its
-    text is looked up instead of decoded: one decode per token instead of two."""
+    text is looked up instead of decoded: one decode per token instead of two. ``two_text``
+    (with ``one_text``): a memo of decode([prefix id, new id]), the window of such a step, so a
+    pair seen before is decoded not at all."""
     ids = seq.token_ids     # the offsets count output tokens: slice past the prompt, no copy of the output
     p = len(seq.prompt_token_ids)
     start, read = p + seq.prefix_offset, p + seq.read_offset
+    new_text: str | None = None
     if read == start:
         prefix_text = ""    # decode([])
     elif read - start == 1 and one_text is not None:
@@ -26,9 +31,17 @@ def detokenize_step(tok: Tokenizer, seq: Sequence, one_text: dict[int, str] | No
             prefix_text = tok.decode([tid])
             if len(one_text) < ONE_TEXT_MAX:
                 one_text[tid] = prefix_text
+        if two_text is not None and len(ids) == read + 1:   # the steady window: [prefix id, new id]
+            pair = (tid, ids[read])
+            new_text = two_text.get(pair)
+            if new_text is None:
+                new_text = tok.decode(ids[start:])
+                if len(two_text) < TWO_TEXT_MAX:
+                    two_text[pair] = new_text
     else:
         prefix_text = tok.decode(ids[start:read])
-    new_text = tok.decode(ids[start:])
+    if new_text is None:
+        new_text = tok.decode(ids[start:])
     if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
         delta = new_text[len(prefix_text):]
         seq.prefix_offset = seq.read_offset

@@ -11,8 +11,8 @@ says yes or no about blocked text), and text the filter still holds is never rel
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
+from time import perf_counter
 
 from zgtool.engine.block_manager import BlockManager
 from zgtool.engine.detok import detokenize_step, emittable, find_stop
@@ -37,6 +37,7 @@ class Postprocessor:
         self.finish = finish
         self.fail = fail    # a request whose own text or filter raised fails alone
         self.one_text: dict[int, str] = {}  # decode([id]) memo for detokenize_step
+        self.two_text: dict[tuple[int, int], str] = {}  # decode([id, id]) memo for detokenize_step
 
     def __call__(self, batch: ScheduledBatch, sampled: list[int | None], step_ms: float) -> list[RequestOutput]:
         seqs = batch.seqs
@@ -46,6 +47,7 @@ class Postprocessor:
         cache_full_blocks = bm.cache_full_blocks
         bs = bm.block_size
         token = self._token
+        eos, tok, one_text, two_text = self.eos_token_ids, self.tokenizer, self.one_text, self.two_text
         outputs = []
         for seq, n, new_tok in zip(seqs, batch.num_new_tokens, sampled):  # noqa: B905 - lengths checked above
             tm = seq.timings
@@ -63,7 +65,27 @@ class Postprocessor:
             if new_tok is None:     # a prompt chunk that samples nothing yet
                 continue
             try:
-                outputs.append(token(seq, new_tok))
+                params = seq.params
+                if seq.output_filter is not None or params.stop or new_tok in eos:
+                    outputs.append(token(seq, new_tok))
+                    continue
+                # _token without a filter, stop strings or EOS (most tokens): the same steps inline
+                ids = seq.token_ids
+                ids.append(new_tok)
+                now = perf_counter()
+                if tm.first_token_s is None:
+                    tm.first_token_s = now
+                tm.token_times_s.append(now)
+                detokenize_step(tok, seq, one_text, two_text)
+                tm.detok_ms += (perf_counter() - now) * 1e3
+                text = seq.output_text[seq.emitted_chars:]
+                seq.emitted_chars = len(seq.output_text)
+                if len(ids) - len(seq.prompt_token_ids) >= params.max_tokens:
+                    seq.stop_sequence = seq.error = None
+                    self.finish(seq, "length")
+                    outputs.append(RequestOutput(seq.request_id, [new_tok], text, True, "length"))
+                else:
+                    outputs.append(RequestOutput(seq.request_id, [new_tok], text))
             except Exception as exc:  # noqa: BLE001 - this request's detok/filter/stop failed: it alone
                 if is_engine_wide(exc):
                     raise
@@ -72,7 +94,9 @@ class Postprocessor:
         return outputs
 
     def _token(self, seq: Sequence, new_tok: int) -> RequestOutput:
-        perf = time.perf_counter
+        """A sampled token's meaning for its request (__call__ runs the same steps inline for a
+        token with no output filter, no stop strings and not an EOS id)."""
+        perf = perf_counter
         tm = seq.timings
         ids = seq.token_ids
         ids.append(new_tok)
@@ -87,7 +111,7 @@ class Postprocessor:
         if new_tok in self.eos_token_ids and not params.ignore_eos:
             reason = "stop"
             ids.pop()  # EOS is not part of the output
-        delta_len = len(detokenize_step(self.tokenizer, seq, self.one_text)) if reason is None else 0
+        delta_len = len(detokenize_step(self.tokenizer, seq, self.one_text, self.two_text)) if reason is None else 0
         td = perf()
         tm.detok_ms += (td - now) * 1e3
         # the safety filter sees every character before a stop string can cut it

@@ -83,29 +83,39 @@ class Scheduler:
         seqs, num_new = batch.seqs, batch.num_new_tokens
         budget = self.max_num_batched_tokens
         allocate = self.bm.allocate
+        bs = self.bm.block_size
         # 1) running sequences first (decodes and unfinished prefills), in arrival order
         i = 0
         running = self.running
         while i < len(running) and budget > 0:
             seq = running[i]
-            # a decode (one token left to compute, budget > 0) takes 1 whatever the chunking
-            n = 1 if len(seq.token_ids) - seq.num_computed_tokens == 1 else self._chunk(seq, budget)
-            if n == 0:
-                i += 1
-                continue
-            while not allocate(seq, n):
-                # out of blocks: preempt the newest running sequence (recompute later)
-                victim = running[-1]
-                self._preempt(victim, batch)
-                if victim is seq:
-                    break
+            computed = seq.num_computed_tokens
+            if len(seq.token_ids) - computed == 1:
+                # a decode (one token left to compute, budget > 0) takes 1 whatever the chunking;
+                # inside its last block it needs no new block (allocate's answer, without the call)
+                n = 1
+                fits = computed < len(seq.block_table) * bs
             else:
-                seqs.append(seq)
-                num_new.append(n)
-                budget -= n
-                i += 1
-                continue
-            # seq itself was preempted; the list shrank, do not advance i
+                n = self._chunk(seq, budget)
+                if n == 0:
+                    i += 1
+                    continue
+                fits = False
+            if not fits:
+                while not allocate(seq, n):
+                    # out of blocks: preempt the newest running sequence (recompute later)
+                    victim = running[-1]
+                    self._preempt(victim, batch)
+                    if victim is seq:
+                        break
+                else:
+                    fits = True
+                if not fits:
+                    continue    # seq itself was preempted; the list shrank, do not advance i
+            seqs.append(seq)
+            num_new.append(n)
+            budget -= n
+            i += 1
         # 2) admit waiting sequences while budget, seats and blocks last, sharing seats by key
         waiting = self.waiting
         while waiting and budget > 0:

@@ -44,12 +44,13 @@ def _hf(kind: str) -> HFTokenizer:
     return HFTokenizer(d, (0,), None)
 
 
-def _run(tok, prompt: list[int], output: list[int], memo: dict[int, str] | None) -> list[tuple]:
+def _run(tok, prompt: list[int], output: list[int], memo: dict[int, str] | None,
+         pairs: dict[tuple[int, int], str] | None = None) -> list[tuple]:
     seq = Sequence("r", list(prompt), SamplingParams(max_tokens=len(output) + 1))
     trace = []
     for t in output:
         seq.token_ids.append(t)
-        delta = detokenize_step(tok, seq, memo)
+        delta = detokenize_step(tok, seq, memo, pairs)
         trace.append((delta, seq.prefix_offset, seq.read_offset, seq.output_text))
     return trace
 
@@ -57,6 +58,7 @@ def _run(tok, prompt: list[int], output: list[int], memo: dict[int, str] | None)
 TOKENIZERS = {"byte": lambda: ByteTokenizer(300), "bytelevel": lambda: _hf("bytelevel"),
               "metaspace": lambda: _hf("metaspace")}
 SHARED_MEMO: dict[str, dict[int, str]] = {name: {} for name in TOKENIZERS}
+SHARED_PAIRS: dict[str, dict[tuple[int, int], str]] = {name: {} for name in TOKENIZERS}
 
 
 @pytest.mark.parametrize("name", sorted(TOKENIZERS))
@@ -73,6 +75,8 @@ def test_the_memo_never_changes_a_delta(name: str, data: st.DataObject) -> None:
         output = data.draw(st.lists(st.integers(0, vocab - 1), max_size=24))
     # the memo outlives a sequence (one per engine): shared across examples, as in serving
     assert _run(tok, prompt, output, SHARED_MEMO[name]) == _run(tok, prompt, output, None)
+    # with the pair memo too (postprocess passes both)
+    assert _run(tok, prompt, output, SHARED_MEMO[name], SHARED_PAIRS[name]) == _run(tok, prompt, output, None)
 
 
 def test_a_steady_stream_decodes_once_per_token() -> None:
@@ -87,3 +91,19 @@ def test_a_steady_stream_decodes_once_per_token() -> None:
     calls.clear()
     _run(tok, [1, 2], list(b"hello world, hello"), memo)   # every id's text known now
     assert len(calls) == len(b"hello world, hello")
+
+
+def test_a_steady_stream_of_known_pairs_decodes_nothing() -> None:
+    """With the pair memo, a token whose (previous, new) pair was seen costs no decode at all,
+    and the deltas are those of the memo-less path."""
+    tok = ByteTokenizer()
+    calls = []
+    decode = tok.decode
+    tok.decode = lambda ids: calls.append(len(ids)) or decode(ids)  # type: ignore[method-assign]
+    text = list(b"hello world, hello")
+    memo: dict[int, str] = {}
+    pairs: dict[tuple[int, int], str] = {}
+    first = _run(tok, [1, 2], text, memo, pairs)
+    calls.clear()
+    assert _run(tok, [1, 2], text, memo, pairs) == first == _run(ByteTokenizer(), [1, 2], text, None)
+    assert calls == [1]     # the first token only: its window is the one token, not a pair
