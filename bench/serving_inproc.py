@@ -11,8 +11,8 @@ measures the same path over real sockets beside the uvicorn floor and nginx).
 
 Each cell: ``concurrency`` connections each send one request at a time (the next when the answer
 is complete), for ``requests`` answers; the figure is process CPU time per answer, the best of
-``--rounds`` rounds. Every answer is checked (status 200, a complete body). The LAST line is one
-JSON object.
+``--rounds`` rounds. Every answer is checked (status 200, a complete body); the garbage
+collections run while serving are counted. The LAST line is one JSON object.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import sys
 import time
@@ -157,6 +158,12 @@ def main() -> None:
     server.config.load()
     freeze_heap()
     results: dict[str, float] = {}
+    collections = [0]          # garbage collections while serving (serve's threshold: run.freeze_heap)
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop":
+            collections[0] += 1
+    gc.callbacks.append(count)
 
     async def go() -> None:
         loop = asyncio.get_running_loop()
@@ -178,7 +185,9 @@ def main() -> None:
 
     uvloop.run(go())
     built.sock.close()
-    print(json.dumps({"bench": "serving_inproc", "model": "null", "cpu_us_per_req": results}))
+    print(f"garbage collections while serving: {collections[0]}", file=sys.stderr)
+    print(json.dumps({"bench": "serving_inproc", "model": "null", "cpu_us_per_req": results,
+                      "gc_collections": collections[0]}))
 
 
 if __name__ == "__main__":
