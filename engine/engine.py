@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import math
 import os
 import time
 from collections import deque
@@ -164,7 +165,7 @@ class Engine:
         rid = request_id or os.urandom(12).hex()   # 24 random hex digits, like uuid4().hex[:24] at a sixth of its CPU
         if rid in self._seqs:
             raise InvalidRequest(f"request id {rid!r} is already in use")
-        if not (isinstance(tenant_weight, (int, float)) and 0 < tenant_weight < float("inf")):
+        if not (isinstance(tenant_weight, (int, float)) and 0 < tenant_weight < math.inf):
             raise InvalidRequest(f"tenant_weight must be a positive number, got {tenant_weight!r}")
         seq = Sequence(rid, list(prompt_token_ids), params, output_filter, tenant, float(tenant_weight))
         seq.timings.arrival_s = time.perf_counter()
