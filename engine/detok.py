@@ -16,38 +16,53 @@ def detokenize_step(tok: Tokenizer, seq: Sequence, one_text: dict[int, str] | No
     ``one_text``: a memo of decode([id]) for this tokenizer (decode is a pure function of the
     ids). After every token that completed text the prefix window is that one token, so its
     text is looked up instead of decoded: one decode per token instead of two. ``two_text``
-    (with ``one_text``): a memo of decode([prefix id, new id]), the window of such a step, so a
-    pair seen before is decoded not at all."""
+    (with ``one_text``): a memo of such a step's outcome, the new text of the window [prefix id,
+    new id] ("" while a character is incomplete), a function of the pair alone: a pair seen
+    before is decoded not at all."""
     ids = seq.token_ids     # the offsets count output tokens: slice past the prompt, no copy of the output
     p = len(seq.prompt_token_ids)
     start, read = p + seq.prefix_offset, p + seq.read_offset
-    new_text: str | None = None
     if read == start:
         prefix_text = ""    # decode([])
     elif read - start == 1 and one_text is not None:
         tid = ids[start]
-        prefix_text = one_text.get(tid)     # type: ignore[assignment]
-        if prefix_text is None:
-            prefix_text = tok.decode([tid])
-            if len(one_text) < ONE_TEXT_MAX:
-                one_text[tid] = prefix_text
         if two_text is not None and len(ids) == read + 1:   # the steady window: [prefix id, new id]
             pair = (tid, ids[read])
-            new_text = two_text.get(pair)
-            if new_text is None:
-                new_text = tok.decode(ids[start:])
+            delta = two_text.get(pair)
+            if delta is None:
+                delta = _delta(_one(tok, tid, one_text), tok.decode(ids[start:]))
                 if len(two_text) < TWO_TEXT_MAX:
-                    two_text[pair] = new_text
+                    two_text[pair] = delta
+            if delta:
+                seq.prefix_offset = seq.read_offset
+                seq.read_offset = len(ids) - p
+                seq.output_text += delta
+            return delta
+        prefix_text = _one(tok, tid, one_text)
     else:
         prefix_text = tok.decode(ids[start:read])
-    if new_text is None:
-        new_text = tok.decode(ids[start:])
-    if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
-        delta = new_text[len(prefix_text):]
+    delta = _delta(prefix_text, tok.decode(ids[start:]))
+    if delta:
         seq.prefix_offset = seq.read_offset
         seq.read_offset = len(ids) - p
         seq.output_text += delta
-        return delta
+    return delta
+
+
+def _one(tok: Tokenizer, tid: int, one_text: dict[int, str]) -> str:
+    """decode([tid]) through the memo."""
+    text = one_text.get(tid)
+    if text is None:
+        text = tok.decode([tid])
+        if len(one_text) < ONE_TEXT_MAX:
+            one_text[tid] = text
+    return text
+
+
+def _delta(prefix_text: str, new_text: str) -> str:
+    """What the window's text adds past the prefix's, once it ends in a complete character ("" until then)."""
+    if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+        return new_text[len(prefix_text):]
     return ""
 
 
