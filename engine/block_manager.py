@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from array import array
+import struct
 from collections import OrderedDict
 from collections.abc import Sequence as Seq
 from typing import Any
@@ -31,11 +31,13 @@ ROOT_HASH = b""     # the parent of a sequence's first block
 
 
 _sha256 = hashlib.sha256
+_pack = struct.pack
 
 
 def token_bytes(token_ids: Seq[int]) -> bytes:
-    """Token ids as int64 bytes: what a block's hash covers and what a cached block is checked against."""
-    return array("q", token_ids).tobytes()
+    """Token ids as int64 bytes: what a block's hash covers and what a cached block is checked against.
+    (``array("q", token_ids).tobytes()``'s bytes; struct packs a list in half its time.)"""
+    return _pack(f"{len(token_ids)}q", *token_ids)
 
 
 def chain_digest(parent: bytes, data: bytes) -> bytes:
@@ -145,18 +147,23 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return 0
         num_hit_tokens = len(hits) * bs
-        num_hit_tokens -= num_hit_tokens % max(align_tokens, bs) if align_tokens > bs else 0
-        hits = hits[: num_hit_tokens // bs]
+        if align_tokens > bs:
+            num_hit_tokens -= num_hit_tokens % align_tokens
+            hits = hits[: num_hit_tokens // bs]
+        ref, free = self.ref_cnt, self.free
         for b in hits:
-            if self.ref_cnt[b] == 0:
-                del self.free[b]
-            self.ref_cnt[b] += 1
+            n = ref[b]
+            if n == 0:
+                del free[b]
+            ref[b] = n + 1
         seq.block_table = hits
-        seq.num_computed_tokens = len(hits) * bs
+        seq.num_computed_tokens = num_hit_tokens
         seq.num_cached_blocks = len(hits)
-        seq.usage.cached_tokens = max(seq.usage.cached_tokens, len(hits) * bs)
-        self.prefix_hits += len(hits) * bs
-        return len(hits) * bs
+        usage = seq.usage
+        if num_hit_tokens > usage.cached_tokens:
+            usage.cached_tokens = num_hit_tokens
+        self.prefix_hits += num_hit_tokens
+        return num_hit_tokens
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register blocks that became full (and computed) in the prefix cache."""
