@@ -151,3 +151,9 @@ def test_an_evicted_block_is_no_longer_found_by_its_content():
     bm.free_seq(other)
     assert bm.match_prefix(seq([1, 2, 3, 4, 5], "again")) == 0
     assert (None, bm_mod.token_bytes([1, 2, 3, 4])) not in bm.by_content
+
+
+@settings(max_examples=50, deadline=None)
+@given(ids=st.lists(st.integers(0, 2**62), max_size=300))
+def test_token_bytes_are_the_ids_as_native_int64(ids):
+    assert bm_mod.token_bytes(ids) == array("q", ids).tobytes()
