@@ -23,6 +23,10 @@ class TokenGrouper:
 
     def add(self, text: str, num_tokens: int) -> str | None:
         """Add one delta; the text to emit now, or None to keep accumulating."""
+        if text and not self.parts and (not self.sent_first or self.tokens + num_tokens >= self.interval):
+            self.tokens = 0          # flush() of this one part, without the list (every token at interval 1)
+            self.sent_first = True
+            return text
         if text:
             self.parts.append(text)
         self.tokens += num_tokens
