@@ -92,3 +92,24 @@ def test_finish_reasons_in_each_api() -> None:
     assert finish.anthropic_stop_reason("length") == "max_tokens"
     assert finish.openai_finish_reason("length") == "length" and finish.openai_finish_reason(None) is None
     assert finish.openai_from_anthropic("max_tokens") == "length"
+
+
+def test_a_timing_comment_has_json_dumps_bytes_for_every_timing_a_stream_carries() -> None:
+    """timing_comment writes with orjson: for what a timing event holds (ms rounded to 3 places,
+    ints, None, ASCII ids, lists of them) the bytes are json.dumps' compact ones, and a non-ASCII
+    string is escaped as json.dumps escapes it."""
+    import json
+    import random
+
+    from zgtool.http.sse import timing_comment
+
+    rng = random.Random(34)
+    for _ in range(2000):
+        ms = lambda: round(rng.uniform(0, 10 ** rng.randint(0, 9)), 3)  # noqa: E731
+        ev = {"queue_ms": ms(), "prefill_ms": ms(), "decode_ms": 0.0, "total_ms": ms(),
+              "ttft_ms": rng.choice([None, ms()]), "token_times_ms": [ms() for _ in range(rng.randint(0, 40))],
+              "request_id": f"inference-{rng.getrandbits(40):x}", "n": rng.randint(0, 10**6)}
+        want = b": zgtool-timing " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n"
+        assert timing_comment(ev) == want
+    odd = {"request_id": "inférence-\u2028", "x": 1.5}
+    assert timing_comment(odd) == b": zgtool-timing " + json.dumps(odd, separators=(",", ":")).encode() + b"\n\n"

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 SSE_HEADERS: list[tuple[bytes, bytes]] = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -47,7 +49,13 @@ def comment(text: str) -> bytes:
 
 
 def timing_comment(obj: dict[str, Any]) -> bytes:
-    return comment(TIMING_PREFIX + _json(obj).decode())
+    """``: zgtool-timing {...}`` with obj as compact JSON. orjson writes it (a stream's timing event
+    carries a float per token: ~10x faster than json.dumps); its numbers are json.dumps' digits for
+    every value a timing holds (ms rounded to 3 places; it writes 1e-05 as 0.00001, equal JSON), and
+    a non-ASCII string, which it would not escape, takes json.dumps."""
+    raw = orjson.dumps(obj)
+    text = raw.decode() if raw.isascii() else _json(obj).decode()
+    return comment(TIMING_PREFIX + text)
 
 
 def parse_timing_comment(text: str) -> dict[str, Any] | None:
