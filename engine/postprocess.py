@@ -37,7 +37,7 @@ class Postprocessor:
         self.finish = finish
         self.fail = fail    # a request whose own text or filter raised fails alone
         self.one_text: dict[int, str] = {}  # decode([id]) memo for detokenize_step
-        self.two_text: dict[tuple[int, int], str] = {}  # decode([id, id]) memo for detokenize_step
+        self.two_text: dict[tuple[int, int], str] = {}  # (prefix id, new id) -> the new text, for detokenize_step
 
     def __call__(self, batch: ScheduledBatch, sampled: list[int | None], step_ms: float) -> list[RequestOutput]:
         seqs = batch.seqs
