@@ -25,11 +25,13 @@ import asyncio
 import logging
 import secrets
 import socket
+import urllib.parse
 from asyncio import TimerHandle
 from collections.abc import Callable
 from typing import Any, cast
 
 import httptools
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from zgtool import __version__
@@ -440,7 +442,21 @@ class DeadlineHttpToolsProtocol(InOrderErrors):
             self._reject(431, f"request headers exceed {self.max_header_bytes} bytes")
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        # uvicorn's on_message_begin, inlined (one frame; the same scope, tests/engine/server/test_server_protocol_headers.py)
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = {  # type: ignore[typeddict-item]
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
         self._in_head = True
         self._head_bytes = self._raw_head_bytes = 0
         self._boundary_in_read = True
@@ -472,12 +488,43 @@ class DeadlineHttpToolsProtocol(InOrderErrors):
         self._boundary_in_read = True
         self._head_bytes = self._raw_head_bytes = 0
         self._arm(self.body_timeout_s, "body")
-        super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not None and type(cycle) is RequestResponseCycle:
-            cycle.__class__ = _Http10Cycle if self.scope.get("http_version") == "1.0" else _OneWriteCycle
-            # set before the app's task first runs (create_task only scheduled it)
-            cycle.scope[CYCLE] = cycle  # type: ignore[literal-required]
+        # uvicorn's on_headers_complete, inlined, building our cycle class at once (the same scope
+        # and cycle state: tests/engine/server/test_server_protocol_headers.py)
+        parser = self.parser
+        http_version = parser.get_http_version()
+        scope = self.scope
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope["path"] = self.root_path + path
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = parsed_url.query or b""
+        app = self.app
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        existing = self.cycle
+        cycle = (_Http10Cycle if http_version == "1.0" else _OneWriteCycle)(
+            scope=scope, transport=self.transport, flow=self.flow, logger=self.logger,
+            access_logger=self.access_logger, access_log=self.access_log,
+            default_headers=self.server_state.default_headers, message_event=asyncio.Event(),
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and parser.should_keep_alive(), on_response=self.on_response_complete)
+        self.cycle = cycle
+        scope[CYCLE] = cycle  # type: ignore[literal-required]   # set before the app's task first runs
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:                          # pipelined: queued until the answers before it are out
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
 
     def on_message_complete(self) -> None:
         self._disarm()
