@@ -25,6 +25,8 @@ CPU microseconds per request than the nginx hop. The LAST line is one JSON objec
 interleaving: before and after on the same load. On a shared machine CPU per request moves less
 than requests/s; run it more than once and read the spread.
 ZGTOOL_STEP_DRIVER=thread in the environment runs the null engine on a step thread (A/B).
+bench/serving_inproc.py measures the same serving path in one process without sockets (steadier
+for comparing two trees a few microseconds apart); docs/profile/README.md has both runs' figures.
 """
 
 from __future__ import annotations
