@@ -1,4 +1,4 @@
-"""The one-write answer the app hands to our protocol (protocol.RESPOND) is byte for byte
+"""The one-write answer the app hands to our protocol (the cycle's respond and respond_lines, protocol.CYCLE) is byte for byte
 what uvicorn's two ASGI sends would write, and steps aside (nothing written) for anything
 uvicorn's general path must see."""
 
