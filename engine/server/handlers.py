@@ -399,31 +399,34 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
     hold = Holdback(filt) if filt is not None else None
     last = None
     quiet = app.keepalive.open(stream, flight)     # a stream silent this long gets a KEEPALIVE
-    async for out in stream:
-        if out is KEEPALIVE:    # queued, waiting, preempted or prefilling: tell the client it is held
-            if not flight.gone:
-                ping = anth.PING if is_anth else KEEPALIVE_COMMENT
-                if chunk is None or not chunk(ping):
-                    await send({"type": "http.response.body", "body": ping, "more_body": True})
-            continue
-        last = out
-        if is_anth and not head:
-            # After scheduling: the prefix-cache hit is known, so message_start's usage is true.
-            head = anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids),
-                                    stream.usage.cached_tokens)
-            if not flight.gone:
+    try:
+        async for out in stream:
+            if out is KEEPALIVE:    # queued, waiting, preempted or prefilling: tell the client it is held
+                if not flight.gone:
+                    ping = anth.PING if is_anth else KEEPALIVE_COMMENT
+                    if chunk is None or not chunk(ping):
+                        await send({"type": "http.response.body", "body": ping, "more_body": True})
+                continue
+            last = out
+            if is_anth and not head:
+                # After scheduling: the prefix-cache hit is known, so message_start's usage is true.
+                head = anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids),
+                                        stream.usage.cached_tokens)
+                if not flight.gone:
+                    quiet.sent = True
+                    if chunk is None or not chunk(head):
+                        await send({"type": "http.response.body", "body": head, "more_body": True})
+            if out.finished:
+                break
+            text = out.text if hold is None else hold.feed(out.text)
+            text = group.add(text, len(out.token_ids))
+            if text is not None and not flight.gone:
                 quiet.sent = True
-                if chunk is None or not chunk(head):
-                    await send({"type": "http.response.body", "body": head, "more_body": True})
-        if out.finished:
-            break
-        text = out.text if hold is None else hold.feed(out.text)
-        text = group.add(text, len(out.token_ids))
-        if text is not None and not flight.gone:
-            quiet.sent = True
-            body = encode(text)
-            if chunk is None or not chunk(body):
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                body = encode(text)
+                if chunk is None or not chunk(body):
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+    finally:
+        app.keepalive.close(quiet)   # at once: a finished stream's objects die with it
     if flight.gone:
         return
     tail = b""

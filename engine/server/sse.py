@@ -87,6 +87,11 @@ class KeepaliveTicker:
             self._timer = loop.call_later(self.tick_s, self._tick)
         return w
 
+    def close(self, watch: SilenceWatch) -> None:
+        """The stream ended: drop its watch now (held until the next tick, a finished stream's
+        request objects outlived it by up to a tick, hundreds of them at a high request rate)."""
+        self.watches.discard(watch)
+
     def _tick(self) -> None:
         now = self._loop.time()
         for w in list(self.watches):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import time
 from typing import Any
 
 import httpx
@@ -57,6 +58,22 @@ def test_served_requests_leave_no_reference_cycle_for_the_collector(start_server
             gc.garbage.clear()
     assert stuck == [], f"per-request objects freed only by the garbage collector: {stuck}"
 
+
+
+def test_a_finished_stream_keeps_no_request_objects_alive(start_server: Any) -> None:
+    # The keepalive ticker dropped a finished stream's watch at its next tick (0.5 s): at a high
+    # request rate hundreds of finished requests (flight, stream, sequence, usage) stayed alive,
+    # and their allocations set the collector off while serving.
+    with start_server() as s:
+        app = s.built.app
+        _requests(s.url)
+        deadline = time.monotonic() + 5
+        while app.inflight and time.monotonic() < deadline:    # the handlers' cleanup has run
+            time.sleep(0.005)
+        assert not app.inflight
+        assert app.keepalive.watches == set()
+        alive = [type(o).__name__ for o in gc.get_objects() if isinstance(o, (Flight, RequestStream))]
+    assert alive == []
 
 class _CountingLoop:
     """Forwards to the running loop, counting the futures a stream's reader waits on."""
