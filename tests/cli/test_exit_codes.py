@@ -4,13 +4,11 @@ exits with, and every code in the table has a case here (a new row without a tes
 from __future__ import annotations
 
 import re
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from zgtest import run_zgtool
+from zgtest import run_zgtool, silent_listener
 
 from zgtool.errors import ExitCode
 from zgtool.http.net import free_port
@@ -38,28 +36,8 @@ def _result(tmp: Path, kind: str, data: dict) -> Path:
 @pytest.fixture
 def silent_port() -> Iterator[int]:
     """A listening socket that never answers."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                continue
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield srv.getsockname()[1]
-    stop.set()
-    t.join()
-    for c in held:
-        c.close()
-    srv.close()
+    with silent_listener(8) as port:
+        yield port
 
 
 def case_ok(tmp: Path, _port: int) -> list[str]:

@@ -13,31 +13,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from litellm_live import LITELLM_TIMEOUT_S, litellm_in_front, tiny_engine
 
-from zgtool.errors import ExitCode, MissingCapability
-from zgtool.gateway.kinds import Gateway, start_gateway
-from zgtool.gateway.supervisor import LocalStack, StackConfig
+from zgtool.errors import ExitCode
+from zgtool.gateway.kinds import Gateway
 
 ZGTOOL = [sys.executable, "-m", "zgtool"]
 FAST = ["-n", "3", "--max-tokens", "2", "--warmup", "0", "--rounds", "1"]
-LITELLM_TIMEOUT_S = 900      # the LiteLLM venv may need creating first (minutes)
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[str]:
-    with LocalStack(StackConfig(model="dummy:tiny", paths=())) as st:
-        yield st.urls["direct"]
+    with tiny_engine() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def litellm(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    from zgtool.gateway.litellm import ensure_venv
-
-    try:
-        ensure_venv()
-    except MissingCapability as exc:
-        pytest.fail(f"the LiteLLM venv could not be created: {exc.message}")
-    with start_gateway("litellm", engine, tmp_path_factory.mktemp("litellm"), model="null") as gw:
+    with litellm_in_front(engine, tmp_path_factory.mktemp("litellm"), "null") as gw:
         yield gw
 
 

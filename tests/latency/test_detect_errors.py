@@ -5,14 +5,12 @@ own http.server, and a listening socket that never answers."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 
 import pytest
-from zgtest import run_zgtool, stop_process, wait_port
+from zgtest import run_zgtool, silent_listener, stop_process, wait_port
 
 from zgtool.errors import ExitCode
 from zgtool.http.net import free_port
@@ -36,30 +34,8 @@ def http_server() -> Iterator[str]:
 @pytest.fixture
 def silent() -> Iterator[str]:
     """A socket that accepts every connection and never sends a byte."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        for c in held:
-            c.close()
-        srv.close()
+    with silent_listener() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_a_server_that_is_not_an_llm_api_is_not_detected_as_one(http_server: str) -> None:

@@ -13,30 +13,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from litellm_live import LITELLM_TIMEOUT_S, litellm_in_front, tiny_engine
 
-from zgtool.errors import MissingCapability
-from zgtool.gateway.kinds import Gateway, start_gateway
-from zgtool.gateway.supervisor import LocalStack, StackConfig
+from zgtool.gateway.kinds import Gateway
 
 pytestmark = pytest.mark.peers
-LITELLM_TIMEOUT_S = 900      # the LiteLLM venv may need creating first (minutes)
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[str]:
-    with LocalStack(StackConfig(model="dummy:tiny", paths=())) as st:
-        yield st.urls["direct"]
+    with tiny_engine() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def litellm(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    from zgtool.gateway.litellm import ensure_venv
-
-    try:
-        ensure_venv()
-    except MissingCapability as exc:
-        pytest.fail(f"the LiteLLM venv could not be created: {exc.message}")
-    with start_gateway("litellm", engine, tmp_path_factory.mktemp("litellm"), model="dummy:tiny") as gw:
+    with litellm_in_front(engine, tmp_path_factory.mktemp("litellm"), "dummy:tiny") as gw:
         yield gw
 
 

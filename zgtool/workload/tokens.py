@@ -107,15 +107,7 @@ def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bo
             continue
 
         def count(text: str, path: str = path, body: Any = body, parse: Any = parse) -> int:
-            try:
-                got = parse(client.post(base + path, content=json.dumps(body(text)),
-                                        headers={"content-type": "application/json"}).json())
-            except (httpx.HTTPError, ValueError) as exc:
-                raise TargetUnreachable(f"--tokenizer: {base}{path} stopped answering while counting "
-                                        f"({type(exc).__name__})") from None
-            if got is None:
-                raise UsageError(f"--tokenizer server: {base}{path} stopped answering in its shape mid-run")
-            return int(got)
+            return _post_count(client, base, path, body, text, parse)
 
         bare = _bare_route(client, base, path, model) if templated else None
         count_text: Callable[[str], int] | None = None
@@ -141,18 +133,21 @@ def _bare_route(client: Any, base: str, path: str, model: str) -> Callable[[str]
         return None
 
 
-def _post_count(client: Any, base: str, path: str, body: Callable[[str], dict[str, Any]], text: str) -> int:
+def _post_count(client: Any, base: str, path: str, body: Callable[[str], dict[str, Any]], text: str,
+                parse: Callable[[Any], int | None] = _vllm_count) -> int:
+    """One count from a tokenize route (``parse`` reads its answer); a route that stops answering, or
+    answers out of its shape, mid-run is an error, never a wrong count."""
     import httpx
 
     try:
-        got = _vllm_count(client.post(base + path, content=json.dumps(body(text)),
-                                      headers={"content-type": "application/json"}).json())
+        got = parse(client.post(base + path, content=json.dumps(body(text)),
+                                headers={"content-type": "application/json"}).json())
     except (httpx.HTTPError, ValueError) as exc:
         raise TargetUnreachable(f"--tokenizer: {base}{path} stopped answering while counting "
                                 f"({type(exc).__name__})") from None
     if got is None:
         raise UsageError(f"--tokenizer server: {base}{path} stopped answering in its shape mid-run")
-    return got
+    return int(got)
 
 
 # -- local files ----------------------------------------------------------------------------------------------
