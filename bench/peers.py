@@ -66,6 +66,7 @@ if str(_LIB) not in sys.path:
     sys.path.insert(0, str(_LIB))
 
 import peers_gguf  # noqa: E402
+from machine import cpu_flags, cpu_model  # noqa: E402
 from peers_llama_server import llama_server_spec  # noqa: E402
 from peers_types import (  # noqa: E402
     BEST,
@@ -303,20 +304,6 @@ def zgtool_extra_rows(args: argparse.Namespace) -> list[tuple[str, str]]:
     if bad:
         raise SystemExit(f"unknown --zgtool-rows {bad}: choose from auto, bf16")
     return [rows[r] for r in args.zgtool_rows if rows[r][1] != args.dtype]
-
-
-def cpu_flags() -> list[str]:
-    """The CPU flags that decide which kernels each engine can use (/proc/cpuinfo)."""
-    want = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_vnni",
-            "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return sorted(want & set(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return []
 
 
 # -- models ----------------------------------------------------------------------------------
@@ -864,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"bench": "peers", "concurrency": args.concurrency, "max_tokens": args.max_tokens,
                            "cycles": args.cycles, "threads": args.threads, "dtype": args.dtype,
                            "dtypes": args.dtypes,
-                           "cpus": os.cpu_count(), "cpu_flags": cpu_flags(), "zgtool_rows": args.zgtool_rows,
+                           "cpus": os.cpu_count(), "cpu": cpu_model(), "cpu_flags": cpu_flags(), "zgtool_rows": args.zgtool_rows,
                            "models": []}
     variants_note = "and each engine's best" if BEST in args.dtypes else "only"
     try:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from peerlib.machine import cpu_model  # noqa: E402
 
 MODES = {"t1": (1, False), "t16": (16, False), "t16s": (16, True)}
 
@@ -186,7 +187,7 @@ def main() -> None:
     uvloop.run(go())
     built.sock.close()
     print(f"garbage collections while serving: {collections[0]}", file=sys.stderr)
-    print(json.dumps({"bench": "serving_inproc", "model": "null", "cpu_us_per_req": results,
+    print(json.dumps({"bench": "serving_inproc", "model": "null", "cpu": cpu_model(), "cpu_us_per_req": results,
                       "gc_collections": collections[0]}))
 
 

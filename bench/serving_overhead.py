@@ -42,6 +42,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from peerlib.machine import cpu_model
+
 from zgtool.http.net import free_port as _free_port
 from zgtool.stats import percentile
 
@@ -432,8 +434,9 @@ def main() -> None:
     # the null engine steps on the event loop; a real model's requests also pay the hand-off to
     # and from the step thread: ZGTOOL_STEP_DRIVER=thread measures that path
     driver = os.environ.get("ZGTOOL_STEP_DRIVER") or "loop"
-    print(f"(step driver: {driver}; cpus={os.cpu_count()}, load avg {os.getloadavg()[0]:.1f})")
-    print(json.dumps({"bench": "serving_overhead", "model": "null", "step_driver": driver,
+    cpu = cpu_model()
+    print(f"(step driver: {driver}; {cpu}, cpus={os.cpu_count()}, load avg {os.getloadavg()[0]:.1f})")
+    print(json.dumps({"bench": "serving_overhead", "model": "null", "step_driver": driver, "cpu": cpu,
                       "targets": {"t1_ratio": TARGET_T1, "t16_ratio": TARGET_T16, "extra_cpu_below_nginx_hop": True},
                       **summary, "cells": [asdict(c) for c in cells], "load_avg_1m": round(os.getloadavg()[0], 2)}))
 

@@ -101,6 +101,7 @@ def test_tiny_run_measures_zgtool_and_skips_peers_that_are_not_installed(tmp_pat
     assert engine["engine"] == "zgtool" and engine["c_tok_s"] > 0 and engine["errors"] == 0
     assert auto["engine"] == "zgtool:auto" and auto["dtype"] == "auto" and auto["errors"] == 0
     assert "avx2" in result["cpu_flags"] and len(engine["load_avg_1m_runs"]) == 1
+    assert result["cpu"] and result["cpu"] != "unknown"
     assert set(model["skipped"]) == {"vllm", "llama"}
     assert all("not installed (run bench/setup_peers.sh)" in r for r in model["skipped"].values())
     assert model["ratios_zgtool_over_peer"] == {}

@@ -21,6 +21,7 @@ def test_serving_inproc_answers_every_request_and_reports_cpu_per_request_per_ce
     cells = result["cpu_us_per_req"]
     assert set(cells) == {"t1_c1", "t1_c4", "t16s_c1", "t16s_c4"}
     assert all(v > 0 for v in cells.values())
+    assert result["cpu"] and result["cpu"] != "unknown"     # the CPU the figures belong to
     # serve's collector threshold (run.freeze_heap): a request's objects die by reference counting, so
     # serving runs no collection (CPython's default threshold collected every ~20 requests)
     assert result["gc_collections"] == 0
