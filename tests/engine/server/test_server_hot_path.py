@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import time
 from typing import Any
 
 import httpx
 import pytest
 from cycle_helpers import RecordingTransport, make_cycle
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+from zgtest import wait_until
 
 from zgtool.engine.api import anthropic as anth
 from zgtool.engine.api import openai as oai
@@ -63,17 +63,21 @@ def test_served_requests_leave_no_reference_cycle_for_the_collector(start_server
 def test_a_finished_stream_keeps_no_request_objects_alive(start_server: Any) -> None:
     # The keepalive ticker dropped a finished stream's watch at its next tick (0.5 s): at a high
     # request rate hundreds of finished requests (flight, stream, sequence, usage) stayed alive,
-    # and their allocations set the collector off while serving.
+    # and their allocations set the collector off while serving. The watch now goes in the
+    # stream's own cleanup, before the request leaves app.inflight.
     with start_server() as s:
         app = s.built.app
         _requests(s.url)
-        deadline = time.monotonic() + 5
-        while app.inflight and time.monotonic() < deadline:    # the handlers' cleanup has run
-            time.sleep(0.005)
-        assert not app.inflight
+        wait_until(lambda: not app.inflight, 10, "the handlers' cleanup")
         assert app.keepalive.watches == set()
-        alive = [type(o).__name__ for o in gc.get_objects() if isinstance(o, (Flight, RequestStream))]
-    assert alive == []
+
+        def ours() -> list[str]:
+            return [type(o).__name__ for o in gc.get_objects()
+                    if (type(o) is Flight and o.rid.startswith(app._prefix))
+                    or (type(o) is RequestStream and o.request_id.startswith(app._prefix))]
+
+        wait_until(lambda: not ours(), 10, "the finished requests' objects to be freed")
+
 
 class _CountingLoop:
     """Forwards to the running loop, counting the futures a stream's reader waits on."""
