@@ -19,13 +19,12 @@ import asyncio
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peerlib.machine import cpu_model  # noqa: E402
-from serving_inproc import _Conn, _request, _Transport  # noqa: E402
+from serving_inproc import _request, drive  # noqa: E402
 
 BODY = json.dumps({"type": "message", "pad": "x" * 300}).encode()
 
@@ -79,25 +78,7 @@ class BareProtocol(asyncio.Protocol):
 
 
 async def _cell(make: Any, concurrency: int, requests: int) -> float:
-    raw = _request(1, False)
-    budget = [requests - concurrency]
-    conns = []
-    for _ in range(concurrency):
-        c = _Conn(raw, False, budget)
-        c.proto = make()
-        c.proto.connection_made(_Transport(c))
-        conns.append(c)
-    c0 = time.process_time()
-    for c in conns:
-        c.proto.data_received(raw)
-    while sum(c.answers for c in conns) < requests:
-        await asyncio.sleep(0)
-        if all(c.answers == 0 for c in conns) and time.process_time() - c0 > 30:
-            raise SystemExit("no answers")
-    spent = time.process_time() - c0
-    for c in conns:
-        c.proto.connection_lost(None)
-    return spent / requests * 1e6
+    return await drive(make, _request(1, False), False, concurrency, requests)
 
 
 def main() -> None:

@@ -113,16 +113,23 @@ def _request(tokens: int, stream: bool) -> bytes:
 
 async def _cell(server: Any, mode: str, concurrency: int, requests: int) -> float:
     tokens, stream = MODES[mode]
-    raw = _request(tokens, stream)
     loop = asyncio.get_running_loop()
+
+    def make() -> Any:
+        return server.config.http_protocol_class(config=server.config, server_state=server.server_state,
+                                                 app_state={}, _loop=loop)
+    return await drive(make, _request(tokens, stream), stream, concurrency, requests)
+
+
+async def drive(make: Any, raw: bytes, stream: bool, concurrency: int, requests: int) -> float:
+    """``concurrency`` stand-in connections, each a protocol from ``make()``, sending ``raw`` one at a
+    time until ``requests`` answers (each checked) are in; process CPU microseconds per answer."""
     budget = [requests - concurrency]
     conns = []
     for _ in range(concurrency):
         c = _Conn(raw, stream, budget)
-        proto = server.config.http_protocol_class(config=server.config, server_state=server.server_state,
-                                                  app_state={}, _loop=loop)
-        c.proto = proto
-        proto.connection_made(_Transport(c))
+        c.proto = make()
+        c.proto.connection_made(_Transport(c))
         conns.append(c)
     c0 = time.process_time()
     for c in conns:
