@@ -18,7 +18,9 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,3 +57,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, (env, why) in _OPT_IN.items():
             if marker in item.keywords and not os.environ.get(env):
                 item.add_marker(pytest.mark.skip(reason=why))
+
+
+# ---- the session's null engine and the LiteLLM in front of it ----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def logged_null_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """(URL, access log) of zgtool's engine on the null model, open (no keys): one for the whole session,
+    shared by the gateway tests that put fronts before it, so that LiteLLM can start once for them all."""
+    from zgtool.gateway.supervisor import LocalStack, StackConfig
+
+    log = tmp_path_factory.mktemp("null-engine") / "access.jsonl"
+    with LocalStack(StackConfig(model="null", paths=(), engine_args=("--access-log", str(log)))) as st:
+        yield st.urls["direct"], log
+
+
+@pytest.fixture(scope="session")
+def null_engine(logged_null_engine: tuple[str, Path]) -> str:
+    return logged_null_engine[0]
+
+
+@pytest.fixture(scope="session")
+def litellm_before_null(null_engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The real LiteLLM proxy (zgtool's config, model "null") in front of ``null_engine``, started once:
+    importing LiteLLM's proxy costs ~12 s of CPU per start, and eight tests need one with this config."""
+    from litellm_live import litellm_in_front
+
+    with litellm_in_front(null_engine, tmp_path_factory.mktemp("litellm-null"), "null") as gw:
+        yield gw

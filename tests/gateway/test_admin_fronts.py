@@ -5,14 +5,14 @@ dot-segment forms included; pygw and the stack serve it only to a configured adm
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from litellm_live import front
 
-from zgtool.gateway.kinds import GATEWAY_KINDS, start_gateway
+from zgtool.gateway.kinds import GATEWAY_KINDS
 from zgtool.gateway.supervisor import LocalStack, StackConfig
 
 # raw request targets whose decoded, normalised path is /admin/kv (sent byte for byte)
@@ -46,9 +46,8 @@ def _raw_status(url: str, method: str, target: str, headers: dict[str, str] | No
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[str]:
-    with LocalStack(StackConfig(model="null", paths=())) as st:
-        yield st.urls["direct"]
+def engine(null_engine: str) -> str:
+    return null_engine      # the session's open null engine (tests/conftest.py): LiteLLM before it starts once
 
 
 def test_the_open_engine_itself_serves_admin_so_the_fronts_must_refuse_it(engine: str) -> None:
@@ -59,14 +58,15 @@ def test_the_open_engine_itself_serves_admin_so_the_fronts_must_refuse_it(engine
 
 @pytest.mark.timeout(900)  # litellm's first start on a machine may create its venv
 @pytest.mark.parametrize("kind", GATEWAY_KINDS)
-def test_no_front_serves_admin_of_an_open_engine(engine: str, kind: str, tmp_path: Path) -> None:
-    with start_gateway(kind, engine, tmp_path / kind, model="null") as gw:
+def test_no_front_serves_admin_of_an_open_engine(engine: str, kind: str, tmp_path: Path,
+                                                 request: pytest.FixtureRequest) -> None:
+    with front(kind, engine, tmp_path / kind, request) as gw_url:
         refused = {403, 404} if kind == "litellm" else {403}
-        assert _raw_status(gw.url, "POST", "/admin/defrag", {"x-api-key": "anything"}) in refused
+        assert _raw_status(gw_url, "POST", "/admin/defrag", {"x-api-key": "anything"}) in refused
         for target in VARIANTS:
-            status = _raw_status(gw.url, "GET", target, {"x-api-key": "anything"})
+            status = _raw_status(gw_url, "GET", target, {"x-api-key": "anything"})
             assert status != 200 and status >= 400, (kind, target, status)
-        assert httpx.get(gw.url + "/health").status_code == 200  # the front still serves the rest
+        assert httpx.get(gw_url + "/health").status_code == 200  # the front still serves the rest
 
 
 @pytest.mark.parametrize("kind", ["pygw", "stack"])

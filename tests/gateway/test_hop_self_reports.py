@@ -15,14 +15,12 @@ Server-Timing (kept whole, appended to): checked on the real gateways in front o
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from zgtool.gateway.kinds import start_gateway
-from zgtool.gateway.supervisor import LocalStack, StackConfig
+from zgtool.gateway.kinds import Gateway, start_gateway
 from zgtool.latency.attribution.servertiming import server_timing_ms
 
 ENGINE_PARTS = {"queue", "prefill", "decode", "total"}
@@ -39,9 +37,8 @@ BODY = {"model": "null", "max_tokens": 16, "messages": [{"role": "user", "conten
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[str]:
-    with LocalStack(StackConfig(model="null", paths=())) as st:
-        yield st.urls["direct"]
+def engine(null_engine: str) -> str:
+    return null_engine      # the session's (tests/conftest.py): LiteLLM in front of it starts once
 
 
 def _timed_post(client: httpx.Client, url: str, body: dict) -> tuple[httpx.Response, float]:
@@ -71,9 +68,9 @@ def test_each_gateway_reports_its_hop_within_the_clients_total_and_around_the_en
                 assert timing[name] <= client_ms + res_ms, (name, values, client_ms)
 
 
-def test_litellm_states_its_own_overhead_within_the_clients_total(engine: str, tmp_path: Path) -> None:
-    with start_gateway("litellm", engine, tmp_path / "litellm", model="null") as gw, \
-            httpx.Client(timeout=60) as client:
+def test_litellm_states_its_own_overhead_within_the_clients_total(litellm_before_null: Gateway) -> None:
+    gw = litellm_before_null
+    with httpx.Client(timeout=60) as client:
         body = {"model": "null", "max_tokens": 16, "messages": [{"role": "user", "content": "time me"}]}
         client.post(gw.url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk"})
         r, client_ms = _timed_post(client, gw.url + "/v1/chat/completions", body)

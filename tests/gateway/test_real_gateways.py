@@ -27,7 +27,7 @@ from gw_fake_upstream import FakeUpstream
 from zgtool.errors import MissingCapability
 from zgtool.gateway.kinds import GATEWAY_KINDS, Gateway, start_gateway
 from zgtool.gateway.procs import free_port
-from zgtool.gateway.supervisor import LocalStack, StackConfig, StartFailed
+from zgtool.gateway.supervisor import StartFailed
 
 ZGTOOL = [sys.executable, "-m", "zgtool"]
 PROXIES = ["haproxy", "caddy", "varnish", "squid"]
@@ -36,9 +36,8 @@ MSGS = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[str]:
-    with LocalStack(StackConfig(model="null", paths=())) as st:
-        yield st.urls["direct"]
+def engine(null_engine: str) -> str:
+    return null_engine      # the session's (tests/conftest.py), with the one LiteLLM in front of it
 
 
 # creating the LiteLLM venv (first run on a machine; scripts/setup.sh does it before the suite)
@@ -245,9 +244,8 @@ def test_every_kind_is_reachable_through_start_gateway(engine: str, tmp_path: Pa
 # ---- LiteLLM proxy ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def litellm_gw(engine: str, litellm_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    with start_gateway("litellm", engine, tmp_path_factory.mktemp("litellm"), model="null") as gw:
-        yield gw
+def litellm_gw(litellm_before_null: Gateway) -> Gateway:
+    return litellm_before_null     # the session's, in front of its null engine (tests/conftest.py)
 
 
 @pytest.mark.timeout(LITELLM_TIMEOUT_S)

@@ -5,16 +5,15 @@ zgtool.gateway.propagation, with the verdict each kind is expected to get and wh
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from litellm_live import front
 from zgtest import poll
 
-from zgtool.gateway.kinds import GATEWAY_KINDS, start_gateway
+from zgtool.gateway.kinds import GATEWAY_KINDS
 from zgtool.gateway.propagation import Propagation, TraceParent, propagation_verdict
-from zgtool.gateway.supervisor import LocalStack, StackConfig
 
 # kind -> (verdict, how, why)
 EXPECTED = {
@@ -31,10 +30,8 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    log = tmp_path_factory.mktemp("engine") / "access.jsonl"
-    with LocalStack(StackConfig(model="null", paths=(), engine_args=("--access-log", str(log)))) as st:
-        yield st.urls["direct"], log
+def engine(logged_null_engine: tuple[str, Path]) -> tuple[str, Path]:
+    return logged_null_engine      # the session's (tests/conftest.py): LiteLLM in front of it starts once
 
 
 def _generations(log: Path) -> list[dict]:
@@ -79,9 +76,9 @@ def test_direct_to_the_engine_the_context_arrives_unchanged(engine: tuple[str, P
 @pytest.mark.timeout(900)  # litellm's first start on a machine may create its venv
 @pytest.mark.parametrize("kind", GATEWAY_KINDS)
 def test_each_gateway_kind_gets_its_expected_propagation_verdict(
-        engine: tuple[str, Path], kind: str, tmp_path: Path) -> None:
+        engine: tuple[str, Path], kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     url, log = engine
     verdict, how, why = EXPECTED[kind]
-    with start_gateway(kind, url, tmp_path / kind, model="null") as gw:
-        got = _through(gw.url, "openai" if kind == "litellm" else "anthropic", log, TraceParent.fresh())
+    with front(kind, url, tmp_path / kind, request) as gw_url:
+        got = _through(gw_url, "openai" if kind == "litellm" else "anthropic", log, TraceParent.fresh())
     assert (got.verdict, got.how) == (verdict, how), f"{kind}: expected {verdict} ({why}), got {got}"

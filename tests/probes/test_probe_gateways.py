@@ -8,6 +8,7 @@ import http.client
 import http.server
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from probe_servers import FakeOrigin, OriginConfig, ThreadedUvicorn
@@ -142,14 +143,9 @@ def test_an_unknown_hop_with_silent_headers_is_likely_never_direct(stealth_proxy
 
 
 @pytest.fixture(scope="module")
-def litellm_paths() -> Iterator[dict[str, str]]:
-    from zgtool.gateway.supervisor import LocalStack, StackConfig
-
-    stack = _start_or_skip(lambda: LocalStack(StackConfig(model="null", paths=("litellm",))).__enter__())
-    try:
-        yield dict(stack.urls)
-    finally:
-        stack.__exit__(None, None, None)
+def litellm_paths(null_engine: str, litellm_before_null: Any) -> dict[str, str]:
+    """The session's null engine and the one LiteLLM in front of it (tests/conftest.py)."""
+    return {"direct": null_engine, "litellm": litellm_before_null.url}
 
 
 @pytest.mark.slow

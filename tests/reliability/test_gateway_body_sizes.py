@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import h11
 import pytest
+from litellm_live import front
 
 from zgtool.gateway.kinds import GATEWAY_KINDS, start_gateway
-from zgtool.gateway.supervisor import LocalStack, StackConfig
 
 SIZES_KB = (1, 16, 33, 42, 64, 128, 512, 1024)
 PIPELINED = 90
@@ -40,9 +39,8 @@ def _request_bytes(host: str, path: str, body: bytes) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[str]:
-    with LocalStack(StackConfig(model="null", paths=())) as st:
-        yield st.urls["direct"]
+def engine(null_engine: str) -> str:
+    return null_engine      # the session's (tests/conftest.py): LiteLLM in front of it starts once
 
 
 def _send_sizes(url: str, api: str) -> dict[int, tuple[int, bytes]]:
@@ -100,10 +98,11 @@ def test_the_engine_itself_answers_every_size_in_one_write(engine: str) -> None:
 
 @pytest.mark.timeout(900)  # litellm's first start on a machine may create its venv
 @pytest.mark.parametrize("kind", GATEWAY_KINDS)
-def test_every_body_size_in_one_write_is_answered_through_each_gateway(engine: str, kind: str, tmp_path: Path) -> None:
+def test_every_body_size_in_one_write_is_answered_through_each_gateway(engine: str, kind: str, tmp_path: Path,
+                                                                       request: pytest.FixtureRequest) -> None:
     api = "openai" if kind == "litellm" else "anthropic"
-    with start_gateway(kind, engine, tmp_path / kind, model="null") as gw:
-        got = _send_sizes(gw.url, api)
+    with front(kind, engine, tmp_path / kind, request) as gw_url:
+        got = _send_sizes(gw_url, api)
     bad = {kb: (s, b[:200]) for kb, (s, b) in got.items() if s != 200}
     assert not bad, f"{kind}: {bad}"
 

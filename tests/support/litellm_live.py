@@ -36,3 +36,18 @@ def litellm_in_front(engine: str, workdir: Path, model: str) -> Iterator[Gateway
         pytest.fail(f"the LiteLLM venv could not be created: {exc.message}")
     with start_gateway("litellm", engine, workdir, model=model) as gw:
         yield gw
+
+
+@contextmanager
+def front(kind: str, engine: str, workdir: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The URL of a gateway of ``kind`` in front of ``engine``, for a test parametrized over the kinds:
+    LiteLLM is the session's one (``litellm_before_null``, tests/conftest.py: importing its proxy takes
+    ~12 s of CPU, so it starts once), so ``engine`` must be the session's ``null_engine``; every other
+    kind starts here, in ``workdir``, and stops when the block ends."""
+    if kind == "litellm":
+        shared: Gateway = request.getfixturevalue("litellm_before_null")
+        assert engine == request.getfixturevalue("null_engine"), "the shared LiteLLM fronts the session's null engine"
+        yield shared.url
+        return
+    with start_gateway(kind, engine, workdir, model="null") as gw:
+        yield gw.url
