@@ -58,14 +58,50 @@ def assert_whole(text: str, what: str) -> None:
     assert "…" not in text, f"{what}: a cut cell\n{text}"
 
 
+# Every command's --help rendered in ONE child interpreter per width, through the CLI's own _run (the
+# parse-and-invoke every `zgtool` call goes through): a fresh interpreter per help costs ~0.45 s, x25 commands
+# x3 widths. test_the_in_process_helps_are_what_a_user_sees holds them to a real `zgtool ... --help`.
+_HELPS = """
+import contextlib, io, json, sys
+from zgtool.app import _register_all, _run
+_register_all()
+out = {}
+for path in json.loads(sys.argv[1]):
+    buf, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+        code = _run([*path, "--help"])
+    out[" ".join(path)] = [code, buf.getvalue(), err.getvalue()]
+print(json.dumps(out))
+"""
+
+
+def helps_at(width: int, paths: list[list[str]]) -> dict[str, list]:
+    """' '.join(path) -> [exit code, stdout, stderr] of `zgtool PATH --help` at `width` columns (a pipe, NO_COLOR)."""
+    env = {**os.environ, "COLUMNS": str(width), "NO_COLOR": "1"}
+    env.pop("ZGTOOL_DEBUG", None)
+    r = subprocess.run([sys.executable, "-c", _HELPS, json.dumps(paths)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_every_help_is_whole_at_any_width(width: int) -> None:
-    for path in command_paths():
-        r = run_zgtool(*path, "--help", columns=width)
-        assert r.returncode == 0, (path, r.stderr)
-        assert_whole(r.stdout, f"zgtool {' '.join(path)} --help at {width}")
-        assert "\\b" not in r.stdout, path
-        assert "Examples:" in r.stdout, f"zgtool {' '.join(path)} --help has no examples"
+    paths = command_paths()
+    helps = helps_at(width, paths)
+    assert sorted(helps) == sorted(" ".join(p) for p in paths)
+    for name, (code, out, err) in helps.items():
+        assert code == 0, (name, err)
+        assert_whole(out, f"zgtool {name} --help at {width}")
+        assert "\\b" not in out, name
+        assert "Examples:" in out, f"zgtool {name} --help has no examples"
+
+
+@pytest.mark.parametrize("path", [[], ["latency-split"], ["gateway"]])
+def test_the_in_process_helps_are_what_a_user_sees(path: list[str]) -> None:
+    helps = helps_at(60, [path])
+    r = run_zgtool(*path, "--help", columns=60)
+    assert [r.returncode, r.stdout, r.stderr] == helps[" ".join(path)]
 
 
 def test_generates_old_n_still_works_with_a_deprecation_line() -> None:
