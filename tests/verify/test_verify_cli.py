@@ -12,53 +12,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from verify_run import MARK, MODEL, left_over, owned
 
 ZG = [sys.executable, "-m", "zgtool"]
-MARK = "ZGTOOL_TEST_VERIFY_MARK"
-MODEL = "dummy:tiny"   # real compute, small enough for a ~1 min --quick run on 2 cores
-
-
-def _owned(mark: str, out: Path) -> list[int]:
-    """Processes the run started: its environment marker (engine, pygw, k6), its run folder on the
-    command line (nginx clears its environment), and every member of those processes' sessions
-    (nginx workers; each child runs in its own session)."""
-    needle = f"{MARK}={mark}".encode()
-    where = str(out).encode()
-    procs: dict[int, tuple[bytes, bytes, int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-            cmd = (entry / "cmdline").read_bytes()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] == "Z":   # a zombie has exited; only its parent's wait() is missing
-            continue
-        procs[int(entry.name)] = (env, cmd, int(fields[3]))   # fields[3]: session id
-    roots = {pid for pid, (env, cmd, _) in procs.items() if needle in env.split(b"\0") or where in cmd}
-    return sorted(roots | {pid for pid, (_, _, sid) in procs.items() if sid in roots})
-
-
-def _left_over(mark: str, out: Path, timeout_s: float = 10.0) -> list[int]:
-    """Processes still tagged once exiting children had the time to be reaped: a leak is what
-    remains after the deadline, not what is still on its way out."""
-    deadline = time.monotonic() + timeout_s
-    while (pids := _owned(mark, out)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return pids
-
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    out = tmp_path_factory.mktemp("verify") / "run"
-    mark = uuid.uuid4().hex
-    env = {**os.environ, MARK: mark, "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
-    proc = subprocess.run([*ZG, "verify", "--quick", "--model", MODEL, "--out-dir", str(out)], capture_output=True,
-                          text=True, timeout=400, env=env)
-    return proc, out, _left_over(mark, out)
 
 
 @pytest.mark.slow
@@ -117,7 +73,7 @@ def test_sigint_stops_every_child_and_exits_130_with_one_line(tmp_path: Path) ->
         while time.monotonic() < deadline and not (out / "probe.all-direct.json").exists():
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.1)
-        children = [p for p in _owned(mark, out) if p != proc.pid]
+        children = [p for p in owned(mark, out) if p != proc.pid]
         assert len(children) >= 3  # engine, pygw, nginx master (+ workers)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -128,7 +84,7 @@ def test_sigint_stops_every_child_and_exits_130_with_one_line(tmp_path: Path) ->
     assert proc.returncode == 130
     last = [line for line in err.strip().splitlines() if line.startswith("zgtool:")]
     assert len(last) == 1 and "interrupted" in last[0] and "Traceback" not in err
-    assert _left_over(mark, out) == []
+    assert left_over(mark, out) == []
     stages = json.loads((out / "verify.json").read_text())["data"]["stages"]
     assert any(s["status"] == "interrupted" for s in stages)
 
