@@ -25,6 +25,7 @@ from collections import Counter
 from typing import Any
 
 import uvicorn
+from zgtest import stop_uvicorn_thread
 
 from zgtool.gateway.procs import free_port
 
@@ -142,10 +143,8 @@ class FakeUpstream:
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._server is not None and self._thread is not None:
+            stop_uvicorn_thread(self._server, self._thread)
 
 
 def _last_user_text(req: dict) -> str:

@@ -151,8 +151,7 @@ class ThreadedUvicorn:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        zgtest.stop_uvicorn_thread(self.server, self.thread)
         self.sock.close()
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ZGTOOL = [sys.executable, "-m", "zgtool"]
 
@@ -73,6 +74,16 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+def stop_uvicorn_thread(server: Any, thread: threading.Thread, grace_s: float = 1.0) -> None:
+    """Stop a stand-in uvicorn server run in a thread: a graceful exit, then after ``grace_s`` a forced
+    one (uvicorn otherwise waits on every open connection and task, e.g. a stream a test left hanging)."""
+    server.should_exit = True
+    thread.join(grace_s)
+    if thread.is_alive():
+        server.force_exit = True
+        thread.join(10)
 
 
 @contextmanager
