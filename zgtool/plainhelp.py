@@ -141,9 +141,21 @@ def _group_options(command: Any) -> None:
             param.rich_help_panel = panel
 
 
+def _folding_on_first_help(command: Any) -> None:
+    """fold_long_words() when this command first renders its help, not at every start: it imports typer's
+    Rich help renderer (rich.markdown, markdown_it: ~130 ms), which a command that prints no help never needs."""
+    original = command.format_help
+
+    def format_help(ctx: Any, formatter: Any) -> Any:
+        fold_long_words()
+        return original(ctx, formatter)
+
+    command.format_help = format_help
+
+
 def plain_help(command: Any) -> Any:
     """Give every parameter in a click command tree click-style help rendering; returns it."""
-    fold_long_words()
+    _folding_on_first_help(command)
     _group_options(command)
     for param in getattr(command, "params", []):
         _make_plain(param)
