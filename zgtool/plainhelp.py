@@ -143,7 +143,7 @@ def _group_options(command: Any) -> None:
 
 def _folding_on_first_help(command: Any) -> None:
     """fold_long_words() when this command first renders its help, not at every start: it imports typer's
-    Rich help renderer (rich.markdown, markdown_it: ~130 ms), which a command that prints no help never needs."""
+    Rich help renderer (rich.markdown, markdown_it: ~70 ms of a start here), which a command that prints no help never needs."""
     original = command.format_help
 
     def format_help(ctx: Any, formatter: Any) -> Any:
