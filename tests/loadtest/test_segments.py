@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from zgtest import ZGTOOL
+from zgtest import ZGTOOL, run_zgtool
 
 from zgtool.errors import UsageError
 from zgtool.loadtest.segments import Segment
@@ -40,6 +40,7 @@ def _bench_args(url: str, out: Path, run_dir: Path) -> list[str]:
 
 def _run_segments(url: str, n: int, tmp: Path) -> list[Path]:
     """All N segments as N k6 processes started at once, as N machines (or pods) would run them."""
+    tmp.mkdir(parents=True, exist_ok=True)
     outs = [tmp / f"seg{i}of{n}.json" for i in range(1, n + 1)]
     procs = [subprocess.Popen([*ZGTOOL, *_bench_args(url, out, tmp / f"run{i}of{n}"), "--segment", f"{i}/{n}"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -50,12 +51,20 @@ def _run_segments(url: str, n: int, tmp: Path) -> list[Path]:
     return outs
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_merged_segments_equal_one_unsegmented_run(asgi_url, cli, tmp_path: Path, n: int):
-    whole = tmp_path / "whole.json"
-    proc = cli(*_bench_args(asgi_url, whole, tmp_path / "run-whole"))
+@pytest.fixture(scope="module")
+def runs(asgi_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | list[Path]]:
+    """One unsegmented run ("whole") and the runs of 2 and of 3 segments, made once for this module's
+    tests (each k6 run is ~4 s of this machine)."""
+    tmp = tmp_path_factory.mktemp("segments")
+    whole = tmp / "whole.json"
+    proc = run_zgtool(*_bench_args(asgi_url, whole, tmp / "run-whole"), timeout_s=300)
     assert proc.returncode == 0, proc.stderr
-    segs = _run_segments(asgi_url, n, tmp_path)
+    return {"whole": whole, **{str(n): _run_segments(asgi_url, n, tmp / f"n{n}") for n in (2, 3)}}
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_merged_segments_equal_one_unsegmented_run(runs, cli, tmp_path: Path, n: int):
+    whole, segs = runs["whole"], runs[str(n)]
     merged = tmp_path / "merged.json"
     proc = cli("bench", "merge", *segs, "-o", merged)
     assert proc.returncode == 0, proc.stderr
@@ -78,14 +87,12 @@ def test_merged_segments_equal_one_unsegmented_run(asgi_url, cli, tmp_path: Path
     assert cli("gate", merged).returncode == 0
 
 
-def test_merge_refuses_an_incomplete_or_mixed_set_of_segments(asgi_url, cli, tmp_path: Path):
-    segs = _run_segments(asgi_url, 2, tmp_path)
+def test_merge_refuses_an_incomplete_or_mixed_set_of_segments(runs, cli):
+    segs, plain = runs["2"], runs["whole"]
     proc = cli("bench", "merge", segs[0])
     assert proc.returncode == 2 and "segments 2/2 missing" in proc.stderr
     proc = cli("bench", "merge", segs[0], segs[0])
     assert proc.returncode == 2 and "given twice" in proc.stderr
-    plain = tmp_path / "plain.json"
-    assert cli(*_bench_args(asgi_url, plain, tmp_path / "p")).returncode == 0
     proc = cli("bench", "merge", plain, segs[1])
     assert proc.returncode == 2 and "not a segment" in proc.stderr
 
