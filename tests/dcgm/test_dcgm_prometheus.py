@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from dcgm_helpers import data, run_cli
+from dcgm_helpers import _exporter_handler, _free_port, _serve, data, run_cli
 
 from zgtool.dcgm.sources import PrometheusSource
 from zgtool.errors import TargetUnreachable
@@ -19,9 +19,13 @@ pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus binary no
                                                            "'prometheus')")
 
 
-@pytest.fixture
-def prometheus(exporter, tmp_path, free_port):
-    """A real Prometheus scraping the recorded-exporter server every second."""
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """A real Prometheus scraping the recorded-exporter server every second: one for the module (it takes
+    ~5 s to scrape the first time), the tests only read it."""
+    tmp_path, free_port = tmp_path_factory.mktemp("prometheus"), _free_port()
+    exporter_server = _serve(_exporter_handler)
+    exporter = next(exporter_server)
     # Both generations on one target. Prometheus rejects a whole scrape on a non-numeric
     # value or a second TYPE line, so those lines of the recordings are left out here.
     classic = [ln for ln in data("exporter_3x_a800_8gpu_mig.txt").splitlines() if "ERROR - FAILED" not in ln]
@@ -63,9 +67,10 @@ def prometheus(exporter, tmp_path, free_port):
             proc.kill()
             proc.wait(5)
         log.close()
+        exporter_server.close()
 
 
-def test_prometheus_source_reads_back_the_exporter_values_through_promql(prometheus, exporter):
+def test_prometheus_source_reads_back_the_exporter_values_through_promql(prometheus):
     proc = run_cli("dcgm", "watch", "--prometheus", prometheus, "--once", "--json")
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)["data"]
