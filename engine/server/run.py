@@ -14,6 +14,7 @@ import contextlib
 import functools
 import gc
 import logging
+import shutil
 import signal
 import socket
 import tempfile
@@ -93,6 +94,12 @@ class Built:
     tls: TlsFiles | None
     sock: socket.socket
     config: ServeConfig
+    scratch: Path | None = None     # a folder build() made (--tls self-signed without --tls-dir): close() removes it
+
+    def close(self) -> None:
+        """The listening socket closed and build()'s own temporary folder (a private key in it) removed."""
+        self.sock.close()
+        _remove_scratch(self.scratch)
 
     @property
     def port(self) -> int:
@@ -103,6 +110,11 @@ class Built:
         host = self.config.host
         host = f"[{host}]" if ":" in host else host
         return f"{self.config.scheme}://{host}:{self.port}"
+
+
+def _remove_scratch(folder: Path | None) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -146,22 +158,31 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
     from zgtool.http.keys import load_keys
 
     tls_files = None
+    scratch = None
     if cfg.tls == "self-signed":
-        tls_files = tlsmod.self_signed(cfg.tls_dir or Path(tempfile.mkdtemp(prefix="zgtool-tls-")))
+        if cfg.tls_dir is None:
+            scratch = Path(tempfile.mkdtemp(prefix="zgtool-tls-"))   # the key lives as long as the server
+        tls_files = tlsmod.self_signed(cfg.tls_dir or scratch)
     elif cfg.tls == "files":
         assert cfg.tls_cert is not None and cfg.tls_key is not None
         tls_files = tlsmod.given(cfg.tls_cert, cfg.tls_key)
-    keys = load_keys(cfg.keys) if cfg.keys is not None else None
-    policy = load_policy(cfg.safety_policy) if cfg.safety_policy is not None else None
-    sock = sock or bind(cfg.host, cfg.port)
+    try:
+        keys = load_keys(cfg.keys) if cfg.keys is not None else None
+        policy = load_policy(cfg.safety_policy) if cfg.safety_policy is not None else None
+        sock = sock or bind(cfg.host, cfg.port)
+    except BaseException:
+        _remove_scratch(scratch)
+        raise
     try:
         engine = Engine(_engine_config(cfg))
-    except ModelUnavailable as exc:
+    except BaseException as exc:
         sock.close()
-        raise ModelLoadFailed(f"cannot load model {cfg.model!r}: {exc}", missing=True) from exc
-    except EngineError as exc:
-        sock.close()
-        raise ModelLoadFailed(f"cannot load model {cfg.model!r}: {exc}", missing=False) from exc
+        _remove_scratch(scratch)
+        if isinstance(exc, ModelUnavailable):
+            raise ModelLoadFailed(f"cannot load model {cfg.model!r}: {exc}", missing=True) from exc
+        if isinstance(exc, EngineError):
+            raise ModelLoadFailed(f"cannot load model {cfg.model!r}: {exc}", missing=False) from exc
+        raise
     access = AccessLog(cfg.access_log) if cfg.access_log is not None else None
     app = ServerApp(engine, cfg, Admission(keys), table(), policy, access)
     if cfg.otlp_endpoint is not None:
@@ -169,7 +190,7 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
         from zgtool.engine.server.tracing import SpanExporter
 
         app.tracer = SpanExporter(cfg.otlp_endpoint, __version__)
-    return Built(app, engine, tls_files, sock, cfg)
+    return Built(app, engine, tls_files, sock, cfg, scratch)
 
 
 def make_server(built: Built) -> ZgServer:
@@ -226,15 +247,15 @@ def serve(cfg: ServeConfig, on_ready: Callable[[Built], None] | None = None,
     Ctrl-C starts the drain."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     built = build(cfg)
-    server = make_server(built)
-    freeze_heap()
-    server.on_sigint = on_sigint
-    if on_ready is not None:
-        on_ready(built)
     try:
+        server = make_server(built)
+        freeze_heap()
+        server.on_sigint = on_sigint
+        if on_ready is not None:
+            on_ready(built)
         server.run(sockets=[built.sock])
     finally:
-        built.sock.close()
+        built.close()
     if not server.started:
         raise ServerNotStarted("the server failed to start; see the log above")
     return 0

@@ -172,10 +172,15 @@ def test_bench_sends_its_dataset_rebuilt_under_the_servers_tokenizer_and_names_t
     assert counted == 25 and bodies[0]["model"] == "dummy:tiny"
 
 
-def test_a_gguf_counts_as_its_converted_tokenizer_json_does() -> None:
+def test_a_gguf_counts_as_its_converted_tokenizer_json_does_and_leaves_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
     from zgtool.engine.gguf_convert import PACKAGED, ensure_converted, find_gguf
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # where the conversion's scratch folder goes
     gguf = counter_for(str(find_gguf(PACKAGED["smollm2"])), "", "", headers={})
+    assert list(tmp_path.iterdir()) == []                        # the converted tokenizer.json is gone once loaded
     as_json = counter_for(str(ensure_converted("smollm2") / "tokenizer.json"), "", "", headers={})
     assert gguf.source.startswith("GGUF ")
     for text in ("Say hello in one short sentence.", "the of and 12345 xyz", ""):
@@ -183,13 +188,18 @@ def test_a_gguf_counts_as_its_converted_tokenizer_json_does() -> None:
     assert fit_text(gguf, 40, "s")[1] == 40
 
 
-def test_a_file_that_is_no_gguf_is_one_line(tmp_path: Path) -> None:
+def test_a_file_that_is_no_gguf_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
     from zgtool.errors import UsageError
 
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"not a gguf")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     with pytest.raises(UsageError, match="not a readable GGUF"):
         counter_for(str(bad), "", "", headers={})
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_sharegpt_answer_lengths_are_counted_with_the_tokenizer(engine: str, tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def serve(
     tls: str = typer.Option("none", "--tls", help="self-signed: generate a localhost certificate (fingerprint printed)."),
     tls_cert: Path = typer.Option(None, "--tls-cert", help="PEM certificate (with --tls-key)."),
     tls_key: Path = typer.Option(None, "--tls-key", help="PEM private key."),
-    tls_dir: Path = typer.Option(None, "--tls-dir", help="Where --tls self-signed writes cert.pem/key.pem (default: a temp dir)."),
+    tls_dir: Path = typer.Option(None, "--tls-dir", help="Where --tls self-signed writes cert.pem/key.pem (default: a temporary folder, removed when the server stops)."),
     keys: Path = typer.Option(None, "--keys", help="keys.toml: API keys and tiers (see examples/keys.toml). Without it the server is open."),
     safety_policy: Path = typer.Option(None, "--safety-policy", help="policy.toml: deny phrases/regexes (see examples/safety-policy.toml)."),
     access_log: Path = typer.Option(None, "--access-log", help="Append one JSON line per request with its timings."),

@@ -18,6 +18,7 @@ Synthetic prompts are then built to hit their requested length exactly under the
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -159,20 +160,19 @@ def file_counter(path: Path) -> Counter:
     except ImportError:
         raise MissingCapability("--tokenizer PATH needs the tokenizers package: pip install 'zgtool[engine]'") \
             from None
-    json_path = _gguf_tokenizer(path) if path.suffix == ".gguf" else path
-    try:
-        tok = Tokenizer.from_file(str(json_path))
-    except Exception as exc:  # noqa: BLE001 - the library raises bare Exceptions on a bad file
-        raise UsageError(f"--tokenizer {path}: not a tokenizer.json ({str(exc)[:120]})") from None
+    with tempfile.TemporaryDirectory(prefix="zgtool-gguf-tokenizer-") as scratch:   # a GGUF's, while it loads
+        json_path = _gguf_tokenizer(path, Path(scratch)) if path.suffix == ".gguf" else path
+        try:
+            tok = Tokenizer.from_file(str(json_path))
+        except Exception as exc:  # noqa: BLE001 - the library raises bare Exceptions on a bad file
+            raise UsageError(f"--tokenizer {path}: not a tokenizer.json ({str(exc)[:120]})") from None
     kind = "GGUF" if path.suffix == ".gguf" else "tokenizer.json"
     return Counter(f"{kind} {path} (no chat template)", lambda s: len(tok.encode(s, add_special_tokens=False).ids))
 
 
-def _gguf_tokenizer(path: Path) -> Path:
-    """A GGUF's tokenizer as a tokenizer.json (in a temporary folder), written by the engine's own GGUF
+def _gguf_tokenizer(path: Path, out: Path) -> Path:
+    """A GGUF's tokenizer as a tokenizer.json in the folder `out`, written by the engine's own GGUF
     converter (byte-level BPE 'gpt2' vocabularies, as llama.cpp's Llama-family GGUFs)."""
-    import tempfile
-
     try:
         from gguf import GGUFReader
 
@@ -184,7 +184,6 @@ def _gguf_tokenizer(path: Path) -> Path:
 
     try:
         reader = GGUFReader(str(path))
-        out = Path(tempfile.mkdtemp(prefix="zgtool-gguf-tokenizer-"))
         _write_tokenizer(reader, list(_field(reader, "tokenizer.ggml.tokens", [])), out)
     except ModelLoadError as exc:
         raise UsageError(f"--tokenizer {path}: {exc}") from None

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from engine_live import child
 
 ZGTOOL = [sys.executable, "-m", "zgtool"]
 
@@ -51,6 +53,22 @@ def test_tls_self_signed_prints_the_fingerprint_and_serves_https(serve_proc: Any
         assert "TLS sha256" in out and url.startswith("https://")
         r = httpx.get(url + "/health", verify=ssl.create_default_context(cafile=str(tmp_path / "tls" / "cert.pem")))
         assert r.status_code == 200
+
+
+def test_a_self_signed_key_made_without_tls_dir_is_removed_when_the_server_stops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))       # where the child's temporary folders go
+    with child(tmp_path, "--tls", "self-signed", keyed=False) as live:
+        assert live.proc is not None
+        made = list(scratch.glob("zgtool-tls-*"))
+        assert len(made) == 1 and (made[0] / "key.pem").exists()
+        ctx = ssl.create_default_context(cafile=str(made[0] / "cert.pem"))
+        assert httpx.get(live.url + "/health", verify=ctx).status_code == 200
+        live.proc.send_signal(signal.SIGTERM)
+        assert live.proc.wait(30) == 0
+    assert list(scratch.iterdir()) == []              # no private key left behind
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
