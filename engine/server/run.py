@@ -160,9 +160,10 @@ def build(cfg: ServeConfig, sock: socket.socket | None = None) -> Built:
     tls_files = None
     scratch = None
     if cfg.tls == "self-signed":
-        if cfg.tls_dir is None:
-            scratch = Path(tempfile.mkdtemp(prefix="zgtool-tls-"))   # the key lives as long as the server
-        tls_files = tlsmod.self_signed(cfg.tls_dir or scratch)
+        tls_dir = cfg.tls_dir
+        if tls_dir is None:     # a folder of our own: the key lives as long as the server
+            tls_dir = scratch = Path(tempfile.mkdtemp(prefix="zgtool-tls-"))
+        tls_files = tlsmod.self_signed(tls_dir)
     elif cfg.tls == "files":
         assert cfg.tls_cert is not None and cfg.tls_key is not None
         tls_files = tlsmod.given(cfg.tls_cert, cfg.tls_key)
