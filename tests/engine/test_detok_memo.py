@@ -39,9 +39,10 @@ def _hf(kind: str) -> HFTokenizer:
         alphabet = []
     tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, show_progress=False,
                                                         initial_alphabet=alphabet))
-    d = Path(tempfile.mkdtemp(prefix="zg-detok-"))
-    tok.save(str(d / "tokenizer.json"))
-    return HFTokenizer(d, (0,), None)
+    with tempfile.TemporaryDirectory(prefix="zg-detok-") as scratch:    # read once, at construction
+        d = Path(scratch)
+        tok.save(str(d / "tokenizer.json"))
+        return HFTokenizer(d, (0,), None)
 
 
 def _run(tok, prompt: list[int], output: list[int], memo: dict[int, str] | None,

@@ -36,9 +36,10 @@ def _bytelevel() -> HFTokenizer:
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, show_progress=False,
                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    d = Path(tempfile.mkdtemp(prefix="zg-postprocess-"))
-    tok.save(str(d / "tokenizer.json"))
-    return HFTokenizer(d, (EOS,), None)
+    with tempfile.TemporaryDirectory(prefix="zg-postprocess-") as scratch:    # read once, at construction
+        d = Path(scratch)
+        tok.save(str(d / "tokenizer.json"))
+        return HFTokenizer(d, (EOS,), None)
 
 
 def _run(tok: Any, prompt: list[int], output: list[int], max_tokens: int, through_token: bool) -> list[tuple]:
