@@ -44,6 +44,18 @@ def test_bench_dataset_rows_are_sent_in_turn(engine: str, tmp_path: Path) -> Non
     assert [b["messages"][0]["content"] for b in sent] == [r["prompt"] for r in ROWS]
 
 
+def test_bench_with_a_dataset_and_no_run_dir_leaves_no_file_behind(engine: str, tmp_path: Path) -> None:
+    _k6_or_skip()
+    rows, scratch = tmp_path / "two.jsonl", tmp_path / "tmp"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    scratch.mkdir()
+    r = run_zgtool("bench", "--direct", engine, "--api", "openai", "--scenarios", "direct", "--rate", "4",
+                   "--duration", "1s", "--dataset", str(rows), "-q", "-o", tmp_path / "bench.json",
+                   env={"TMPDIR": str(scratch)}, timeout_s=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert list(scratch.iterdir()) == []        # neither the request bodies nor k6's run folder stayed
+
+
 def test_bench_bad_dataset_exits_2_and_sends_nothing(listener: Listener, tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({"prompt": "x", "output_len": -2}) + "\n")

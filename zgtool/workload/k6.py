@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,7 +24,13 @@ def load_for_bench(spec: str) -> Workload:
 
 
 def write_payload(workload: Workload, api: str, run_dir: Path | None) -> Path:
-    folder = run_dir if run_dir is not None else Path(tempfile.mkdtemp(prefix="zgtool-bench-dataset-"))
+    """The workload's request bodies for k6, in `run_dir`; without one, in a temporary folder removed when
+    this process exits (the bodies are written while the options are parsed, before any run folder exists)."""
+    if run_dir is None:
+        folder = Path(tempfile.mkdtemp(prefix="zgtool-bench-dataset-"))
+        atexit.register(shutil.rmtree, folder, True)
+    else:
+        folder = run_dir
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "dataset_payloads.json"
     path.write_text(json.dumps(k6_payloads(api, MODEL, workload)))
