@@ -81,7 +81,7 @@ def null_engine(logged_null_engine: tuple[str, Path]) -> str:
 @pytest.fixture(scope="session")
 def litellm_before_null(null_engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The real LiteLLM proxy (zgtool's config, model "null") in front of ``null_engine``, started once:
-    importing LiteLLM's proxy costs ~12 s of CPU per start, and eight tests need one with this config."""
+    importing LiteLLM's proxy costs ~12 s of CPU per start, and nine tests in five files need one with this config."""
     from litellm_live import litellm_in_front
 
     with litellm_in_front(null_engine, tmp_path_factory.mktemp("litellm-null"), "null") as gw:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from verify_run import csv_dir as verify_csv_dir
 from zgtest import run_zgtool
 
 from zgtool.errors import ExitCode
@@ -20,7 +21,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 @pytest.mark.slow
 def test_every_stage_result_becomes_csv_files_named_after_it(quick_run) -> None:  # noqa: ANN001
     proc, out, _ = quick_run       # test_verify_cli.py's one `verify --quick ... --csv DIR` run
-    csv_dir = out.parent / "csv"
+    csv_dir = verify_csv_dir(out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     splits = sorted(out.glob("latency_split-*.json"))
     assert splits
