@@ -18,6 +18,7 @@ from pathlib import Path
 from zgtool.http.net import free_port as free_port  # re-exported: other modules import it from here
 
 _PR_SET_PDEATHSIG = 1
+_WATCH_S = 0.05      # how often wait_ready looks at the child while a probe is out
 _LIVE: set[Child] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -120,19 +121,47 @@ def wait_ready(
     timeout_s: float,
     interval_s: float = 0.05,
 ) -> str | None:
-    """Poll `probe` until it returns True. None when ready, else why not (exit or timeout)."""
+    """Poll `probe` until it returns True. None when ready, else why not (exit or timeout).
+
+    Each probe runs on a thread of its own while the child is watched: a child that exits while a
+    probe is waiting on someone else's listener (a port another process holds and never answers)
+    is reported at once, not when that probe's own timeout ends."""
     deadline = time.monotonic() + timeout_s
     while True:
         code = child.exit_code()
         if code is not None:
             return f"exited with code {code}"
-        with contextlib.suppress(Exception):
-            if probe():
-                return None
+        verdict = _probe_watching(child, probe, deadline)
+        if verdict is True:
+            return None
+        code = child.exit_code()
+        if code is not None:
+            return f"exited with code {code}"
         if time.monotonic() > deadline:
             return f"not ready after {timeout_s:.0f} s"
         time.sleep(interval_s)
         interval_s = min(interval_s * 1.5, 0.5)
+
+
+def _probe_watching(child: Child, probe: Callable[[], bool], deadline: float) -> bool | None:
+    """probe()'s answer (an exception is False); None when the child exited or the deadline passed
+    first (the probe's thread is left to end by its own timeout: it is a daemon)."""
+    answer: list[bool] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            answer.append(bool(probe()))
+        except Exception:  # noqa: BLE001 - not answering yet is what a probe's error means
+            answer.append(False)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"ready-probe-{child.name}", daemon=True).start()
+    while not done.wait(_WATCH_S):
+        if child.exit_code() is not None or time.monotonic() > deadline:
+            return None
+    return answer[0]
 
 
 def http_ok(url: str, *, auth: tuple[str, str] | None = None, timeout_s: float = 2.0) -> Callable[[], bool]:
