@@ -7,7 +7,10 @@ fixed body (the floor: nothing can be faster on this stack), POST /v1/messages, 
 keep-alive load at concurrency 1 and 32, every system measured in interleaved slices in one run.
 
 Modes: ``t1`` (one output token, one JSON answer), ``t16`` (16 tokens, one JSON answer) and
-``t16s`` (16 tokens streamed as SSE; the floor streams as many chunks of the same total size).
+``t16s`` (16 tokens streamed as SSE; the floor streams as many chunks of the same total size);
+``front`` (not run by default) is GET /health: zgtool's protocol and app with no body and no engine,
+against the floor answering a body of the same size, so the front alone is compared through sockets
+(bench/serving_breakdown.py cuts the path further, in process).
 In mode t1 a third system runs beside them: nginx (zgtool/gateway/nginx.py's reference config,
 one worker) in front of the same floor app, so one gateway hop's cost is measured in the same run.
 
@@ -49,7 +52,7 @@ from zgtool.stats import percentile
 
 TARGET_T1 = 0.8     # zgtool/floor requests/s, one token
 TARGET_T16 = 0.6    # zgtool/floor requests/s, 16 tokens
-MODES = {"t1": (1, False), "t16": (16, False), "t16s": (16, True)}
+MODES = {"t1": (1, False), "t16": (16, False), "t16s": (16, True), "front": (0, False)}
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,11 @@ def run_floor(port: int, body_bytes: int, chunks: int) -> None:
 
 # -- load client: raw keep-alive HTTP/1.1 on asyncio+uvloop, as cheap as we can make it --
 
-def _request(port: int, max_tokens: int, stream: bool) -> bytes:
+def _request(port: int, mode: str) -> bytes:
+    """A mode's request: POST /v1/messages, or for ``front`` GET /health (no body, no engine)."""
+    if mode == "front":
+        return f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    max_tokens, stream = MODES[mode]
     body = json.dumps({"model": "null", "max_tokens": max_tokens, "stream": stream,
                        "messages": [{"role": "user", "content": "Say something about serving."}]}).encode()
     return (f"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
@@ -292,7 +299,7 @@ def run(modes: list[str], concurrencies: list[int], seconds: float, slice_s: flo
             systems = []
             body_bytes = 0
             for name, proc, port in zgs:
-                raw = _request(port, tokens, stream)
+                raw = _request(port, mode)
                 body_bytes = _wait_http(port, proc, raw)
                 systems.append(System(name, port, raw, [proc.pid]))
             fport = _free_port()
@@ -300,14 +307,14 @@ def run(modes: list[str], concurrencies: list[int], seconds: float, slice_s: flo
                                       str(tokens + 1 if stream else 0)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(floor)
-            raw_f = _request(fport, tokens, stream)
+            raw_f = _request(fport, mode)
             _wait_http(fport, floor, raw_f)
             systems.append(System("floor", fport, raw_f, [floor.pid]))
             nginx = None
             if mode == "t1":
                 nginx, nport = _start_nginx(fport, Path(tempfile.mkdtemp(prefix="zg-serving-nginx-")))
                 procs.append(nginx)
-                raw_n = _request(nport, tokens, stream)
+                raw_n = _request(nport, mode)
                 _wait_http(nport, nginx, raw_n)
                 # the hop's whole cost: nginx's master and workers, and the floor behind it
                 systems.append(System("nginx", nport, raw_n, [nginx.pid, *_children(nginx.pid), floor.pid]))
@@ -414,7 +421,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0, help="measured seconds per system and cell")
     ap.add_argument("--slice", type=float, default=0.5, help="interleaving slice (s)")
     ap.add_argument("--concurrency", default="1,32")
-    ap.add_argument("--modes", default="t1,t16,t16s", help="t1, t16 (JSON answers), t16s (16 streamed tokens)")
+    ap.add_argument("--modes", default="t1,t16,t16s", help="t1, t16 (JSON answers), t16s (16 streamed tokens), front (GET /health)")
     ap.add_argument("--baseline", type=Path, help="another zgtool source tree to measure beside this one")
     ap.add_argument("--floor", nargs=3, type=int, metavar=("PORT", "BODY_BYTES", "CHUNKS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
