@@ -11,8 +11,9 @@ Modes: ``t1`` (one output token, one JSON answer), ``t16`` (16 tokens, one JSON 
 ``front`` (not run by default) is GET /health: zgtool's protocol and app with no body and no engine,
 against the floor answering a body of the same size, so the front alone is compared through sockets
 (bench/serving_breakdown.py cuts the path further, in process).
-In mode t1 a third system runs beside them: nginx (zgtool/gateway/nginx.py's reference config,
-one worker) in front of the same floor app, so one gateway hop's cost is measured in the same run.
+In modes t1 and front a third system runs beside them: nginx (zgtool/gateway/nginx.py's reference
+config, one worker) in front of the same floor app, so one gateway hop's cost is measured in the same
+run (in front mode: the hop's cost for the same GET, beside our front's).
 
     .venv/bin/python bench/serving_overhead.py [--seconds 4] [--modes t1,t16,t16s] [--baseline DIR]
 
@@ -311,7 +312,7 @@ def run(modes: list[str], concurrencies: list[int], seconds: float, slice_s: flo
             _wait_http(fport, floor, raw_f)
             systems.append(System("floor", fport, raw_f, [floor.pid]))
             nginx = None
-            if mode == "t1":
+            if mode in ("t1", "front"):
                 nginx, nport = _start_nginx(fport, Path(tempfile.mkdtemp(prefix="zg-serving-nginx-")))
                 procs.append(nginx)
                 raw_n = _request(nport, mode)
