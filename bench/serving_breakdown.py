@@ -32,14 +32,13 @@ import json
 import logging
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from front_floors import floor_app  # noqa: E402
 from peerlib.machine import cpu_model  # noqa: E402
-from serving_inproc import drive  # noqa: E402
+from serving_inproc import drive, null_server, start_serving  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Say something about serving."}]   # serving_inproc's request
 ROWS = ("floor", "front", "count", "request", "engine")
@@ -91,13 +90,10 @@ def measure(concurrencies: list[int], requests_n: int, rounds: int) -> dict[int,
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
-    from zgtool.engine.server.config import ServeConfig
-    from zgtool.engine.server.run import build, freeze_heap, make_server
+    from zgtool.engine.server.run import freeze_heap
 
     logging.disable(logging.WARNING)
-    built = build(replace(ServeConfig(model="null"), port=0))
-    server = make_server(built)
-    server.config.load()
+    built, server = null_server()
     floor_cfg = Config(floor_app, http="httptools", loop="uvloop", lifespan="off", access_log=False)
     floor_cfg.load()
     floor_state = ServerState()
@@ -108,12 +104,7 @@ def measure(concurrencies: list[int], requests_n: int, rounds: int) -> dict[int,
 
     async def go() -> None:
         loop = asyncio.get_running_loop()
-        built.engine.start(loop)
-        server.server_state.tasks = built.app.request_tasks = set()
-
-        def zg() -> Any:
-            return server.config.http_protocol_class(config=server.config, server_state=server.server_state,
-                                                     app_state={}, _loop=loop)
+        zg = start_serving(built, server, loop)
 
         def floor() -> Any:
             return floor_cfg.http_protocol_class(config=floor_cfg, server_state=floor_state, app_state={},

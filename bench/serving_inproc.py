@@ -24,6 +24,7 @@ import gc
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -111,13 +112,31 @@ def _request(tokens: int, stream: bool) -> bytes:
             b"content-length: %d\r\n\r\n%s" % (len(body), body))
 
 
-async def _cell(server: Any, mode: str, concurrency: int, requests: int) -> float:
-    tokens, stream = MODES[mode]
-    loop = asyncio.get_running_loop()
+def null_server() -> tuple[Any, Any]:
+    """``zgtool serve --model null``'s built parts and its uvicorn server, loaded, listening nowhere."""
+    from zgtool.engine.server.config import ServeConfig
+    from zgtool.engine.server.run import build, make_server
+
+    built = build(replace(ServeConfig(model="null"), port=0))
+    server = make_server(built)
+    server.config.load()
+    return built, server
+
+
+def start_serving(built: Any, server: Any, loop: asyncio.AbstractEventLoop) -> Callable[[], Any]:
+    """Start the engine on ``loop`` as serve's lifespan does; a factory of the server's protocol, one
+    per stand-in connection."""
+    built.engine.start(loop)
+    server.server_state.tasks = built.app.request_tasks = set()
 
     def make() -> Any:
         return server.config.http_protocol_class(config=server.config, server_state=server.server_state,
                                                  app_state={}, _loop=loop)
+    return make
+
+
+async def _cell(make: Callable[[], Any], mode: str, concurrency: int, requests: int) -> float:
+    tokens, stream = MODES[mode]
     return await drive(make, _request(tokens, stream), stream, concurrency, requests)
 
 
@@ -157,13 +176,9 @@ def main() -> None:
 
     import uvloop
 
-    from zgtool.engine.server.config import ServeConfig
-    from zgtool.engine.server.run import build, freeze_heap, make_server
+    from zgtool.engine.server.run import freeze_heap
     logging.disable(logging.WARNING)
-    cfg = replace(ServeConfig(model="null"), port=0)
-    built = build(cfg)
-    server = make_server(built)
-    server.config.load()
+    built, server = null_server()
     freeze_heap()
     results: dict[str, float] = {}
     collections = [0]          # garbage collections while serving (serve's threshold: run.freeze_heap)
@@ -174,19 +189,17 @@ def main() -> None:
     gc.callbacks.append(count)
 
     async def go() -> None:
-        loop = asyncio.get_running_loop()
-        built.engine.start(loop)
-        server.server_state.tasks = built.app.request_tasks = set()
+        make = start_serving(built, server, asyncio.get_running_loop())
         for mode in args.modes.split(","):
             for c in (int(x) for x in args.concurrency.split(",")):
-                await _cell(server, mode, c, max(c, args.warmup))      # warm up
-                best = min([await _cell(server, mode, c, args.requests) for _ in range(args.rounds)])
+                await _cell(make, mode, c, max(c, args.warmup))      # warm up
+                best = min([await _cell(make, mode, c, args.requests) for _ in range(args.rounds)])
                 results[f"{mode}_c{c}"] = round(best, 2)
                 print(f"{mode:<4} c={c:<3} {best:7.2f} us CPU per request", file=sys.stderr)
                 if args.profile is not None:
                     prof = cProfile.Profile()
                     prof.enable()
-                    await _cell(server, mode, c, args.requests)
+                    await _cell(make, mode, c, args.requests)
                     prof.disable()
                     prof.dump_stats(f"{args.profile}.{mode}_c{c}")
         await built.engine.shutdown(1.0)

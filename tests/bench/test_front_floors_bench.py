@@ -4,20 +4,11 @@ system and concurrency, their ratio and the CPU's name."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_run import run_bench
 
 
 def test_front_floors_measures_uvicorns_floor_and_a_bare_protocol_at_each_concurrency() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "front_floors.py"), "--requests", "300",
-                           "--rounds", "1", "--concurrency", "1,4"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_bench("front_floors.py", "--requests", "300", "--rounds", "1", "--concurrency", "1,4")
     assert result["bench"] == "front_floors" and result["cpu"] != "unknown"
     for system in ("uvicorn_floor", "bare_protocol"):
         assert set(result["cpu_us_per_req"][system]) == {"c1", "c4"}

@@ -4,22 +4,14 @@ it prints are the differences of the rows it measured."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_run import ROOT, run_bench
 
 
 def test_serving_breakdown_measures_every_row_and_derives_the_steps_from_them() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "serving_breakdown.py"), "--requests", "120",
-                           "--rounds", "1", "--concurrency", "1,4"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_bench("serving_breakdown.py", "--requests", "120", "--rounds", "1", "--concurrency", "1,4")
     assert result["bench"] == "serving_breakdown" and result["cpu"] and result["cpu"] != "unknown"
     rows = result["cpu_us_per_req"]
     assert set(rows) == {"c1", "c4"}

@@ -4,20 +4,12 @@ and the garbage collections that ran while serving (none)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_run import run_bench
 
 
 def test_serving_inproc_answers_every_request_and_reports_cpu_per_request_per_cell() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "serving_inproc.py"), "--requests", "200",
-                           "--rounds", "1", "--warmup", "20", "--modes", "t1,t16s", "--concurrency", "1,4"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_bench("serving_inproc.py", "--requests", "200", "--rounds", "1", "--warmup", "20",
+                       "--modes", "t1,t16s", "--concurrency", "1,4")
     cells = result["cpu_us_per_req"]
     assert set(cells) == {"t1_c1", "t1_c4", "t16s_c1", "t16s_c4"}
     assert all(v > 0 for v in cells.values())

@@ -14,7 +14,6 @@ import asyncio
 import collections
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +30,9 @@ OURS = (str(ROOT / "engine"), str(ROOT / "zgtool"))
 def _calls_per_request(concurrency: int, requests: int) -> tuple[float, collections.Counter[str]]:
     import uvloop
 
-    from zgtool.engine.server.config import ServeConfig
-    from zgtool.engine.server.run import build, make_server
-
     logging.disable(logging.WARNING)
     try:
-        built = build(replace(ServeConfig(model="null"), port=0))
-        server = make_server(built)
-        server.config.load()
+        built, server = serving_inproc.null_server()
         calls: collections.Counter[str] = collections.Counter()
 
         def count(frame: Any, event: str, arg: Any) -> None:
@@ -48,14 +42,7 @@ def _calls_per_request(concurrency: int, requests: int) -> tuple[float, collecti
                     calls[f"{Path(code.co_filename).name}:{code.co_name}"] += 1
 
         async def go() -> None:
-            loop = asyncio.get_running_loop()
-            built.engine.start(loop)
-            server.server_state.tasks = built.app.request_tasks = set()
-
-            def make() -> Any:
-                return server.config.http_protocol_class(config=server.config, server_state=server.server_state,
-                                                         app_state={}, _loop=loop)
-
+            make = serving_inproc.start_serving(built, server, asyncio.get_running_loop())
             raw = serving_inproc._request(1, False)
             await serving_inproc.drive(make, raw, False, concurrency, 100)   # warm: memos, prefix cache
             sys.setprofile(count)
