@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zgtool.engine import kvpool
 from zgtool.engine.block_manager import BlockManager
@@ -36,11 +36,17 @@ from zgtool.engine.errors import (
     SequenceFault,
 )
 from zgtool.engine.faults import Faults, is_engine_wide
+from zgtool.engine.null_runner import NULL_MODEL, NullRunner, null_device, null_tokenizer
 from zgtool.engine.outputs import RequestOutput, RequestTimings, Usage
 from zgtool.engine.postprocess import Postprocessor
 from zgtool.engine.scheduler import Scheduler
 from zgtool.engine.sequence import FINISHED, Sequence
 from zgtool.engine.stream import RequestStream
+from zgtool.engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from zgtool.engine.model import LlamaModel
+    from zgtool.engine.presets import ModelSpec
 
 log = logging.getLogger("zgtool.engine")
 
@@ -59,53 +65,19 @@ class GenerateResult:
 
 
 class Engine:
+    # set by _load_null or _load_model
+    tokenizer: Tokenizer
+    spec: ModelSpec | None
+    model: LlamaModel | None
+    runner: Any
+
     def __init__(self, config: EngineConfig | None = None) -> None:
-        import torch
-
-        from zgtool.engine.weights import load_model
-
         self.config = cfg = config or EngineConfig()
-        from zgtool.engine.runner import weights_oom
-
-        self.device, self.dtype, torch_dtype = kvpool.pick_device_dtype(cfg, torch)
-        # cast per tensor: no fp32 copy; on CUDA a dummy model's weights are made on the device
-        try:
-            loaded = load_model(cfg.model, seed=cfg.seed, dtype=torch_dtype, device=self.device)
-        except torch.OutOfMemoryError:
-            raise weights_oom(cfg.model, self.device) from None
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
-        elif loaded.spec is not None and loaded.spec.hidden_size <= 256:
-            # tiny GEMMs: OpenMP fork/join costs more than it saves and spins against the I/O loop
-            torch.set_num_threads(1)
-        self.model_name = cfg.model
-        self.tokenizer = loaded.tokenizer
-        self.is_dummy = loaded.is_dummy
-        self.spec = loaded.spec
         self.block_size = cfg.block_size
-        if loaded.spec is None:  # null backend: real bookkeeping, no tensors
-            from zgtool.engine.runner import NullRunner
-
-            self.max_model_len = cfg.max_model_len or 4096
-            self.num_kv_blocks = kvpool.null_blocks(cfg, self.max_model_len)
-            self.kv_bytes_per_block = 0
-            self.model = None
-            self.runner: Any = NullRunner()
+        if cfg.model == NULL_MODEL:
+            self._load_null(cfg)
         else:
-            from zgtool.engine.model import LlamaModel
-            from zgtool.engine.runner import make_runner
-
-            spec = loaded.spec
-            self.max_model_len = min(cfg.max_model_len or spec.max_position_embeddings, spec.max_position_embeddings)
-            try:
-                self.model = LlamaModel(spec, loaded.weights, torch.device(self.device), torch_dtype, cfg.deterministic)
-            except torch.OutOfMemoryError:
-                raise weights_oom(cfg.model, self.device) from None
-            self.kv_bytes_per_block = self.model.kv_bytes_per_block(cfg.block_size)
-            self.num_kv_blocks = kvpool.num_blocks(cfg, self.kv_bytes_per_block, self.max_model_len, torch)
-            # the device's runner, chosen once; it allocates the KV pool (a CUDA runner's pad block too)
-            self.runner = make_runner(self.model, cfg, self.num_kv_blocks, self.max_model_len)
-        del loaded
+            self._load_model(cfg)
         self.eos_token_ids = set(self.tokenizer.eos_token_ids)
         self._vocab_size = self.spec.vocab_size if self.spec else self.tokenizer.vocab_size
         self.block_manager = BlockManager(self.num_kv_blocks, cfg.block_size, cfg.enable_prefix_caching)
@@ -137,6 +109,54 @@ class Engine:
         self.last_step_ms = 0.0
         self._pending: list[RequestOutput] = []
         self.last_request_timings = RequestTimings()
+
+    def _load_null(self, cfg: EngineConfig) -> None:
+        """The null backend (engine/null_runner.py): real bookkeeping, no tensors, no torch."""
+        self.device, self.dtype = null_device(cfg.device), "none"
+        self.model_name = cfg.model
+        self.tokenizer = null_tokenizer()
+        self.is_dummy = False
+        self.spec = None
+        self.max_model_len = cfg.max_model_len or 4096
+        self.num_kv_blocks = kvpool.null_blocks(cfg, self.max_model_len)
+        self.kv_bytes_per_block = 0
+        self.model = None
+        self.runner = NullRunner()
+
+    def _load_model(self, cfg: EngineConfig) -> None:
+        """A model with weights (packaged, a directory or dummy:<preset>) and the device's runner."""
+        import torch
+
+        from zgtool.engine.model import LlamaModel
+        from zgtool.engine.runner import make_runner, weights_oom
+        from zgtool.engine.weights import load_model
+
+        self.device, self.dtype, torch_dtype = kvpool.pick_device_dtype(cfg, torch)
+        # cast per tensor: no fp32 copy; on CUDA a dummy model's weights are made on the device
+        try:
+            loaded = load_model(cfg.model, seed=cfg.seed, dtype=torch_dtype, device=self.device)
+        except torch.OutOfMemoryError:
+            raise weights_oom(cfg.model, self.device) from None
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        elif loaded.spec is not None and loaded.spec.hidden_size <= 256:
+            # tiny GEMMs: OpenMP fork/join costs more than it saves and spins against the I/O loop
+            torch.set_num_threads(1)
+        self.model_name = cfg.model
+        self.tokenizer = loaded.tokenizer
+        self.is_dummy = loaded.is_dummy
+        self.spec = spec = loaded.spec
+        assert spec is not None, "only the null backend has no spec"
+        self.max_model_len = min(cfg.max_model_len or spec.max_position_embeddings, spec.max_position_embeddings)
+        try:
+            self.model = LlamaModel(spec, loaded.weights, torch.device(self.device), torch_dtype, cfg.deterministic)
+        except torch.OutOfMemoryError:
+            raise weights_oom(cfg.model, self.device) from None
+        del loaded
+        self.kv_bytes_per_block = self.model.kv_bytes_per_block(cfg.block_size)
+        self.num_kv_blocks = kvpool.num_blocks(cfg, self.kv_bytes_per_block, self.max_model_len, torch)
+        # the device's runner, chosen once; it allocates the KV pool (a CUDA runner's pad block too)
+        self.runner = make_runner(self.model, cfg, self.num_kv_blocks, self.max_model_len)
 
     # -- admission into the engine -----------------------------------------
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:

@@ -13,9 +13,10 @@ import torch
 from zgtool.engine.config import EngineConfig
 from zgtool.engine.model import LlamaModel
 from zgtool.engine.model_runner import ModelRunner
+from zgtool.engine.null_runner import NullRunner
 from zgtool.engine.scheduler import ScheduledBatch
 
-# ModelRunner lives in engine/model_runner.py (re-exported for callers)
+# ModelRunner lives in engine/model_runner.py, NullRunner in engine/null_runner.py (re-exported for callers)
 __all__ = ["ModelRunner", "NullRunner", "Runner", "make_runner", "weights_oom"]
 
 
@@ -57,18 +58,3 @@ def make_runner(model: LlamaModel, cfg: EngineConfig, num_blocks: int, max_model
 
     return CudaRunner(model, cfg.block_size, cfg.max_num_seqs, max_model_len, pad_block=num_blocks,
                       cuda_graphs=cfg.cuda_graphs)
-
-
-class NullRunner:
-    """Zero compute: emits a fixed text, byte by byte. Measures pure serving overhead."""
-
-    TEXT = b"Hello from the zgtool null model. "
-
-    def execute(self, batch: ScheduledBatch) -> list[int | None]:
-        text, size = self.TEXT, len(self.TEXT)
-        out: list[int | None] = []
-        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
-            num_tokens = len(seq.token_ids)     # needs_sample and num_output_tokens, inlined
-            out.append(text[(num_tokens - len(seq.prompt_token_ids)) % size]
-                       if seq.num_computed_tokens + n == num_tokens else None)
-        return out

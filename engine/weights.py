@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from zgtool.engine.errors import ModelLoadError, ModelNotFound
+from zgtool.engine.null_runner import NULL_MODEL, null_tokenizer
 from zgtool.engine.presets import ModelSpec, preset, spec_from_hf_config
 from zgtool.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, write_byte_tokenizer_json
 
@@ -115,8 +116,8 @@ def load_model(model: str, seed: int = 0, dtype: torch.dtype | None = None, devi
     a dummy model's weights are made there (dummy_state_dict); files are read on the host."""
     if dtype == torch.int8:
         dtype = torch.float32
-    if model == "null":
-        return LoadedModel("null", None, {}, ByteTokenizer(512))
+    if model == NULL_MODEL:
+        return LoadedModel(NULL_MODEL, None, {}, null_tokenizer())
     if model.startswith("dummy:"):
         spec = _dummy_spec(model.split(":", 1)[1])
         if device is not None and device.startswith("cuda"):
@@ -132,8 +133,8 @@ def load_model(model: str, seed: int = 0, dtype: torch.dtype | None = None, devi
 
 def load_tokenizer(model: str) -> Tokenizer:
     """The tokenizer alone (cheap: no weights), e.g. to size a job before the engine starts."""
-    if model == "null":
-        return ByteTokenizer(512)
+    if model == NULL_MODEL:
+        return null_tokenizer()
     if model.startswith("dummy:"):
         return ByteTokenizer(_dummy_spec(model.split(":", 1)[1]).vocab_size)
     path = resolve_model_dir(model)

@@ -67,11 +67,12 @@ class ServerApp:
         # a stream silent for --stream-keepalive-s gets a keepalive (sse.py)
         self.keepalive = KeepaliveTicker(cfg.stream_keepalive_s, KEEPALIVE)
         self.created = int(time.time())
-        from zgtool.engine.cpu_kernels import engine_isa, engine_status
+        from zgtool.engine.kernel_report import kernel_report
 
+        kernels, isa = kernel_report(engine)
         self.metrics = ServerMetrics(cfg.model, engine.stats,
                                      extra=lambda: {"zg_admission_cap_factor": admission.cap_factor},
-                                     kernels=engine_status(engine), kernel_isa=engine_isa(engine))
+                                     kernels=kernels, kernel_isa=isa)
         self._prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._stats: dict[str, Any] = {}

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from engine_live import child
 from zgtest import run_zgtool
@@ -79,6 +81,27 @@ def test_an_engine_command_names_the_extra_and_exits_4(client_venv: Path, args: 
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, done.stderr
     assert "pip install 'zgtool[engine]'" in lines[0] and "torch" in lines[0]
+
+
+def test_the_client_install_serves_the_null_model_to_put_behind_a_gateway(client_venv: Path, tmp_path: Path) -> None:
+    """The zero-compute backend needs none of the engine extra: a user measuring a gateway's cost starts
+    it from the client install (both APIs, a stream, /metrics) and it stops cleanly on SIGTERM."""
+    with child(tmp_path, keyed=False, model="null", python=_py(client_venv), cwd=tmp_path) as live:
+        chat = httpx.post(live.url + "/v1/chat/completions", timeout=30,
+                          json={"model": "null", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 200 and chat.json()["usage"]["completion_tokens"] == 4, chat.text
+        stream = httpx.post(live.url + "/v1/messages", timeout=30,
+                            json={"model": "null", "max_tokens": 4, "stream": True,
+                                  "messages": [{"role": "user", "content": "hi"}]})
+        deltas = [json.loads(line[6:])["delta"]["text"] for line in stream.text.splitlines()
+                  if line.startswith("data: ") and '"text_delta"' in line]
+        assert stream.status_code == 200 and "".join(deltas) == "Hell" and "message_stop" in stream.text, stream.text
+        assert 'state="off: no model (null backend)"' in httpx.get(live.url + "/metrics", timeout=30).text
+        assert live.proc is not None
+        live.proc.send_signal(signal.SIGTERM)
+        assert live.proc.wait(30) == 0
+    banner = (tmp_path / "serve.log").read_text()
+    assert "none (null backend: no compute, torch not loaded)" in banner and "Traceback" not in banner, banner
 
 
 def test_the_client_install_measures_a_live_engine(client_venv: Path, tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_a_probe_that_answers_makes_the_child_ready_and_errors_count_as_not_yet(
 def test_a_probe_that_never_answers_times_out_with_the_child_alive(tmp_path: Path) -> None:
     child = _child(tmp_path, "import time; time.sleep(60)")
     try:
-        assert wait_ready(child, lambda: False, timeout_s=0.2, interval_s=0.01) == "not ready after 0 s"
+        assert wait_ready(child, lambda: False, timeout_s=0.2, interval_s=0.01) == "not ready after 0.2 s"
         assert child.is_alive()
     finally:
         child.stop(1.0)

@@ -142,17 +142,18 @@ def in_process(tmp: Path, **overrides: Any) -> Iterator[Live]:
 
 @contextlib.contextmanager
 def child(tmp: Path, *args: str, keyed: bool = True, model: str = "null", prefix: tuple[str, ...] = (),
-          health_timeout_s: float = 60.0, log: Path | None = None) -> Iterator[Live]:
-    """`zgtool serve --model MODEL ARGS` as a child process (after `prefix`, e.g. a taskset pin), logging to
-    `log` (default TMP/serve.log: one engine per folder); yields once /health answers, always stopped
-    (SIGTERM, then SIGKILL) and reaped."""
+          health_timeout_s: float = 60.0, log: Path | None = None, python: str = sys.executable,
+          cwd: Path | None = None) -> Iterator[Live]:
+    """`zgtool serve --model MODEL ARGS` as a child process (after `prefix`, e.g. a taskset pin; `python`
+    another install's interpreter, run in `cwd`), logging to `log` (default TMP/serve.log: one engine per
+    folder); yields once /health answers, always stopped (SIGTERM, then SIGKILL) and reaped."""
     port = free_port()
     log = log or tmp / "serve.log"
-    cmd = [*prefix, sys.executable, "-m", "zgtool", "serve", "--model", model, "--port", str(port), *args]
+    cmd = [*prefix, python, "-m", "zgtool", "serve", "--model", model, "--port", str(port), *args]
     if keyed:
         cmd += ["--keys", str(write_keys(tmp))]
     with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     scheme = "https" if "--tls" in args else "http"
     live = Live(f"{scheme}://127.0.0.1:{port}", proc=proc, admin_key=ADMIN_KEY if keyed else None)

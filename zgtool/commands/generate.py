@@ -113,9 +113,9 @@ def _run(model: str, prompt: str, max_tokens: int, temperature: float, top_p: fl
     decode_s = max(1e-9, (t.total_ms - ttft) / 1e3)
     tok_s = (n - 1) / decode_s if n > 1 else 0.0
     threads = _threads()
-    from zgtool.engine.cpu_kernels import engine_isa, engine_status
+    from zgtool.engine.kernel_report import kernel_report
 
-    kernels, isa = engine_status(engine), engine_isa(engine)
+    kernels, isa = kernel_report(engine)
     if as_json:
         from zgtool.results import make_result
 

@@ -55,9 +55,11 @@ def serve(
     nginx_mode: str = typer.Option("streaming", "--nginx-mode", "--buffering", help="streaming | buffered (with --gateway nginx/stack/haproxy/caddy)."),
     redis: str = typer.Option(None, "--redis", help="Redis URL for the Python gateway's cache/limits (with --gateway pygw/stack)."),
 ) -> None:
+    from zgtool.engine.null_runner import NULL_MODEL
     from zgtool.extras import require_extra
 
-    require_extra("serve")
+    if model != NULL_MODEL:     # the null backend (zero compute) needs none of the engine extra
+        require_extra("serve")
     from zgtool.engine.server.config import ServeConfig
 
     if tls not in ("none", "self-signed"):

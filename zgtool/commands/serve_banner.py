@@ -54,11 +54,13 @@ def startup_rows(built: Any) -> list[tuple[str, str]]:
 def kernels_row(e: Any) -> str:
     """on | off: <reason> | partial: ... (engine/cpu_kernels.py engine_status): ~3.9x slower off;
     with the ISA variant the kernels were built for, chosen once from the CPU's flags."""
-    from zgtool.engine.cpu_kernels import ISA_ENV, engine_isa, engine_status
+    from zgtool.engine.kernel_report import kernel_report
 
-    state, isa = engine_status(e), engine_isa(e)
+    state, isa = kernel_report(e)
     if isa is None:
         return state
+    from zgtool.engine.cpu_kernels import ISA_ENV
+
     how = f"forced by {ISA_ENV}" if os.environ.get(ISA_ENV) else "the best this CPU's flags allow"
     return f"{state} ({isa} variant: {how})"
 
@@ -83,6 +85,8 @@ def model_row(e: Any) -> str:
 def dtype_row(e: Any) -> str:
     from zgtool.engine.config import auto_cpu_dtype
 
+    if e.model is None:
+        return "none (null backend: no weights)"
     if e.config.dtype != "auto":
         return f"{e.dtype} (--dtype {e.config.dtype})"
     if str(e.device).startswith("cuda"):
@@ -91,6 +95,8 @@ def dtype_row(e: Any) -> str:
 
 
 def threads_row(e: Any, requested: int | None) -> str:
+    if e.model is None:
+        return "none (null backend: no compute, torch not loaded)"
     import torch
 
     from zgtool.engine.config import SMALL_BOX_CPUS, available_cpus

@@ -138,7 +138,7 @@ def wait_ready(
         if code is not None:
             return f"exited with code {code}"
         if time.monotonic() > deadline:
-            return f"not ready after {timeout_s:.0f} s"
+            return f"not ready after {timeout_s:g} s"
         time.sleep(interval_s)
         interval_s = min(interval_s * 1.5, 0.5)
 
