@@ -112,7 +112,12 @@ class Engine:
 
     def _load_null(self, cfg: EngineConfig) -> None:
         """The null backend (engine/null_runner.py): real bookkeeping, no tensors, no torch."""
-        self.device, self.dtype = null_device(cfg.device), "none"
+        device = null_device(cfg.device)
+        if device is None:      # --device cuda by name: there must be one
+            import torch
+
+            device = kvpool.pick_device_dtype(cfg, torch)[0]
+        self.device, self.dtype = device, "none"
         self.model_name = cfg.model
         self.tokenizer = null_tokenizer()
         self.is_dummy = False

@@ -137,3 +137,23 @@ def test_serve_banner_has_a_kernels_row() -> None:
 
         e = Engine(EngineConfig(model="dummy:tiny", dtype="float32", device="cpu"))
         assert kernels_row(e) == f"on ({ck.isa()} variant: the best this CPU's flags allow)"
+
+
+def test_the_null_backend_reports_its_kernels_as_cpu_kernels_would_without_loading_them() -> None:
+    from zgtool.engine import Engine, EngineConfig
+    from zgtool.engine.kernel_report import kernel_report
+
+    e = Engine(EngineConfig(model="null"))
+    assert kernel_report(e) == (ck.engine_status(e), ck.engine_isa(e)) == ("off: no model (null backend)", None)
+    assert (e.device, e.dtype) == ("cpu", "none")
+
+
+def test_the_null_backend_on_a_cuda_device_by_name_is_refused_where_there_is_none() -> None:
+    from zgtool.engine import Engine, EngineConfig
+    from zgtool.engine.errors import ModelLoadError
+
+    if torch.cuda.is_available():
+        assert Engine(EngineConfig(model="null", device="cuda")).device == "cuda"
+        return
+    with pytest.raises(ModelLoadError, match="no CUDA device"):
+        Engine(EngineConfig(model="null", device="cuda"))
