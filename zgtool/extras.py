@@ -1,7 +1,8 @@
 """Which optional part of the install a command needs, checked before it imports any of it.
 
-`pip install zgtool` is the client: every measuring command, no torch. `zgtool[engine]` adds the
-fused engine's dependencies (serve, generate, verify). A command whose extra is missing raises
+`pip install zgtool` is the client: every measuring command, no torch, and `serve --model null` (the
+zero-compute backend needs none of the engine's modules). `zgtool[engine]` adds the fused engine's
+dependencies (serve with a model, generate, verify). A command whose extra is missing raises
 MissingCapability (exit 4) with one line naming the extra to install, never an ImportError.
 """
 
