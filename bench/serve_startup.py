@@ -3,9 +3,9 @@ beside dummy:tiny (the smallest model with weights, which loads torch), spawned 
 
     .venv/bin/python bench/serve_startup.py [--rounds 3] [--baseline DIR]
 
-Each start: spawn `python -m zgtool serve --model M`, poll GET /health every 10 ms, then read the process's
-resident memory (VmRSS) and whether libtorch is mapped, then SIGTERM and reap. Rounds interleave the systems,
-so a busy moment of the machine falls on all of them. --baseline DIR adds the null backend served from
+Each start (tests/support/engine_live.py's child): spawn `python -m zgtool serve --model M`, poll GET /health
+every 10 ms, then read the process's resident memory (VmRSS) and whether libtorch is mapped, then SIGTERM and
+reap. Rounds interleave the systems, so a busy moment of the machine falls on all of them. --baseline DIR adds the null backend served from
 another tree (run in DIR, e.g. an older commit: ``git archive COMMIT | tar -x -C DIR && ln -s ../engine
 DIR/zgtool/engine``), the before of a change on the same machine in the same run.
 
@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from engine_live import EngineFailed, child  # noqa: E402  (the live-engine fixture the tests use)
 from peerlib.machine import cpu_model  # noqa: E402
-
-from zgtool.http.net import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 POLL_S = 0.01
@@ -50,41 +48,21 @@ class System:
     cwd: Path
 
 
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
 def start_once(system: System) -> Start:
     """One start of `system`, measured and stopped; SystemExit naming it when it exits or never answers."""
-    port = free_port()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", system.model, "--port", str(port)],
-                            cwd=system.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        while not _healthy(port):
-            if proc.poll() is not None:
-                raise SystemExit(f"{system.name}: zgtool serve exited {proc.returncode}: "
-                                 f"{(proc.stderr.read() if proc.stderr else b'').decode()[-500:]}")
-            if time.perf_counter() - t0 > READY_TIMEOUT_S:
-                raise SystemExit(f"{system.name}: not ready after {READY_TIMEOUT_S:g} s")
-            time.sleep(POLL_S)
-        ready_s = time.perf_counter() - t0
-        status = Path(f"/proc/{proc.pid}/status").read_text()
-        rss_kb = int(status.split("VmRSS:")[1].split()[0])
-        torch_loaded = "libtorch" in Path(f"/proc/{proc.pid}/maps").read_text()
-        return Start(ready_s, rss_kb / 1024, torch_loaded)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+    with tempfile.TemporaryDirectory(prefix="zg-startup-") as tmp:
+        t0 = time.perf_counter()
+        try:
+            with child(Path(tmp), keyed=False, model=system.model, cwd=system.cwd, poll_s=POLL_S,
+                       health_timeout_s=READY_TIMEOUT_S) as live:
+                ready_s = time.perf_counter() - t0
+                assert live.proc is not None
+                status = Path(f"/proc/{live.proc.pid}/status").read_text()
+                rss_kb = int(status.split("VmRSS:")[1].split()[0])
+                torch_loaded = "libtorch" in Path(f"/proc/{live.proc.pid}/maps").read_text()
+        except EngineFailed as exc:
+            raise SystemExit(f"{system.name}: {str(exc).splitlines()[0]}") from None
+    return Start(ready_s, rss_kb / 1024, torch_loaded)
 
 
 def run(systems: list[System], rounds: int) -> dict[str, list[Start]]:

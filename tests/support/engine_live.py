@@ -143,10 +143,11 @@ def in_process(tmp: Path, **overrides: Any) -> Iterator[Live]:
 @contextlib.contextmanager
 def child(tmp: Path, *args: str, keyed: bool = True, model: str = "null", prefix: tuple[str, ...] = (),
           health_timeout_s: float = 60.0, log: Path | None = None, python: str = sys.executable,
-          cwd: Path | None = None) -> Iterator[Live]:
+          cwd: Path | None = None, poll_s: float = 0.1) -> Iterator[Live]:
     """`zgtool serve --model MODEL ARGS` as a child process (after `prefix`, e.g. a taskset pin; `python`
     another install's interpreter, run in `cwd`), logging to `log` (default TMP/serve.log: one engine per
-    folder); yields once /health answers, always stopped (SIGTERM, then SIGKILL) and reaped."""
+    folder); yields once /health answers (asked every `poll_s`), always stopped (SIGTERM, then SIGKILL)
+    and reaped."""
     port = free_port()
     log = log or tmp / "serve.log"
     cmd = [*prefix, python, "-m", "zgtool", "serve", "--model", model, "--port", str(port), *args]
@@ -165,7 +166,7 @@ def child(tmp: Path, *args: str, keyed: bool = True, model: str = "null", prefix
             if time.monotonic() > deadline:
                 raise EngineFailed(f"zgtool serve --model {model} not healthy after {health_timeout_s:g} s:\n"
                                    f"{log.read_text()[-2000:]}")
-            time.sleep(0.1)
+            time.sleep(poll_s)
         yield live
     finally:
         if proc.poll() is None:
