@@ -11,11 +11,13 @@ cost is the difference of two measured rows:
   intake, JSON parse and validation, admission, the chat template and a JSON answer; no engine
   (shown for scale: its handler is not the generation flow's, so no step is derived from it);
 - ``request``: POST /v1/messages, one output token: everything;
-- ``engine``: the same engine with the same prompt, ``add_request -> step -> deliver``, no HTTP.
+- ``engine``: the same engine with the same prompt, ``add_request -> step -> deliver``, no HTTP;
+- ``engine16``: the same with 16 output tokens (each a step of its own), so that
+  ``(engine16 - engine) / 15`` is what the engine's own Python costs per further token.
 
 Derived per concurrency: front - floor (what our front costs over uvicorn's own) and request -
 front, which is the engine plus the rest (body intake, parse and validation, chat template,
-admission, flight, answer body, Server-Timing, metrics). Each row's figure is process CPU
+admission, flight, answer body, Server-Timing, metrics), and the engine's cost per output token. Each row's figure is process CPU
 microseconds per request, the least of ``--rounds`` rounds; per round the rows run one after
 another, rotating who goes first.
 
@@ -41,7 +43,8 @@ from peerlib.machine import cpu_model  # noqa: E402
 from serving_inproc import drive, null_server, start_serving  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Say something about serving."}]   # serving_inproc's request
-ROWS = ("floor", "front", "count", "request", "engine")
+ROWS = ("floor", "front", "count", "request", "engine", "engine16")
+ENGINE_TOKENS = {"engine": 1, "engine16": 16}
 
 
 def _post(path: bytes, body: bytes) -> bytes:
@@ -58,13 +61,14 @@ def requests() -> dict[str, bytes]:
             "request": _post(b"/v1/messages", body)}
 
 
-def engine_cell(engine: Any, prompt: list[int], concurrency: int, requests: int) -> float:
-    """CPU microseconds per request of the engine alone: ``concurrency`` requests added, stepped to the
-    end and delivered, until ``requests`` are done (as serve's loop steps them, minus HTTP)."""
+def engine_cell(engine: Any, prompt: list[int], concurrency: int, requests: int, tokens: int = 1) -> float:
+    """CPU microseconds per request of the engine alone: ``concurrency`` requests of ``tokens`` output
+    tokens added, stepped to the end and delivered, until ``requests`` are done (as serve's loop steps
+    them, minus HTTP)."""
     from zgtool.engine.config import SamplingParams
     from zgtool.engine.drivers import deliver
 
-    params = SamplingParams(max_tokens=1, temperature=0.0)
+    params = SamplingParams(max_tokens=tokens, temperature=0.0)
     done = 0
     t0 = time.process_time()
     while done < requests:
@@ -72,8 +76,8 @@ def engine_cell(engine: Any, prompt: list[int], concurrency: int, requests: int)
         streams = [engine.add_request(prompt, params) for _ in range(n)]
         while engine._has_work():
             deliver(engine, engine.step())
-        if not all(s.finish_reason == "length" for s in streams):
-            raise SystemExit("the engine did not finish every request")
+        if not all(s.finish_reason == "length" and len(s.output_token_ids) == tokens for s in streams):
+            raise SystemExit(f"the engine did not finish every request with its {tokens} tokens")
         done += n
     return (time.process_time() - t0) / requests * 1e6
 
@@ -82,7 +86,8 @@ def derive(row: dict[str, float]) -> dict[str, float]:
     """The steps between the rows of one concurrency, microseconds per request."""
     past_front = row["request"] - row["front"]
     return {"front_over_floor": row["front"] - row["floor"], "request_over_front": past_front,
-            "engine": row["engine"], "rest": past_front - row["engine"]}
+            "engine": row["engine"], "rest": past_front - row["engine"],
+            "engine_per_token": (row["engine16"] - row["engine"]) / 15}
 
 
 def measure(concurrencies: list[int], requests_n: int, rounds: int) -> dict[int, dict[str, float]]:
@@ -111,8 +116,8 @@ def measure(concurrencies: list[int], requests_n: int, rounds: int) -> dict[int,
                                                  _loop=loop)
 
         async def cell(row: str, c: int, n: int) -> float:
-            if row == "engine":
-                return engine_cell(built.engine, prompt, c, n)
+            if row in ENGINE_TOKENS:
+                return engine_cell(built.engine, prompt, c, n, ENGINE_TOKENS[row])
             return await drive(floor if row == "floor" else zg, raws[row], False, c, n)
 
         for c in concurrencies:
@@ -140,11 +145,11 @@ def main() -> None:
     print(f"{'conc':>4} | " + " | ".join(f"{r:>8} us" for r in ROWS) + " | request/floor")
     for c, row in best.items():
         print(f"{c:>4} | " + " | ".join(f"{row[r]:11.1f}" for r in ROWS) + f" | {row['request'] / row['floor']:.2f}x")
-    print("\nsteps (us per request): front - floor | request - front = engine + rest")
+    print("\nsteps (us per request): front - floor | request - front = engine + rest | engine per further token")
     steps = {c: derive(row) for c, row in best.items()}
     for c, s in steps.items():
         print(f"c={c:<3} {s['front_over_floor']:+8.1f} | {s['request_over_front']:8.1f} = "
-              f"{s['engine']:.1f} + {s['rest']:.1f}")
+              f"{s['engine']:.1f} + {s['rest']:.1f} | {s['engine_per_token']:.2f}")
     print(json.dumps({"bench": "serving_breakdown", "model": "null", "cpu": cpu_model(),
                       "cpu_us_per_req": {f"c{c}": {k: round(v, 2) for k, v in row.items()} for c, row in best.items()},
                       "ratio_to_floor": {f"c{c}": {k: round(v / row["floor"], 3) for k, v in row.items()}
