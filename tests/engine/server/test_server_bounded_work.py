@@ -138,7 +138,11 @@ def test_a_concurrent_stream_keeps_flowing_while_a_large_body_is_parsed(server, 
             httpx.post(server.url + "/v1/messages", json=big, headers=ANTH, timeout=60).status_code))
         t.start()
         try:
+            for _ln in lines:         # read while the big request travels and decodes (a client that
+                if entered.is_set():  # stops reading leaves the null engine stepping its stream flat out)
+                    break
             assert entered.wait(30), "the big request never reached the parser"
+            assert server.engine.threads_waiting == 1     # its parse is counted: the loop shares the GIL
             # the big request's parser is held mid-request: the stream's deltas keep arriving
             deltas = 0
             for ln in lines:
@@ -148,8 +152,9 @@ def test_a_concurrent_stream_keeps_flowing_while_a_large_body_is_parsed(server, 
             assert deltas >= 50 and not release.is_set()
         finally:
             release.set()
-            t.join(60)
+    t.join(60)      # once the stream is closed: its million tokens no longer step beside the big request
     assert done == [200]
+    assert server.engine.threads_waiting == 0
 
 
 def _verdict(fn: Any, body: bytes) -> Any:
