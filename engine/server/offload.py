@@ -1,10 +1,13 @@
 """Work the event loop hands to another thread, counted so that the loop shares the GIL with it.
 
-Every such hand-off of the server goes through ``in_thread``: a large body's decode and parse (its
-own executor: intake.parse_body), a heavy prompt's template, its safety check, /tokenize's large
-bodies. While one is in flight ``Engine.threads_waiting`` is above zero, and a driver that steps on
-the loop (engine/drivers.py, LoopStepper) hands the GIL over once per switch interval; without it,
-a thread waiting beside a loop that steps a stream flat out waited seconds (engine/drivers.py).
+Every hand-off of work that computes goes through here: ``in_thread`` for a heavy prompt's template
+and safety check and /tokenize's large bodies, ``waiting`` around intake.parse_body (a large body's
+decode and parse, on its own executor). While one is in flight ``Engine.threads_waiting`` is above
+zero, and a driver that steps on the loop (engine/drivers.py, LoopStepper) hands the GIL over once
+per switch interval; without it, a thread waiting beside a loop that steps a stream flat out waited
+seconds (engine/drivers.py). Not counted: the admin routes' executor calls, which wait for the loop
+(Engine.run_in_step_thread) rather than compute. A request cancelled while its work runs stops
+counting it at once; the thread finishes that work as fast as the GIL lets it.
 """
 
 from __future__ import annotations
@@ -36,4 +39,3 @@ async def waiting(engine: Counted, work: Awaitable[T]) -> T:
         return await work
     finally:
         engine.threads_waiting -= 1
-
