@@ -1,5 +1,5 @@
 """A large request beside a stream stepped flat out: how long its answer takes, against the same request
-on a quiet server (the GIL hand-over of engine/drivers.py, measured through real sockets).
+on a quiet server (the GIL hand-over of engine/server/offload.py, measured through real sockets).
 
     .venv/bin/python bench/gil_handover.py [--rounds 3] [--messages 20000] [--baseline DIR]
 

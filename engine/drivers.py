@@ -21,18 +21,6 @@ server (add_request's ``step_now``) takes its first step at once, in its handler
 iteration and no wake-up between admission and its first token. ``ZGTOOL_STEP_DRIVER=thread``
 runs the null engine on a step thread instead (the A/B of bench/serving_overhead.py and
 tests/engine/server/test_server_step_driver.py).
-
-While the server has work in other threads (a large body's decode, a heavy prompt's template or
-safety check: engine/server/offload.py counts them in ``Engine.threads_waiting``), ``LoopStepper``
-hands the GIL over at least once per switch interval. CPython 3.11 gives a waiting thread the GIL
-only when the holder has kept it a whole switch interval (5 ms) with no other thread taking it in
-between, and a loop that polls I/O every tick re-takes it after each poll, which restarts that count.
-Measured: a 20,000-message body's decode (0.07 s alone) took 16-28 s beside a bare loop that polls
-every 0.5 ms, and 0.22-0.24 s with this hand-over; on the engine, 3,000,000 iterations of Python in a
-thread took 2.5 s beside a stream stepped on the loop and 0.36 s with it
-(tests/engine/server/test_server_step_driver.py); through sockets, bench/gil_handover.py. A short sleep
-in the loop's thread lets the waiting thread in; it then runs until the loop asks for the GIL back, one
-switch interval later: the two share the CPU.
 """
 
 from __future__ import annotations
@@ -40,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import sys
 import threading
 import time
 from collections import deque
@@ -82,15 +69,11 @@ class Engine(Protocol):
 
     def _has_work(self) -> bool: ...
 
-    @property
-    def threads_waiting(self) -> int: ...
-
     def _drain(self) -> None: ...
 
 STUCK_BACKOFF_S = 0.01   # a step that could schedule nothing is retried after this (or an arrival)
 TICK_BUDGET_S = 0.0005   # loop driver: longest run of steps before the loop polls I/O again
 DELIVERY_WAIT_S = 0.002  # thread driver, one running sequence: longest wait for the loop's write
-HANDOVER_S = 0.0002      # loop driver: its thread's sleep that lets a thread waiting for the GIL take it
 
 
 def choose_driver(engine: Engine, loop: asyncio.AbstractEventLoop) -> StepThread | LoopStepper:
@@ -231,8 +214,6 @@ class LoopStepper:
         self.stop = False
         self.tick_scheduled = False
         self.loop_tid = threading.get_ident()   # start() runs on the loop's thread (the app's lifespan)
-        self.handed_over_s = 0.0                # when the GIL was last handed to a waiting thread
-        self.handovers = 0
 
     def is_stepper(self) -> bool:
         return threading.get_ident() == self.loop_tid  # between two loop callbacks is between two steps
@@ -279,19 +260,9 @@ class LoopStepper:
                 self.tick_scheduled = True
                 self.loop.call_later(STUCK_BACKOFF_S, self.tick)
                 return
-            now = time.perf_counter()
-            if now >= deadline:
-                if eng.threads_waiting and now - self.handed_over_s >= sys.getswitchinterval():
-                    self.hand_over()
+            if time.perf_counter() >= deadline:
                 self.kick()      # call_soon: the loop polls I/O before the next step
                 return
-
-    def hand_over(self) -> None:
-        """Let a thread that waits for the GIL take it: a sleep releases it for long enough for the OS
-        to wake that thread, which then keeps it until this thread asks for it back."""
-        time.sleep(HANDOVER_S)
-        self.handed_over_s = time.perf_counter()
-        self.handovers += 1
 
     def between_steps(self, fn: Callable[[], Any], timeout_s: float) -> Any:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()

@@ -92,9 +92,6 @@ class Engine:
         self._inbox: deque[Sequence] = deque()
         self._aborts: deque[str] = deque()
         self._admin: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
-        # work the server handed to other threads, in flight (engine/server/offload.py): while there is
-        # any, a driver that steps on the loop hands the GIL over once per switch interval
-        self.threads_waiting = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._driver: StepThread | LoopStepper | None = None   # engine/drivers.py, set by start()
         self.accepting = True

@@ -22,6 +22,7 @@ from zgtool.engine.server.config import ServeConfig
 from zgtool.engine.server.context import KEEPALIVE, SERVER_TIMING_FMT, Ctx, Flight, Routes
 from zgtool.engine.server.errors import HttpError, not_found, to_http_error
 from zgtool.engine.server.metrics import ServerMetrics
+from zgtool.engine.server.offload import Offloads
 from zgtool.engine.server.protocol import CYCLE
 from zgtool.engine.server.safety import SafetyPolicy
 from zgtool.engine.server.sse import KeepaliveTicker
@@ -64,6 +65,7 @@ class ServerApp:
         # has nothing to be batched with and may take its first engine step at once
         self.request_tasks: set[Any] | None = None
         self.tracer: SpanExporter | None = None    # run.py: --otlp-endpoint
+        self.offloads = Offloads()                 # work in other threads; the loop shares the GIL with it
         # a stream silent for --stream-keepalive-s gets a keepalive (sse.py)
         self.keepalive = KeepaliveTicker(cfg.stream_keepalive_s, KEEPALIVE)
         self.created = int(time.time())

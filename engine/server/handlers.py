@@ -17,7 +17,7 @@ from zgtool.engine.api import openai as oai
 from zgtool.engine.api.common import ChatRequest
 from zgtool.engine.config import SamplingParams
 from zgtool.engine.errors import ContextLengthExceeded, ModelNotFound
-from zgtool.engine.server import intake, offload
+from zgtool.engine.server import intake
 from zgtool.engine.server.context import KEEPALIVE, SERVER_TIMING_KEYS, Ctx, Flight
 from zgtool.engine.server.errors import HttpError, content_policy, overloaded
 from zgtool.engine.server.protocol import DISCONNECT_HOOK
@@ -60,7 +60,7 @@ def _parsed_now(app: ServerApp, parse: intake.Parse, body: bytes) -> ChatRequest
 async def _parse_body(app: ServerApp, parse: intake.Parse, body: bytes) -> ChatRequest:
     """intake.parse_body with what lets it refuse a large prompt that cannot fit in its worker
     process (the model checked first, as _generate and count_tokens do)."""
-    return await offload.waiting(app.engine, intake.parse_body(
+    return await app.offloads.waiting(intake.parse_body(
         parse, body, app.engine.max_model_len, getattr(app.engine.tokenizer, "max_token_chars", None),
         lambda model: _check_model(app, model)))
 
@@ -112,7 +112,7 @@ def _check_model(app: ServerApp, model: str) -> None:
 async def _tokenize(app: ServerApp, req: ChatRequest) -> list[int]:
     tok = app.engine.tokenizer
     if intake.is_heavy(req):
-        return await offload.in_thread(app.engine, tok.apply_chat_template, messages=req.messages, system=req.system)
+        return await app.offloads.in_thread(tok.apply_chat_template, messages=req.messages, system=req.system)
     return tok.apply_chat_template(messages=req.messages, system=req.system)  # type: ignore[no-any-return]
 
 
@@ -186,7 +186,7 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
     if safety is not None and not safety.input.empty:
         t = time.perf_counter()
         text = req.input_text()
-        hit = await offload.in_thread(engine, safety.check_input, text) if heavy else safety.check_input(text)
+        hit = await app.offloads.in_thread(safety.check_input, text) if heavy else safety.check_input(text)
         ctx.safety_ms += (time.perf_counter() - t) * 1e3
         if hit is not None:
             raise content_policy(hit)
@@ -201,7 +201,7 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
     app.inflight[ctx.rid] = flight
     try:
         if heavy:
-            prompt = await offload.in_thread(engine, engine.tokenizer.apply_chat_template, messages=req.messages,
+            prompt = await app.offloads.in_thread(engine.tokenizer.apply_chat_template, messages=req.messages,
                                              system=req.system)
             if flight.gone:
                 raise ClientGone()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from zgtool.engine.api import openai as oai
 from zgtool.engine.api.common import opt_bool, req_str
 from zgtool.engine.errors import InvalidRequest
-from zgtool.engine.server import handlers, intake, offload
+from zgtool.engine.server import handlers, intake
 from zgtool.engine.server.context import Ctx
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ async def tokenize(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any
     ctx.principal = app.admission.authenticate(ctx.headers)
     body = await app.read_body(ctx, receive)
     large = len(body) > THREAD_CHARS        # decoded and parsed off the event loop
-    obj = await offload.in_thread(app.engine, _object, body) if large else _object(body)
+    obj = await app.offloads.in_thread(_object, body) if large else _object(body)
     model = obj.get("model")
     if model is not None:
         handlers._check_model(app, req_str(obj, "model"))
@@ -64,7 +64,7 @@ async def tokenize(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any
     # the key's tier holds here as on count_tokens: tokenizing is work
     principal, adm = ctx.principal, app.admission
     if "messages" in obj:
-        req = await offload.in_thread(app.engine, _chat, obj, mml) if large else _chat(obj, mml)
+        req = await app.offloads.in_thread(_chat, obj, mml) if large else _chat(obj, mml)
         intake.check_fits(req, bound, mml)
 
         def run() -> Awaitable[list[int]]:
@@ -76,7 +76,7 @@ async def tokenize(app: ServerApp, ctx: Ctx, scope: Any, receive: Any, send: Any
 
         def run() -> Awaitable[list[int]]:
             if len(prompt) > THREAD_CHARS:
-                return offload.in_thread(app.engine, tok.encode, prompt, special)
+                return app.offloads.in_thread(tok.encode, prompt, special)
             return _ready(tok.encode(prompt, special))
     else:
         raise InvalidRequest("give 'prompt' (a string) or 'messages' (a chat) to tokenize")

@@ -142,7 +142,7 @@ def test_a_concurrent_stream_keeps_flowing_while_a_large_body_is_parsed(server, 
                 if entered.is_set():  # stops reading leaves the null engine stepping its stream flat out)
                     break
             assert entered.wait(30), "the big request never reached the parser"
-            assert server.engine.threads_waiting == 1     # its parse is counted: the loop shares the GIL
+            assert server.built.app.offloads.in_flight == 1     # its parse is counted: the loop shares the GIL
             # the big request's parser is held mid-request: the stream's deltas keep arriving
             deltas = 0
             for ln in lines:
@@ -154,7 +154,7 @@ def test_a_concurrent_stream_keeps_flowing_while_a_large_body_is_parsed(server, 
             release.set()
     t.join(60)      # once the stream is closed: its million tokens no longer step beside the big request
     assert done == [200]
-    assert server.engine.threads_waiting == 0
+    assert server.built.app.offloads.in_flight == 0
 
 
 def _verdict(fn: Any, body: bytes) -> Any:
