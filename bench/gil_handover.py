@@ -143,12 +143,12 @@ def run(systems: list[System], rounds: int, messages: int) -> dict[str, dict[str
 def summary(cells: dict[str, dict[str, list[Cell]]]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for name, kinds in cells.items():
-        quiet = statistics.median(c.seconds for c in kinds["quiet"])
-        busy = statistics.median(c.seconds for c in kinds["busy"])
+        quiet = round(statistics.median(c.seconds for c in kinds["quiet"]), 4)     # the ratio is of the figures
+        busy = round(statistics.median(c.seconds for c in kinds["busy"]), 4)
         rate = statistics.median(c.stream_tokens / c.seconds for c in kinds["busy"])
-        out[name] = {"quiet_s": round(quiet, 3), "busy_s": round(busy, 3), "busy_over_quiet": round(busy / quiet, 2),
-                     "busy_s_min": round(min(c.seconds for c in kinds["busy"]), 3),
-                     "busy_s_max": round(max(c.seconds for c in kinds["busy"]), 3),
+        out[name] = {"quiet_s": quiet, "busy_s": busy, "busy_over_quiet": round(busy / quiet, 2),
+                     "busy_s_min": round(min(c.seconds for c in kinds["busy"]), 4),
+                     "busy_s_max": round(max(c.seconds for c in kinds["busy"]), 4),
                      "stream_tokens_per_s_meanwhile": round(rate, 1)}
     return out
 
