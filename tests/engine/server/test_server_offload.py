@@ -122,3 +122,28 @@ def test_work_that_fails_in_its_thread_raises_in_the_caller_and_is_no_longer_cou
         return "", offloads.in_flight
 
     assert asyncio.run(go()) == ("bad prompt", 0)
+
+
+def test_offloads_hand_over_on_a_new_loop_after_the_old_one_closed_with_work_in_flight() -> None:
+    offloads = Offloads()
+
+    async def abandoned() -> None:            # the loop ends while this work is still counted
+        never = asyncio.Event()
+        asyncio.ensure_future(offloads.waiting(never.wait()))
+        await asyncio.sleep(0)
+
+    asyncio.run(abandoned())
+
+    async def later() -> int:
+        before = offloads.handovers
+        release = asyncio.Event()
+        task = asyncio.ensure_future(offloads.waiting(release.wait()))
+        for _ in range(30_000):               # state, polled: a hand-over on this loop
+            if offloads.handovers > before:
+                break
+            await asyncio.sleep(0.001)
+        release.set()
+        await task
+        return offloads.handovers - before
+
+    assert asyncio.run(later()) >= 1
