@@ -59,10 +59,14 @@ def _parsed_now(app: ServerApp, parse: intake.Parse, body: bytes) -> ChatRequest
 
 async def _parse_body(app: ServerApp, parse: intake.Parse, body: bytes) -> ChatRequest:
     """intake.parse_body with what lets it refuse a large prompt that cannot fit in its worker
-    process (the model checked first, as _generate and count_tokens do)."""
-    return await app.offloads.waiting(intake.parse_body(
-        parse, body, app.engine.max_model_len, getattr(app.engine.tokenizer, "max_token_chars", None),
-        lambda model: _check_model(app, model)))
+    process (the model checked first, as _generate and count_tokens do). Counted as thread work only
+    when it goes off the loop (a small body is decoded here: no hand-over timer for it)."""
+    parsing = intake.parse_body(parse, body, app.engine.max_model_len,
+                                getattr(app.engine.tokenizer, "max_token_chars", None),
+                                lambda model: _check_model(app, model))
+    if len(body) > intake.OFFLOAD_BODY_BYTES:
+        return await app.offloads.waiting(parsing)
+    return await parsing
 
 
 def _parse_rest_of_context(obj: dict[str, Any], max_model_len: int) -> ChatRequest:
@@ -202,7 +206,7 @@ async def _generate(app: ServerApp, ctx: Ctx, scope: dict[str, Any], req: ChatRe
     try:
         if heavy:
             prompt = await app.offloads.in_thread(engine.tokenizer.apply_chat_template, messages=req.messages,
-                                             system=req.system)
+                                                  system=req.system)
             if flight.gone:
                 raise ClientGone()
         else:      # no await: the client cannot have left meanwhile

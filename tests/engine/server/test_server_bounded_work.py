@@ -157,6 +157,25 @@ def test_a_concurrent_stream_keeps_flowing_while_a_large_body_is_parsed(server, 
     assert server.built.app.offloads.in_flight == 0
 
 
+
+def test_only_a_body_parsed_off_the_loop_counts_as_thread_work(server, monkeypatch):
+    offloads = server.built.app.offloads
+    counted: list[int] = []
+    real = offloads.waiting
+
+    def recording(work: Any) -> Any:
+        counted.append(1)
+        return real(work)
+
+    monkeypatch.setattr(offloads, "waiting", recording)
+    seen = []
+    for n_messages in (3, 20_000):      # ~100 bytes, all on the loop; ~700 KB, parsed and templated in threads
+        r = httpx.post(server.url + "/v1/messages/count_tokens", json=_body(n_messages), headers=ANTH, timeout=60)
+        assert r.status_code == 200, r.text
+        seen.append(len(counted))
+    assert seen == [0, 2]               # the small one starts no hand-over timer; the large one's two hand-offs count
+
+
 def _verdict(fn: Any, body: bytes) -> Any:
     try:
         return ("ok", fn(body))
