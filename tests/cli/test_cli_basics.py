@@ -43,6 +43,20 @@ def test_generate_json_has_ids_text_finish_reason_and_timings():
     assert d["finish_reason"] == "length" and d["ttft_ms"] > 0 and d["total_ms"] >= d["ttft_ms"]
 
 
+def test_generate_on_the_null_model_loads_no_torch_and_reports_no_compute_threads():
+    code = ("import sys; sys.argv = ['zgtool', 'generate', '--model', 'null', '--prompt', 'hi', '--max-tokens', '4', "
+            "'--json']\n"
+            "from zgtool.app import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    result, verdict = proc.stdout.strip().splitlines()
+    assert verdict == "NO-TORCH"
+    d = json.loads(result)["data"]
+    assert d["num_threads"] is None and len(d["output_token_ids"]) == 4
+
+
 def test_generate_streams_text_and_ends_with_a_timing_summary():
     proc = zgtool("generate", "--model", "dummy:tiny", "--prompt", "hi", "--max-tokens", "8", "--raw",
                   "--temperature", "0")

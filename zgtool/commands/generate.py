@@ -75,11 +75,10 @@ def _run(model: str, prompt: str, max_tokens: int, temperature: float, top_p: fl
          seed: int | None, raw: bool, deterministic: bool, device: str, dtype: str, num_threads: int | None,
          as_json: bool) -> None:
     from zgtool.engine import Engine, EngineConfig, SamplingParams
-    from zgtool.engine.weights import load_tokenizer
     from zgtool.output import err_console
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
-    n_prompt = len(_prompt_ids(load_tokenizer(model), prompt, raw))   # tokenizer only: sizes the job
+    n_prompt = len(_prompt_ids(_tokenizer(model), prompt, raw))   # tokenizer only: sizes the job
     block_size = 16
     cfg = EngineConfig(model=model, deterministic=deterministic, device=device, dtype=dtype, num_threads=num_threads,
                        block_size=block_size, max_num_seqs=1,
@@ -112,7 +111,7 @@ def _run(model: str, prompt: str, max_tokens: int, temperature: float, top_p: fl
     ttft = t.ttft_ms or 0.0
     decode_s = max(1e-9, (t.total_ms - ttft) / 1e3)
     tok_s = (n - 1) / decode_s if n > 1 else 0.0
-    threads = _threads()
+    threads = _threads(engine)
     from zgtool.engine.kernel_report import kernel_report
 
     kernels, isa = kernel_report(engine)
@@ -130,11 +129,26 @@ def _run(model: str, prompt: str, max_tokens: int, temperature: float, top_p: fl
     sys.stdout.write("\n")
     err_console.print(f"[bold]{n}[/bold] tokens, finish={finish}, TTFT {ttft:.1f} ms, "
                       f"{tok_s:.1f} tok/s decode, total {t.total_ms:.1f} ms "
-                      f"(model {model}, {engine.device}, {engine.dtype}, {threads} thread(s), kernels {kernels}"
+                      f"(model {model}, {engine.device}, {engine.dtype}, "
+                      f"{'no compute threads' if threads is None else f'{threads} thread(s)'}, kernels {kernels}"
                       f"{f' ({isa})' if isa else ''})")
 
 
-def _threads() -> int:
+def _tokenizer(model: str) -> Any:
+    """The model's tokenizer alone; the null model's without importing torch (engine/weights.py does)."""
+    from zgtool.engine.null_runner import NULL_MODEL, null_tokenizer
+
+    if model == NULL_MODEL:
+        return null_tokenizer()
+    from zgtool.engine.weights import load_tokenizer
+
+    return load_tokenizer(model)
+
+
+def _threads(engine: Any) -> int | None:
+    """torch's compute threads; None for the null model, which computes nothing (and loads no torch)."""
+    if engine.model is None:
+        return None
     import torch
 
     return int(torch.get_num_threads())
