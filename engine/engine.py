@@ -91,6 +91,7 @@ class Engine:
         self._streams: dict[str, RequestStream] = {}
         self._inbox: deque[Sequence] = deque()
         self._aborts: deque[str] = deque()
+        self._holds: deque[tuple[Sequence, bool]] = deque()   # (sequence, held) from its stream
         self._admin: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._driver: StepThread | LoopStepper | None = None   # engine/drivers.py, set by start()
@@ -213,13 +214,20 @@ class Engine:
         with); on the loop driver, an idle engine then takes this request's first step at once,
         in the caller, instead of one loop iteration later."""
         seq = self._new_seq(prompt_token_ids, params, request_id, output_filter, tenant, tenant_weight)
-        stream = RequestStream(seq, self._loop)
+        stream = RequestStream(seq, self._loop, self._hold)
         self._seqs[seq.request_id] = seq
         self._streams[seq.request_id] = stream
         self._inbox.append(seq)
         if self._driver is not None:
             self._driver.arrived(step_now)
         return stream
+
+    def _hold(self, seq: Sequence, held: bool) -> None:
+        """engine/stream.py's backpressure, on the loop thread: the change takes effect between two
+        steps (Engine._drain); letting a sequence go wakes an engine that had nothing else to run."""
+        self._holds.append((seq, held))
+        if not held and self._driver is not None:
+            self._driver.arrived(False)
 
     def abort(self, request_id: str) -> None:
         self._aborts.append(request_id)
@@ -235,6 +243,8 @@ class Engine:
             if seq is not None and not seq.is_finished:
                 self._finish(seq, "abort")
                 self._pending.append(RequestOutput(seq.request_id, [], emittable(seq, True), True, "abort"))
+        while self._holds:
+            self.scheduler.hold(*self._holds.popleft())
         while self._admin:
             fn, fut = self._admin.popleft()
             try:
@@ -252,9 +262,9 @@ class Engine:
         """One iteration: schedule, execute, postprocess (engine/postprocess.py). Returns the
         deltas it produced (aborts drained before it included)."""
         sched = self.scheduler
-        if not (sched.waiting or sched.running):    # _admit, inlined (one step per token)
+        if not sched.has_work:    # _admit, inlined (one step per token)
             self.last_idle_s = time.perf_counter()
-        if self._inbox or self._aborts or self._admin:
+        if self._inbox or self._aborts or self._admin or self._holds:
             self._pending = []
             self._drain()
             outputs = self._pending
@@ -262,7 +272,7 @@ class Engine:
             outputs = self._pending = []
         batch = sched.schedule()
         if not batch.seqs:
-            if sched.waiting or sched.running:     # work pending, nothing could run: the pool is wedged
+            if sched.has_work:     # work pending (held sequences wait for their readers), nothing could run
                 self._note_stuck()
             return outputs
         self._stuck = False
@@ -322,7 +332,7 @@ class Engine:
 
     def _has_work(self) -> bool:
         sched = self.scheduler
-        return bool(self._inbox or self._aborts or self._admin or sched.waiting or sched.running)
+        return bool(self._inbox or self._aborts or self._admin or self._holds) or sched.has_work
 
     def run_in_step_thread(self, fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
         """Run fn between two steps (inline when nothing steps, or on the thread that steps)."""
@@ -409,6 +419,7 @@ class Engine:
             "kv_blocks_used": bm.num_used_blocks,
             "kv_util": bm.usage(),
             "running": len(self.scheduler.running),
+            "held": self.scheduler.num_held,      # running, left out of the batch for a reader far behind
             "waiting": len(self.scheduler.waiting) + len(self._inbox),
             "prefix_cache_queries": bm.prefix_queries,
             "prefix_cache_hits": bm.prefix_hits,

@@ -52,6 +52,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.num_held = 0           # running sequences left out of the batch for their reader (hold())
         self._live_keys: dict[str | None, int] = {}     # client key -> its waiting + running sequences
 
     @property
@@ -60,7 +61,18 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        """Anything a step could compute: a held sequence waits for its reader, not for a step."""
+        return bool(self.waiting) or len(self.running) > self.num_held
+
+    def hold(self, seq: Sequence, held: bool) -> None:
+        """Leave a sequence out of the batch (held) or put it back, between steps. A held sequence
+        keeps its seat and its KV blocks; its reader has not taken its earlier tokens (backpressure:
+        engine/stream.py), so computing more would only queue them in memory."""
+        if seq.held is held or seq.status is FINISHED:
+            return
+        seq.held = held
+        if seq.status is RUNNING:
+            self.num_held += 1 if held else -1
 
     def add(self, seq: Sequence) -> None:
         seq.status = WAITING
@@ -87,8 +99,12 @@ class Scheduler:
         # 1) running sequences first (decodes and unfinished prefills), in arrival order
         i = 0
         running = self.running
+        any_held = self.num_held > 0
         while i < len(running) and budget > 0:
             seq = running[i]
+            if any_held and seq.held:
+                i += 1
+                continue
             computed = seq.num_computed_tokens
             if len(seq.token_ids) - computed == 1:
                 # a decode (one token left to compute, budget > 0) takes 1 whatever the chunking;
@@ -140,6 +156,8 @@ class Scheduler:
             else:
                 waiting.remove(seq)
             seq.status = RUNNING
+            if seq.held:            # preempted while held: recomputed now, then held again
+                self.num_held += 1
             running.append(seq)
             seqs.append(seq)
             num_new.append(n)
@@ -204,6 +222,8 @@ class Scheduler:
         """Back to the head of the waiting queue, its blocks freed (recomputed when it runs
         again). Returns the tokens it had been given in this step's batch (0 if none)."""
         self.running.remove(seq)
+        if seq.held:
+            self.num_held -= 1
         given = 0
         if seq in batch.seqs:
             j = batch.seqs.index(seq)
@@ -221,6 +241,10 @@ class Scheduler:
         """Finish or abort a sequence wherever it is; its blocks go back to the pool."""
         if seq.status is FINISHED:
             return
+        if seq.held:
+            if seq.status is RUNNING:
+                self.num_held -= 1
+            seq.held = False
         try:
             self.running.remove(seq)    # one scan of the batch (not `in`, then remove)
         except ValueError:

@@ -36,6 +36,9 @@ class Sequence:
     num_cached_blocks: int = 0                             # leading blocks registered in the prefix cache
     block_hashes: list[bytes] = field(default_factory=list)  # chain hashes of full blocks, in order
     num_preemptions: int = 0
+    # its reader is far behind (engine/stream.py's backlog): the scheduler leaves it out of the
+    # batch until the reader catches up. Changed only between steps (Engine._drain).
+    held: bool = False
     finish_reason: str | None = None
     stop_sequence: str | None = None
     error: str | None = None

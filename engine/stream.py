@@ -1,23 +1,41 @@
-"""The per-request async stream the HTTP front iterates, fed in batches from the step thread."""
+"""The per-request async stream the HTTP front iterates, fed in batches from the step thread.
+
+Backpressure: a streaming reader that falls ``HOLD_AT_OUTPUTS`` deltas behind (its client stopped
+reading, so its handler waits for the socket to drain) has its sequence held out of the engine's
+batch until it is back to ``RESUME_AT_OUTPUTS``: a stalled client no longer makes the engine compute
+tokens that only queue here, unbounded, until the write timeout drops it (a few hundred deltas at
+most now, instead of every token up to max_tokens). A reader that wants the whole answer
+(``wake_on_finish``) is never held: its deltas wait here by design.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 from zgtool.engine.outputs import RequestOutput, RequestTimings, Usage
 from zgtool.engine.sequence import Sequence
 
+HOLD_AT_OUTPUTS = 256     # undelivered deltas at which a streaming reader's sequence is held
+RESUME_AT_OUTPUTS = 64    # ... and at which it runs again
+
 
 class RequestStream:
-    """`async for out in stream` yields RequestOutput deltas until the finished one."""
+    """`async for out in stream` yields RequestOutput deltas until the finished one.
 
-    def __init__(self, seq: Sequence, loop: asyncio.AbstractEventLoop | None) -> None:
+    ``hold(seq, held)`` (the engine's, called on the loop thread) holds the sequence while this
+    stream's reader is HOLD_AT_OUTPUTS behind, and lets it go at RESUME_AT_OUTPUTS."""
+
+    def __init__(self, seq: Sequence, loop: asyncio.AbstractEventLoop | None,
+                 hold: Callable[[Sequence, bool], None] | None = None) -> None:
         self._seq = seq
         self._loop = loop
         self._queue: deque[RequestOutput] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
+        self._hold = hold
+        self.held = False
         # a reader that wants the whole answer (non-streaming) is woken once, by the finished
         # output, instead of once per step: its earlier deltas wait in the queue
         self.wake_on_finish = False
@@ -48,10 +66,15 @@ class RequestStream:
 
     def push(self, out: RequestOutput) -> None:
         """Called on the event loop thread (one call_soon_threadsafe per engine step)."""
-        self._queue.append(out)
+        queue = self._queue
+        queue.append(out)
         w = self._waiter
         if w is not None and (out.finished or not self.wake_on_finish) and not w.done():
             w.set_result(None)
+        if (len(queue) >= HOLD_AT_OUTPUTS and not self.held and not out.finished and not self.wake_on_finish
+                and self._hold is not None):
+            self.held = True
+            self._hold(self._seq, True)
 
     def __aiter__(self) -> RequestStream:
         return self
@@ -67,4 +90,7 @@ class RequestStream:
         out = self._queue.popleft()
         if out.finished:
             self._done = True
+        elif self.held and len(self._queue) <= RESUME_AT_OUTPUTS and self._hold is not None:
+            self.held = False
+            self._hold(self._seq, False)
         return out

@@ -104,16 +104,25 @@ def test_disconnect_while_a_long_prompt_is_tokenized_never_reaches_the_engine(lo
     assert long_ctx.alive()
 
 
-def test_a_client_that_stops_reading_is_cut_off_and_its_blocks_freed(long_ctx: Live) -> None:
+def test_a_client_that_stops_reading_is_held_then_cut_off_and_its_blocks_freed(long_ctx: Live) -> None:
+    assert long_ctx.built is not None
+    engine = long_ctx.built.engine
     before = long_ctx.metric("zg_request_success_total", finished_reason="abort")
     s = connect(long_ctx.port, rcvbuf=4096)
     s.sendall(raw_request(long_ctx.port, "/v1/messages", {**LONG, "max_tokens": 290_000},
                           headers={"x-api-key": USER_KEY}))
     deadline = time.monotonic() + 60          # the kernel buffers (MBs) fill first, then 1 s of stall
+    while engine.stats()["held"] != 1:        # its handler waits on the socket: the engine holds it
+        assert time.monotonic() < deadline, "the stalled stream was never held"
+        time.sleep(0.01)
+    seq = engine.live_sequences()[0]
+    made = seq.num_output_tokens              # held: no token is computed for it from here on
+    assert long_ctx.metric("zg_num_requests_held") == 1
     while long_ctx.metric("zg_request_success_total", finished_reason="abort") <= before:
         assert time.monotonic() < deadline, "the stalled stream was never cut off"
         time.sleep(0.1)
-    assert long_ctx.wait_kv_free() == 0
+    assert seq.finish_reason == "abort" and seq.num_output_tokens == made < 290_000
+    assert long_ctx.wait_kv_free() == 0 and engine.stats()["held"] == 0
     s.close()
     assert long_ctx.alive()
 
