@@ -262,7 +262,7 @@ class Engine:
         """One iteration: schedule, execute, postprocess (engine/postprocess.py). Returns the
         deltas it produced (aborts drained before it included)."""
         sched = self.scheduler
-        if not sched.has_work:    # _admit, inlined (one step per token)
+        if not (sched.waiting or len(sched.running) > sched.num_held):    # not sched.has_work, inlined
             self.last_idle_s = time.perf_counter()
         if self._inbox or self._aborts or self._admin or self._holds:
             self._pending = []
@@ -332,7 +332,9 @@ class Engine:
 
     def _has_work(self) -> bool:
         sched = self.scheduler
-        return bool(self._inbox or self._aborts or self._admin or self._holds) or sched.has_work
+        # sched.has_work, inlined (once per step): held sequences wait for their readers, not for a step
+        return bool(self._inbox or self._aborts or self._admin or self._holds or sched.waiting
+                    or len(sched.running) > sched.num_held)
 
     def run_in_step_thread(self, fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
         """Run fn between two steps (inline when nothing steps, or on the thread that steps)."""

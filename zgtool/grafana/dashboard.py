@@ -36,8 +36,9 @@ def _gw(metric: str, q: float) -> str:
 
 M = '{model_name=~"$model"}'
 PANELS: tuple[Panel, ...] = (
-    Panel("Requests running / waiting", "short", (("running", f"sum(zg_num_requests_running{M})"),
-                                                  ("waiting", f"sum(zg_num_requests_waiting{M})"))),
+    Panel("Requests running / waiting / held", "short", (
+        ("running", f"sum(zg_num_requests_running{M})"), ("waiting", f"sum(zg_num_requests_waiting{M})"),
+        ("held (client far behind)", f"sum(zg_num_requests_held{M})"))),
     Panel("KV cache usage", "percentunit", (("used", f"max(zg_kv_cache_usage_perc{M})"),)),
     Panel("Time to first token (arrival to first token)", "s",
           (("p50", _q("zg_time_to_first_token_seconds", 0.5)), ("p99", _q("zg_time_to_first_token_seconds", 0.99)))),
