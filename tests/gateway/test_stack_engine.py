@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +30,9 @@ ZGTOOL = [sys.executable, "-m", "zgtool"]
 
 @pytest.fixture(scope="module")
 def null_stack() -> Iterator[LocalStack]:
-    with LocalStack(StackConfig(model="null", paths=("nginx", "nginx-buffered", "pygw", "stack"))) as st:
+    # a context long enough for a stream to outlast every buffer between the engine and a stalled client
+    with LocalStack(StackConfig(model="null", paths=("nginx", "nginx-buffered", "pygw", "stack"),
+                                engine_args=("--max-model-len", "2000000"))) as st:
         yield st
 
 
@@ -242,3 +245,38 @@ def test_models_list_through_pygw_answers_each_sdk_in_its_shape(null_stack: Loca
     assert "null" in [m.id for m in page.data] and all(m.object == "model" and m.owned_by for m in page.data)
     models = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0).models.list()
     assert "null" in [m.id for m in models.data] and all(m.type == "model" for m in models.data)
+
+
+def _engine_metric(stack: LocalStack, name: str) -> float:
+    for line in httpx.get(stack.urls["direct"] + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in the engine's /metrics")
+
+
+@pytest.mark.parametrize("path", ["nginx", "pygw", "stack"])
+def test_a_client_that_stops_reading_behind_a_streaming_gateway_is_held_by_the_engine(null_stack: LocalStack,
+                                                                                      path: str) -> None:
+    """Backpressure crosses the hop: the gateway stops reading the engine when its client stops reading
+    it, so the engine holds the stream (engine/stream.py) instead of computing tokens nobody takes."""
+    url = null_stack.urls[path]
+    port = int(url.rsplit(":", 1)[1])
+    body = json.dumps({"model": "null", "max_tokens": 1_000_000, "stream": True,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    try:
+        s.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                  b"anthropic-version: 2023-06-01\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        deadline = time.monotonic() + 60
+        while _engine_metric(null_stack, "zg_num_requests_held") != 1:
+            assert time.monotonic() < deadline, f"the engine never held the stream stalled behind {path}"
+            time.sleep(0.05)
+    finally:
+        s.close()
+    deadline = time.monotonic() + 60             # the client left: the gateway drops its upstream, the engine aborts
+    while _engine_metric(null_stack, "zg_num_requests_running") != 0:
+        assert time.monotonic() < deadline, f"the stalled stream behind {path} was never aborted"
+        time.sleep(0.05)
+    assert _engine_metric(null_stack, "zg_num_requests_held") == 0
