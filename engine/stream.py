@@ -64,6 +64,11 @@ class RequestStream:
     def output_token_ids(self) -> list[int]:
         return self._seq.output_token_ids
 
+    @property
+    def ready(self) -> bool:
+        """The next ``async for`` step returns at once (a delta is queued)."""
+        return bool(self._queue)
+
     def push(self, out: RequestOutput) -> None:
         """Called on the event loop thread (one call_soon_threadsafe per engine step)."""
         queue = self._queue

@@ -402,12 +402,18 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
     group = TokenGrouper(app.cfg.stream_interval)
     hold = Holdback(filt) if filt is not None else None
     last = None
+    # events whose deltas were already queued together go out together: one write, not one per token
+    # (a loop that fell behind, or steps run back to back, hand over several deltas at once)
+    pending: list[bytes] = []
     quiet = app.keepalive.open(stream, flight)     # a stream silent this long gets a KEEPALIVE
     try:
         async for out in stream:
             if out is KEEPALIVE:    # queued, waiting, preempted or prefilling: tell the client it is held
                 if not flight.gone:
                     ping = anth.PING if is_anth else KEEPALIVE_COMMENT
+                    if pending:
+                        ping = b"".join(pending) + ping
+                        pending.clear()
                     if chunk is None or not chunk(ping):
                         await send({"type": "http.response.body", "body": ping, "more_body": True})
                 continue
@@ -427,13 +433,20 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
             if text is not None and not flight.gone:
                 quiet.sent = True
                 body = encode(text)
+                if stream.ready:      # the next delta is queued already: written with it
+                    pending.append(body)
+                    continue
+                if pending:
+                    pending.append(body)
+                    body = b"".join(pending)
+                    pending.clear()
                 if chunk is None or not chunk(body):
                     await send({"type": "http.response.body", "body": body, "more_body": True})
     finally:
         app.keepalive.close(quiet)   # at once: a finished stream's objects die with it
     if flight.gone:
         return
-    tail = b""
+    tail = b"".join(pending)        # events still held for the next delta lead the tail
     if is_anth and not head:
         tail += anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids),
                                  stream.usage.cached_tokens)
