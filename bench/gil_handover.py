@@ -20,11 +20,9 @@ is one JSON object.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -33,19 +31,11 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from engine_live import EngineFailed, child  # noqa: E402  (the live-engine fixture the tests use)
 from peerlib.machine import cpu_model  # noqa: E402
+from peerlib.trees import Tree, null_servers, rotated, trees  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 HEADERS = {"anthropic-version": "2023-06-01"}
 REQUEST_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True)
-class System:
-    name: str
-    cwd: Path
 
 
 @dataclass(frozen=True)
@@ -117,26 +107,18 @@ def measure(url: str, body: dict[str, object], busy: bool) -> Cell:
     return Cell(seconds, tokens)
 
 
-def run(systems: list[System], rounds: int, messages: int) -> dict[str, dict[str, list[Cell]]]:
+def run(systems: list[Tree], rounds: int, messages: int) -> dict[str, dict[str, list[Cell]]]:
     """Every system's server started at once; each round measures each system (who goes first rotates),
     quiet then busy or busy then quiet in turn, so that a busy moment of the machine falls on all."""
     body = big_body(messages)
     cells: dict[str, dict[str, list[Cell]]] = {s.name: {"quiet": [], "busy": []} for s in systems}
-    with tempfile.TemporaryDirectory(prefix="zg-gil-") as tmp, contextlib.ExitStack() as stack:
-        urls: dict[str, str] = {}
-        for s in systems:
-            folder = Path(tmp) / s.name
-            folder.mkdir()
-            try:
-                urls[s.name] = stack.enter_context(child(folder, "--max-model-len", "2000000", keyed=False,
-                                                         cwd=s.cwd)).url
-            except EngineFailed as exc:
-                raise SystemExit(f"{s.name}: {str(exc).splitlines()[0]}") from None
-            _timed(urls[s.name], body)                        # warm up: memos, the worker thread
+    with null_servers(systems, "--max-model-len", "2000000") as lives:
+        for live in lives.values():
+            _timed(live.url, body)                        # warm up: memos, the worker thread
         for r in range(rounds):
-            for s in systems[r % len(systems):] + systems[:r % len(systems)]:
+            for s in rotated(systems, r):
                 for kind in (("quiet", "busy") if r % 2 == 0 else ("busy", "quiet")):
-                    cells[s.name][kind].append(measure(urls[s.name], body, kind == "busy"))
+                    cells[s.name][kind].append(measure(lives[s.name].url, body, kind == "busy"))
     return cells
 
 
@@ -163,12 +145,7 @@ def main() -> None:
         raise SystemExit("--rounds must be at least 1")
     if args.messages < 1:
         raise SystemExit("--messages must be at least 1")
-    systems = [System("zgtool", ROOT)]
-    if args.baseline is not None:
-        if not (args.baseline / "zgtool").is_dir():
-            raise SystemExit(f"--baseline {args.baseline}: no zgtool/ there")
-        systems.append(System("baseline", args.baseline))
-    figures = summary(run(systems, args.rounds, args.messages))
+    figures = summary(run(trees(args.baseline), args.rounds, args.messages))
     print(f"{'system':<10} {'quiet s':>8} {'busy s (median, min-max)':>25} {'busy/quiet':>11} "
           f"{'stream tok/s meanwhile':>23}")
     for name, f in figures.items():

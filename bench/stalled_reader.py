@@ -24,12 +24,10 @@ JSON object.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,21 +36,15 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from engine_live import EngineFailed, Live, child, connect, raw_request  # noqa: E402  (the tests' live engine)
+from engine_live import Live, connect, raw_request  # noqa: E402  (the live-engine fixture the tests use)
 from peerlib.machine import cpu_model  # noqa: E402
+from peerlib.trees import Tree, null_servers, rotated, trees  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 HEADERS = {"anthropic-version": "2023-06-01"}
 SMALL = {"model": "null", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
 STALLED = {"model": "null", "max_tokens": 1_000_000, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 SETTLE_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True)
-class System:
-    name: str
-    cwd: Path
 
 
 @dataclass(frozen=True)
@@ -109,21 +101,13 @@ def measure(live: Live, seconds: float) -> Round:
     return Round(quiet, stalled, alone, grown)
 
 
-def run(systems: list[System], rounds: int, seconds: float) -> dict[str, list[Round]]:
+def run(systems: list[Tree], rounds: int, seconds: float) -> dict[str, list[Round]]:
     out: dict[str, list[Round]] = {s.name: [] for s in systems}
-    with tempfile.TemporaryDirectory(prefix="zg-stall-") as tmp, contextlib.ExitStack() as stack:
-        lives: dict[str, Live] = {}
-        for s in systems:
-            folder = Path(tmp) / s.name
-            folder.mkdir()
-            try:
-                lives[s.name] = stack.enter_context(child(folder, "--max-model-len", "2000000", keyed=False,
-                                                          cwd=s.cwd))
-            except EngineFailed as exc:
-                raise SystemExit(f"{s.name}: {str(exc).splitlines()[0]}") from None
-            neighbour_rps(lives[s.name].url, 0.2)          # warm up
+    with null_servers(systems, "--max-model-len", "2000000") as lives:
+        for live in lives.values():
+            neighbour_rps(live.url, 0.2)                   # warm up
         for r in range(rounds):
-            for s in systems[r % len(systems):] + systems[:r % len(systems)]:
+            for s in rotated(systems, r):
                 out[s.name].append(measure(lives[s.name], seconds))
     return out
 
@@ -150,12 +134,7 @@ def main() -> None:
         raise SystemExit("--rounds must be at least 1")
     if not args.seconds > 0:
         raise SystemExit("--seconds must be more than 0")
-    systems = [System("zgtool", ROOT)]
-    if args.baseline is not None:
-        if not (args.baseline / "zgtool").is_dir():
-            raise SystemExit(f"--baseline {args.baseline}: no zgtool/ there")
-        systems.append(System("baseline", args.baseline))
-    figures = summary(run(systems, args.rounds, args.seconds))
+    figures = summary(run(trees(args.baseline), args.rounds, args.seconds))
     print(f"{'system':<10} {'stalled stream alone, CPU %':>28} {'neighbour req/s quiet':>22} {'stalled':>9} "
           f"{'ratio':>6} {'RSS grown MB':>13}")
     for name, f in figures.items():
