@@ -421,7 +421,8 @@ class Engine:
             "kv_blocks_used": bm.num_used_blocks,
             "kv_util": bm.usage(),
             "running": len(self.scheduler.running),
-            "held": self.scheduler.num_held,      # running, left out of the batch for a reader far behind
+            # left out of the batch for a reader far behind: still seated, or parked (seat and blocks given up)
+            "held": self.scheduler.num_held + len(self.scheduler.parked),
             "waiting": len(self.scheduler.waiting) + len(self._inbox),
             "prefix_cache_queries": bm.prefix_queries,
             "prefix_cache_hits": bm.prefix_hits,
@@ -442,4 +443,5 @@ class Engine:
         return self.run_in_step_thread(lambda: kvpool.defrag(self, dry_run, drop_prefix_cache))
 
     def live_sequences(self) -> list[Sequence]:
-        return [s for s in self.scheduler.running + list(self.scheduler.waiting) if s.status is not FINISHED]
+        sched = self.scheduler
+        return [s for s in sched.running + list(sched.waiting) + sched.parked if s.status is not FINISHED]

@@ -83,7 +83,7 @@ class Faults:
     def fail_everyone(self, exc: BaseException) -> list[RequestOutput]:
         """An engine-wide fault: the traceback is logged once with the request ids; clients get a
         generic message with their request id, not the exception."""
-        seqs = list(self.scheduler.running) + list(self.scheduler.waiting)
+        seqs = list(self.scheduler.running) + list(self.scheduler.waiting) + list(self.scheduler.parked)
         log.error("engine step failed; failing requests %s", ", ".join(s.request_id for s in seqs) or "(none)",
                   exc_info=exc)
         outs = []

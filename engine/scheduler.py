@@ -8,6 +8,10 @@ sequences per unit of weight, and when the batch is full a key below its quota
 a key above its own, whose newest sequence is preempted. One key filling every seat pushed
 another key's first token back until one of its long streams ended (issue 22: ~10 ms -> 18-20 s
 of TTFT); now it is admitted in the next step. Sequences of one key (or none) stay FCFS.
+
+A held sequence (``hold``: its stream's reader is far behind, engine/stream.py) is left out of the
+batch; when a waiting sequence needs a seat or KV blocks, held ones give theirs first (preempted and
+parked: not waiting until let go, then first in line), before any sequence that is computing.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.num_held = 0           # running sequences left out of the batch for their reader (hold())
+        # held sequences whose seat and blocks went to others: not waiting for a seat until let go
+        self.parked: list[Sequence] = []
         self._live_keys: dict[str | None, int] = {}     # client key -> its waiting + running sequences
 
     @property
@@ -65,14 +71,33 @@ class Scheduler:
         return bool(self.waiting) or len(self.running) > self.num_held
 
     def hold(self, seq: Sequence, held: bool) -> None:
-        """Leave a sequence out of the batch (held) or put it back, between steps. A held sequence
-        keeps its seat and its KV blocks; its reader has not taken its earlier tokens (backpressure:
-        engine/stream.py), so computing more would only queue them in memory."""
+        """Leave a sequence out of the batch (held) or put it back, between steps. Its reader has not
+        taken its earlier tokens (backpressure: engine/stream.py), so computing more would only queue
+        them in memory. A held sequence keeps its seat and KV blocks until a waiting sequence needs
+        them: then it is preempted and parked (no seat, no blocks, not waiting); let go, it is first
+        in line again and recomputes what it had."""
         if seq.held is held or seq.status is FINISHED:
             return
         seq.held = held
         if seq.status is RUNNING:
             self.num_held += 1 if held else -1
+        elif held:
+            try:
+                self.waiting.remove(seq)     # preempted before its hold arrived: parked instead
+            except ValueError:
+                return
+            self.parked.append(seq)
+        elif seq in self.parked:
+            self.parked.remove(seq)
+            self.waiting.appendleft(seq)
+
+    def _held_victim(self) -> Sequence | None:
+        """The newest held running sequence (its seat and blocks serve no reader now), or None."""
+        if self.num_held:
+            for s in reversed(self.running):
+                if s.held:
+                    return s
+        return None
 
     def add(self, seq: Sequence) -> None:
         seq.status = WAITING
@@ -119,11 +144,14 @@ class Scheduler:
                 fits = False
             if not fits:
                 while not allocate(seq, n):
-                    # out of blocks: preempt the newest running sequence (recompute later)
-                    victim = running[-1]
+                    # out of blocks: preempt a held sequence, else the newest running one (recompute later)
+                    victim = self._held_victim() or running[-1]
+                    before_seq = victim is not running[-1] and running.index(victim) < i
                     self._preempt(victim, batch)
                     if victim is seq:
                         break
+                    if before_seq:
+                        i -= 1      # the list shrank before seq: keep i on it
                 else:
                     fits = True
                 if not fits:
@@ -137,14 +165,18 @@ class Scheduler:
         while waiting and budget > 0:
             seq = waiting[0] if len(self._live_keys) <= 1 else self._next_waiting()
             if len(running) >= self.max_num_seqs:
-                donor = self._seat_donor(seq)
+                donor = self._held_victim() or self._seat_donor(seq)   # a held seat first: it serves nobody
                 if donor is None:
                     break
                 budget += self._preempt(donor, batch)
             if not seq.block_table:
                 self.bm.match_prefix(seq, align_tokens=self.prefill_chunk or 1)
             n = self._chunk(seq, budget)
-            if n == 0 or not allocate(seq, n):
+            ok = n > 0 and allocate(seq, n)
+            while not ok and n > 0 and (victim := self._held_victim()) is not None:
+                self._preempt(victim, batch)    # held blocks go to a sequence that will use them
+                ok = allocate(seq, n)
+            if not ok:
                 # A waiting sequence holds no blocks it cannot run with: the prefix it attached
                 # goes back (still cached, evictable). Kept, such blocks piled up across
                 # preemptions until waiting sequences held the whole pool and nothing ran (issue 22).
@@ -156,8 +188,6 @@ class Scheduler:
             else:
                 waiting.remove(seq)
             seq.status = RUNNING
-            if seq.held:            # preempted while held: recomputed now, then held again
-                self.num_held += 1
             running.append(seq)
             seqs.append(seq)
             num_new.append(n)
@@ -222,8 +252,6 @@ class Scheduler:
         """Back to the head of the waiting queue, its blocks freed (recomputed when it runs
         again). Returns the tokens it had been given in this step's batch (0 if none)."""
         self.running.remove(seq)
-        if seq.held:
-            self.num_held -= 1
         given = 0
         if seq in batch.seqs:
             j = batch.seqs.index(seq)
@@ -234,7 +262,11 @@ class Scheduler:
         seq.num_preemptions += 1
         self.num_preemptions += 1
         batch.preempted.append(seq)
-        self.waiting.appendleft(seq)
+        if seq.held:
+            self.num_held -= 1
+            self.parked.append(seq)     # not waiting for a seat until its reader catches up
+        else:
+            self.waiting.appendleft(seq)
         return given
 
     def finish(self, seq: Sequence, reason: str) -> None:
@@ -251,7 +283,8 @@ class Scheduler:
             try:
                 self.waiting.remove(seq)
             except ValueError:
-                pass
+                if seq in self.parked:
+                    self.parked.remove(seq)
         self.bm.free_seq(seq)
         seq.status = FINISHED
         seq.finish_reason = reason

@@ -4,8 +4,9 @@ Backpressure: a streaming reader that falls ``HOLD_AT_OUTPUTS`` deltas behind (i
 reading, so its handler waits for the socket to drain) has its sequence held out of the engine's
 batch until it is back to ``RESUME_AT_OUTPUTS``: a stalled client no longer makes the engine compute
 tokens that only queue here, unbounded, until the write timeout drops it (a few hundred deltas at
-most now, instead of every token up to max_tokens). A reader that wants the whole answer
-(``wake_on_finish``) is never held: its deltas wait here by design.
+most now, instead of every token up to max_tokens). A held sequence's seat and KV blocks go to a
+waiting request that needs them (engine/scheduler.py parks it; it recomputes once let go). A reader
+that wants the whole answer (``wake_on_finish``) is never held: its deltas wait here by design.
 """
 
 from __future__ import annotations

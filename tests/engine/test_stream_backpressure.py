@@ -58,12 +58,44 @@ def test_finishing_or_preempting_a_held_sequence_keeps_the_held_count_right():
     sched.hold(b, True)
     sched.finish(a, "abort")
     assert sched.num_held == 1 and not a.held and not a.block_table
-    sched._preempt(b, sched.schedule())     # back to waiting: not counted while it waits
-    assert sched.num_held == 0 and b.held and sched.has_work
-    batch = sched.schedule()                # re-admitted (its recompute runs), held again after
-    assert batch.seqs == [b] and sched.num_held == 1
-    sched.hold(a, True)                     # a finished sequence is never held again
-    assert sched.num_held == 1 and not a.held
+    sched._preempt(b, sched.schedule())     # preempted while held: parked, not waiting for a seat
+    assert sched.num_held == 0 and b.held and sched.parked == [b] and not sched.waiting and not sched.has_work
+    assert sched.schedule().is_empty         # a parked sequence is not admitted while held
+    sched.hold(b, False)                     # let go: first in line, it recomputes what it had
+    assert sched.parked == [] and list(sched.waiting) == [b]
+    batch = sched.schedule()
+    assert batch.seqs == [b] and batch.num_new_tokens == [b.num_tokens] and sched.num_held == 0
+    sched.hold(a, True)                      # a finished sequence is never held again
+    assert sched.num_held == 0 and not a.held
+
+
+def test_a_held_sequence_gives_its_seat_to_a_waiting_one_and_runs_again_when_let_go():
+    sched = Scheduler(BlockManager(64, 4), max_num_seqs=1, max_num_batched_tokens=64)
+    stalled, other = _seq("stalled"), _seq("other")
+    sched.add(stalled)
+    _decode(sched, sched.schedule())
+    sched.hold(stalled, True)
+    sched.add(other)                         # the only seat is held: it goes to the waiting sequence
+    batch = sched.schedule()
+    assert batch.seqs == [other] and batch.preempted == [stalled] and sched.parked == [stalled]
+    assert not stalled.block_table and stalled.held
+    sched.hold(stalled, False)
+    assert sched.schedule().seqs == [other]  # seated sequences are not preempted for it: it waits its turn
+    sched.finish(other, "length")
+    assert sched.schedule().seqs == [stalled] and not sched.parked
+
+
+def test_a_held_sequence_gives_its_blocks_to_a_sequence_that_needs_them():
+    bm = BlockManager(4, 4)                  # 16 tokens of KV in all
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=64)
+    stalled = _seq("stalled", n=11)          # 3 blocks
+    sched.add(stalled)
+    _decode(sched, sched.schedule())
+    sched.hold(stalled, True)
+    big = _seq("big", n=8)                   # needs 2 blocks; 1 is free
+    sched.add(big)
+    batch = sched.schedule()
+    assert batch.seqs == [big] and sched.parked == [stalled] and not stalled.block_table
 
 
 async def _until(cond: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -155,6 +187,42 @@ def test_an_aborted_held_stream_frees_its_blocks_and_a_whole_answer_reader_is_ne
             outs = [o async for o in whole]
             assert sum(len(o.token_ids) for o in outs) == PARAMS.max_tokens and wseq is not None and not wseq.held
             assert len(outs) > HOLD_AT_OUTPUTS > RESUME_AT_OUTPUTS    # it queued past the mark, unheld
+        finally:
+            await e.shutdown(1.0)
+
+    asyncio.run(main())
+
+
+def test_a_held_victim_ahead_in_the_batch_leaves_no_running_sequence_unscheduled():
+    sched = Scheduler(BlockManager(3, 4), max_num_seqs=4, max_num_batched_tokens=64)
+    a, b, c = _seq("a", n=3), _seq("b", n=4), _seq("c", n=3)   # one block each: the pool is full
+    for s in (a, b, c):
+        sched.add(s)
+    _decode(sched, sched.schedule())
+    sched.hold(a, True)
+    batch = sched.schedule()    # b's decode needs a block: held a (ahead of b) gives its own
+    assert batch.seqs == [b, c] and batch.preempted == [a] and sched.parked == [a]
+
+
+def test_with_one_seat_a_stalled_stream_lets_another_request_run_and_then_finishes_unchanged():
+    async def main() -> None:
+        e = Engine(EngineConfig(model="null", max_model_len=4096, max_num_seqs=1))
+        e.start()
+        try:
+            ref = e.add_request([256, 5, 6, 7], PARAMS)
+            want = [t async for o in ref for t in o.token_ids]
+            stalled = e.add_request([256, 5, 6, 7], PARAMS)
+            seq = e.sequence(stalled.request_id)
+            assert seq is not None
+            await _until(lambda: seq.held and _idle(e))
+            other = e.add_request([256, 9], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
+            got_other = [o async for o in other]       # it gets the held seat: it does not wait for the stall
+            assert got_other[-1].finish_reason == "length" and seq in e.scheduler.parked
+            assert e.stats()["held"] == 1 and not seq.block_table
+            got = [t async for o in stalled for t in o.token_ids]     # read: recomputed, then finished
+            assert got == want and seq.num_preemptions >= 1
+            await _until(lambda: e.stats()["kv_blocks_used"] == 0)
+            assert e.stats()["held"] == 0 and not e.scheduler.parked
         finally:
             await e.shutdown(1.0)
 
