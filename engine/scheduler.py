@@ -173,8 +173,8 @@ class Scheduler:
                 self.bm.match_prefix(seq, align_tokens=self.prefill_chunk or 1)
             n = self._chunk(seq, budget)
             ok = n > 0 and allocate(seq, n)
-            while not ok and n > 0 and (victim := self._held_victim()) is not None:
-                self._preempt(victim, batch)    # held blocks go to a sequence that will use them
+            while not ok and n > 0 and (parked := self._held_victim()) is not None:
+                self._preempt(parked, batch)    # held blocks go to a sequence that will use them
                 ok = allocate(seq, n)
             if not ok:
                 # A waiting sequence holds no blocks it cannot run with: the prefix it attached
