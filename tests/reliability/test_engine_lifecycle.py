@@ -127,6 +127,29 @@ def test_a_client_that_stops_reading_is_held_then_cut_off_and_its_blocks_freed(l
     assert long_ctx.alive()
 
 
+def test_with_every_seat_held_by_stalled_clients_another_client_is_still_served(tmp_path: Path) -> None:
+    with in_process(tmp_path, max_model_len=300_000, max_num_seqs=2, write_timeout_s=30.0) as live:
+        assert live.built is not None
+        engine = live.built.engine
+        stalled = [connect(live.port, rcvbuf=4096) for _ in range(2)]
+        try:
+            for s in stalled:                     # both seats taken by streams nobody reads
+                s.sendall(raw_request(live.port, "/v1/messages", {**LONG, "max_tokens": 290_000},
+                                      headers={"x-api-key": USER_KEY}))
+            deadline = time.monotonic() + 60
+            while engine.stats()["held"] != 2:
+                assert time.monotonic() < deadline, "the stalled streams were never held"
+                time.sleep(0.01)
+            r = httpx.post(live.url + "/v1/messages", headers={"x-api-key": USER_KEY}, timeout=30,
+                           json={"model": "null", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200 and r.json()["usage"]["output_tokens"] == 8   # served within the write timeout
+            assert len(engine.scheduler.parked) >= 1                                   # a held seat went to it
+        finally:
+            for s in stalled:
+                s.close()
+        assert live.wait_kv_free() == 0 and engine.stats()["held"] == 0
+
+
 def test_disconnect_storm_frees_every_block(long_ctx: Live) -> None:
     rng = random.Random(16)
 
