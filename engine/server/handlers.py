@@ -450,6 +450,17 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
     if is_anth and not head:
         tail += anth.stream_head("msg_" + ctx.rid, req.model, len(stream.prompt_token_ids),
                                  stream.usage.cached_tokens)
+    tail += _stream_end(app, ctx, req, stream, last, hold, group, encode, writer)
+    if cycle is None or not cycle.end_chunked(tail):
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _stream_end(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, last: Any, hold: Any, group: Any,
+                encode: Any, writer: Any) -> bytes:
+    """A stream's last events: the text still grouped or held back, then the API's error event
+    (content_filter, abort) or its tail (stop reason, usage, the timing comment)."""
+    is_anth = req.api == "anthropic"
+    tail = b""
     reason = stream.finish_reason
     if reason == "stop" and hold is not None:
         # a stop string ended it: only text the filter cleared leaves (engine.py caps the output)
@@ -471,13 +482,9 @@ async def _stream(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send:
         app.metrics.observe_error(err.error_type)
         ctx.error_type = err.error_type
         payload = error_payload(err, req.api, "req_" + ctx.rid)
-        tail += anth.stream_error(payload) if is_anth else writer.error(payload)  # type: ignore[union-attr]
-    else:
-        timing = _timing_event(ctx, stream, _timing(ctx, stream))
-        usage = _usage(req, stream)
-        if is_anth:
-            tail += anth.stream_tail(reason, last.stop_sequence if last is not None else None, usage, timing)
-        else:
-            tail += writer.tail(reason, usage if req.include_usage else None, timing)  # type: ignore[union-attr]
-    if cycle is None or not cycle.end_chunked(tail):
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return tail + (anth.stream_error(payload) if is_anth else writer.error(payload))
+    timing = _timing_event(ctx, stream, _timing(ctx, stream))
+    usage = _usage(req, stream)
+    if is_anth:
+        return tail + anth.stream_tail(reason, last.stop_sequence if last is not None else None, usage, timing)
+    return tail + writer.tail(reason, usage if req.include_usage else None, timing)
