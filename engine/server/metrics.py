@@ -53,7 +53,7 @@ class _EngineCollector(Collector):
 
         yield gauge("zg_num_requests_running", "Requests in the running batch.", s.get("running"))
         yield gauge("zg_num_requests_waiting", "Requests waiting to be scheduled.", s.get("waiting"))
-        yield gauge("zg_num_requests_held", "Running streams left out of the batch: their client is far behind.",
+        yield gauge("zg_num_requests_held", "Streams left out of the batch (seated or parked): their client is far behind.",
                     s.get("held"))
         yield gauge("zg_kv_cache_usage_perc", "KV pool use, 0..1.", s.get("kv_util"))
         yield gauge("zg_kv_blocks_used", "KV blocks in use.", s.get("kv_blocks_used"))
