@@ -21,7 +21,9 @@ Figures: requests/s of each system and its ratio to the floor; each server's CPU
 request (user+system from /proc, all threads and, for nginx, its workers and the floor behind
 it): zgtool's extra CPU per request over the floor, per streamed token ((t16s - t1) / 15 over the
 floor's), and the nginx hop's CPU per request (nginx + floor behind it - floor alone) and p50
-latency at c=1. Targets: >= 0.8x the floor's requests/s in t1, >= 0.6x in t16, and fewer extra
+latency at c=1; and zgtool's engine's steps per request and mean batch (sequences per step, from its
+zg_engine_steps_total and zg_engine_step_sequences_total, read between slices), which tell a gap in
+per-request work from steps run on partial batches. Targets: >= 0.8x the floor's requests/s in t1, >= 0.6x in t16, and fewer extra
 CPU microseconds per request than the nginx hop. The LAST line is one JSON object.
 
 --baseline DIR adds another zgtool (``python -m zgtool serve`` run in DIR, e.g. an older commit:
@@ -43,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -67,6 +70,10 @@ class Cell:
     p50_ms: float
     p99_ms: float
     cpu_us_per_req: float     # the server processes' CPU time (user+system) per answered request
+    # zgtool's engine (its /metrics, read outside the measured CPU): steps per answered request and
+    # sequences per step (the mean batch); None for the floor, nginx and a tree without the counters
+    steps_per_req: float | None = None
+    mean_batch: float | None = None
 
 
 # -- the floor server (run as a child: --floor PORT BODY_BYTES CHUNKS) -------------------
@@ -248,6 +255,27 @@ class System:
     port: int
     raw: bytes
     pids: list[int]
+    engine: bool = False      # a zgtool serve: its step counters are read around each slice
+
+
+_STEP_COUNTERS = (b"zg_engine_steps_total{", b"zg_engine_step_sequences_total{")
+
+
+def _engine_steps(port: int) -> tuple[float, float] | None:
+    """(steps, sequences computed) from a zgtool engine's /metrics; None where it has no such counters."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read()
+    except OSError:
+        return None
+    found: dict[bytes, float] = {}
+    for line in text.splitlines():
+        for name in _STEP_COUNTERS:
+            if line.startswith(name):
+                found[name] = float(line.rsplit(b" ", 1)[1])
+    if len(found) != len(_STEP_COUNTERS):
+        return None
+    return found[_STEP_COUNTERS[0]], found[_STEP_COUNTERS[1]]
 
 
 def _measure(systems: list[System], mode: str, concurrency: int, seconds: float, slice_s: float) -> list[Cell]:
@@ -255,23 +283,36 @@ def _measure(systems: list[System], mode: str, concurrency: int, seconds: float,
     errs = dict.fromkeys(lat, 0)
     wall = dict.fromkeys(lat, 0.0)
     cpu = dict.fromkeys(lat, 0.0)
+    steps: dict[str, list[float] | None] = {s.name: [0.0, 0.0] if s.engine else None for s in systems}
     for r in range(max(1, round(seconds / slice_s))):
         k = r % len(systems)
         for s in systems[k:] + systems[:k]:          # rotate who goes first
+            before = _engine_steps(s.port) if steps[s.name] is not None else None
             c0 = _cpu_s(s.pids)
             got, e, w = asyncio.run(_load(s.port, s.raw, concurrency, slice_s))
             cpu[s.name] += _cpu_s(s.pids) - c0
             lat[s.name] += got
             errs[s.name] += e
             wall[s.name] += w
+            after = _engine_steps(s.port) if before is not None else None
+            acc = steps[s.name]
+            if before is None or after is None or acc is None:
+                steps[s.name] = None
+            else:
+                acc[0] += after[0] - before[0]
+                acc[1] += after[1] - before[1]
     cells = []
     for s in systems:
         xs = lat[s.name]
+        acc = steps[s.name]
         cell = Cell(s.name, mode, concurrency, len(xs), errs[s.name], len(xs) / wall[s.name],
-                    percentile(xs, 50), percentile(xs, 99), cpu[s.name] / max(1, len(xs)) * 1e6)
+                    percentile(xs, 50), percentile(xs, 99), cpu[s.name] / max(1, len(xs)) * 1e6,
+                    None if acc is None or not xs else round(acc[0] / len(xs), 3),
+                    None if acc is None or not acc[0] else round(acc[1] / acc[0], 2))
         cells.append(cell)
+        batch = "" if cell.mean_batch is None else f" steps/req={cell.steps_per_req:.2f} mean batch={cell.mean_batch:.1f}"
         print(f"  {s.name:<8} {mode:<4} c={concurrency:<3} {cell.rate_rps:8.0f} req/s p50={cell.p50_ms:7.3f} ms "
-              f"p99={cell.p99_ms:7.3f} ms cpu={cell.cpu_us_per_req:6.1f} us/req", file=sys.stderr)
+              f"p99={cell.p99_ms:7.3f} ms cpu={cell.cpu_us_per_req:6.1f} us/req{batch}", file=sys.stderr)
     return cells
 
 
@@ -302,7 +343,7 @@ def run(modes: list[str], concurrencies: list[int], seconds: float, slice_s: flo
             for name, proc, port in zgs:
                 raw = _request(port, mode)
                 body_bytes = _wait_http(port, proc, raw)
-                systems.append(System(name, port, raw, [proc.pid]))
+                systems.append(System(name, port, raw, [proc.pid], engine=mode != "front"))
             fport = _free_port()
             floor = subprocess.Popen([sys.executable, __file__, "--floor", str(fport), str(body_bytes),
                                       str(tokens + 1 if stream else 0)],
@@ -341,7 +382,8 @@ def _cell(cells: list[Cell], system: str, mode: str, c: int) -> Cell | None:
 def summarize(cells: list[Cell], modes: list[str], concurrencies: list[int]) -> dict[str, object]:
     out: dict[str, dict[str, float]] = {"ratio_rps": {}, "extra_cpu_us_per_req": {}, "extra_cpu_us_per_streamed_token": {},
                                         "nginx_hop_cpu_us_per_req": {}, "nginx_hop_p50_us": {}, "nginx_ratio_rps": {},
-                                        "extra_p50_us": {}, "baseline_ratio_rps": {}, "baseline_extra_cpu_us_per_req": {}}
+                                        "extra_p50_us": {}, "baseline_ratio_rps": {}, "baseline_extra_cpu_us_per_req": {},
+                                        "mean_batch": {}}
     for mode in modes:
         for c in concurrencies:
             key = f"{mode}_c{c}"
@@ -354,6 +396,8 @@ def summarize(cells: list[Cell], modes: list[str], concurrencies: list[int]) -> 
             out["ratio_rps"][key] = round(z.rate_rps / f.rate_rps, 3)
             out["extra_cpu_us_per_req"][key] = round(z.cpu_us_per_req - f.cpu_us_per_req, 1)
             out["extra_p50_us"][key] = round((z.p50_ms - f.p50_ms) * 1e3, 1)
+            if z.mean_batch is not None:
+                out["mean_batch"][key] = z.mean_batch
             if b is not None:
                 out["baseline_ratio_rps"][key] = round(b.rate_rps / f.rate_rps, 3)
                 out["baseline_extra_cpu_us_per_req"][key] = round(b.cpu_us_per_req - f.cpu_us_per_req, 1)
@@ -413,6 +457,10 @@ def render(cells: list[Cell], summary: dict[str, object], modes: list[str], conc
     z_p50 = s["extra_p50_us"].get(f"t1_c{concurrencies[0]}")  # type: ignore[attr-defined]
     if hop_p50 is not None and z_p50 is not None:
         print(f"c={concurrencies[0]} p50 latency: zgtool +{z_p50} us over the floor, one nginx hop +{hop_p50} us")
+    batches = s["mean_batch"]
+    if batches:
+        print("zgtool's engine, sequences per step: " + ", ".join(
+            f"{k.replace('_c', ' c=')} {v}" for k, v in batches.items()))  # type: ignore[attr-defined]
     checks = s["checks"]
     print("targets: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in checks.items()))  # type: ignore[attr-defined]
 

@@ -100,6 +100,7 @@ class Engine:
         self._max_waiting = cfg.max_waiting
         self._batch_window_s = cfg.batch_window_ms / 1e3
         self.num_steps = 0
+        self.num_step_seqs = 0     # sequences computed, summed over the steps: / num_steps = the mean batch
         # progress watch (/health, zg_engine_stalled_seconds): when a step last began or ended with
         # work, and when work last arrived at an idle engine
         self.last_progress_s = self.last_idle_s = time.perf_counter()
@@ -316,6 +317,7 @@ class Engine:
         self.last_step_ms = step_ms
         self.last_progress_s = t1
         self.num_steps += 1
+        self.num_step_seqs += len(batch.seqs)
         return sampled, step_ms, None
 
     # -- the step driver (engine/drivers.py) -----------------------------
@@ -428,6 +430,7 @@ class Engine:
             "prefix_cache_hits": bm.prefix_hits,
             "num_preemptions": self.scheduler.num_preemptions,
             "num_steps": self.num_steps,
+            "num_step_seqs": self.num_step_seqs,
             "device": self.device,
             **gpu,
             # engine/cuda_runner.py: "on: batch buckets ..." | "off: <why>" (None off CUDA), and its counters

@@ -62,6 +62,9 @@ class _EngineCollector(Collector):
                       s.get("prefix_cache_queries"))
         yield counter("zg_prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.get("prefix_cache_hits"))
         yield counter("zg_num_preemptions", "Sequences preempted (recompute).", s.get("num_preemptions"))
+        yield counter("zg_engine_steps", "Engine steps run (schedule, execute, postprocess).", s.get("num_steps"))
+        yield counter("zg_engine_step_sequences", "Sequences computed, summed over the engine's steps: its rate over "
+                      "zg_engine_steps_total's is the mean batch size.", s.get("num_step_seqs"))
         yield gauge("zg_engine_stalled_seconds", "Seconds the engine has had work but run no step (0: progressing "
                     "or idle); /health says degraded past its threshold.", s.get("stalled_s"))
         if s.get("sm_util") is not None:

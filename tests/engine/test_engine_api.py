@@ -119,3 +119,17 @@ def test_output_filter_stops_generation_and_withholds_the_offending_text():
             await e.shutdown(1.0)
 
     asyncio.run(main())
+
+
+def test_the_step_counters_give_the_mean_batch_size():
+    e = Engine(EngineConfig(model="null"))
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    for i in range(4):
+        e.add_request([256, 1, 2, 3], params, request_id=f"r{i}")
+    done = []
+    while len(done) < 4:
+        done += [o for o in e.step() if o.finished]
+    s = e.stats()
+    # four requests added before the first step run together: 3 steps of 4 sequences
+    assert (s["num_steps"], s["num_step_seqs"]) == (3, 12)
+    assert e.step() == [] and (e.stats()["num_steps"], e.stats()["num_step_seqs"]) == (3, 12)  # no work: no step

@@ -30,6 +30,8 @@ def test_metrics_cover_latency_tokens_finish_reasons_errors_and_engine_state(sta
                       "zg_admission_cap_factor"):
             m(gauge)
         assert m("zg_prefix_cache_queries_total") > 0
+        # one request at a time, 5 tokens each: 5 steps of one sequence per request (the 400 never reached the engine)
+        assert m("zg_engine_steps_total") == 4 * 5 and m("zg_engine_step_sequences_total") == 4 * 5
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert len(lines) == 5
     ok = lines[0]
