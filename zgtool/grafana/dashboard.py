@@ -60,6 +60,11 @@ PANELS: tuple[Panel, ...] = (
     Panel("Engine stalled (work, no step)", "s", (("stalled", f"max(zg_engine_stalled_seconds{M})"),),
           description="Seconds the engine has had work but run no step; /health says degraded past 30 s."),
     Panel("Preemptions", "short", (("preempted", f"sum(rate(zg_num_preemptions_total{M}[$__rate_interval]))"),)),
+    Panel("Engine mean batch (sequences per step)", "short", (
+        ("sequences / step", f"sum(rate(zg_engine_step_sequences_total{M}[$__rate_interval])) / "
+                             f"sum(rate(zg_engine_steps_total{M}[$__rate_interval]))"),),
+          description="How many requests each engine step computed, on average: low under load means the steps "
+                      "run on partial batches (clients busy elsewhere, admission, a short queue)."),
     Panel("pygw answers by route and status", "reqps", (
         ("{{route}} {{status}}", "sum by (route, status) (rate(pygw_requests_total[$__rate_interval]))"),), "pygw",
           description="Answers pygw sent; status 0: the client left before the answer."),
