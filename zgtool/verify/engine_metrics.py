@@ -4,7 +4,7 @@ Data (kind "engine.metrics"):
     url, families {name: {type, help, samples [{name, labels, value}]}},
     histograms {name: {count, sum, mean_ms, buckets [[le_ms, cumulative_count]]}}   (seconds -> ms)
     values {sample name: value}  every unlabelled-or-single-series gauge/counter sample
-    derived {prefix_cache_hit_rate, kv_util, preemptions, requests_ok, generation_tokens}
+    derived {prefix_cache_hit_rate, kv_util, preemptions, requests_ok, generation_tokens, engine_steps, mean_batch}
     kv {...} | None and kv_error when /admin/kv could not be read (e.g. admin key required)
 """
 
@@ -63,6 +63,8 @@ def parse_metrics(text: str) -> dict[str, Any]:
 def derive(values: dict[str, float]) -> dict[str, Any]:
     queries = values.get("zg_prefix_cache_queries_total", values.get("zg_prefix_cache_queries"))
     hits = values.get("zg_prefix_cache_hits_total", values.get("zg_prefix_cache_hits"))
+    steps = values.get("zg_engine_steps_total")
+    seqs = values.get("zg_engine_step_sequences_total")
     return {
         "prefix_cache_queries": queries,
         "prefix_cache_hits": hits,
@@ -71,6 +73,8 @@ def derive(values: dict[str, float]) -> dict[str, Any]:
         "preemptions": values.get("zg_num_preemptions_total", values.get("zg_num_preemptions")),
         "requests_ok": values.get("zg_request_success_total"),
         "generation_tokens": values.get("zg_generation_tokens_total"),
+        "engine_steps": steps,
+        "mean_batch": seqs / steps if steps and seqs is not None else None,    # sequences per step, since start
         "prompt_tokens": values.get("zg_prompt_tokens_total"),
         "gpu_sm_util": values.get("zg_gpu_sm_util"),
         "gpu_vram_free_gb": values.get("zg_gpu_vram_free_gb"),

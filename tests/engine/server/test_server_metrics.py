@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from zgtool.verify.engine_metrics import derive, parse_metrics
+
 MSGS = [{"role": "user", "content": "hi"}]
 
 
@@ -32,6 +34,8 @@ def test_metrics_cover_latency_tokens_finish_reasons_errors_and_engine_state(sta
         assert m("zg_prefix_cache_queries_total") > 0
         # one request at a time, 5 tokens each: 5 steps of one sequence per request (the 400 never reached the engine)
         assert m("zg_engine_steps_total") == 4 * 5 and m("zg_engine_step_sequences_total") == 4 * 5
+        derived = derive(parse_metrics(httpx.get(srv.url + "/metrics").text)["values"])   # verify's engine.metrics
+        assert derived["engine_steps"] == 20 and derived["mean_batch"] == 1.0
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert len(lines) == 5
     ok = lines[0]
