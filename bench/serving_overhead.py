@@ -23,8 +23,9 @@ it): zgtool's extra CPU per request over the floor, per streamed token ((t16s - 
 floor's), and the nginx hop's CPU per request (nginx + floor behind it - floor alone) and p50
 latency at c=1; and zgtool's engine's steps per request and mean batch (sequences per step, from its
 zg_engine_steps_total and zg_engine_step_sequences_total, read between slices), which tell a gap in
-per-request work from steps run on partial batches. Targets: >= 0.8x the floor's requests/s in t1, >= 0.6x in t16, and fewer extra
-CPU microseconds per request than the nginx hop. The LAST line is one JSON object.
+per-request work from steps run on partial batches. Targets: >= 0.8x the floor's requests/s in t1,
+>= 0.6x in t16, and fewer extra CPU microseconds per request than the nginx hop. The LAST line is
+one JSON object.
 
 --baseline DIR adds another zgtool (``python -m zgtool serve`` run in DIR, e.g. an older commit:
 ``git archive COMMIT | tar -x -C DIR && ln -s ../engine DIR/zgtool/engine``) to the same
@@ -310,7 +311,8 @@ def _measure(systems: list[System], mode: str, concurrency: int, seconds: float,
                     None if acc is None or not xs else round(acc[0] / len(xs), 3),
                     None if acc is None or not acc[0] else round(acc[1] / acc[0], 2))
         cells.append(cell)
-        batch = "" if cell.mean_batch is None else f" steps/req={cell.steps_per_req:.2f} mean batch={cell.mean_batch:.1f}"
+        batch = ("" if cell.mean_batch is None or cell.steps_per_req is None
+                 else f" steps/req={cell.steps_per_req:.2f} mean batch={cell.mean_batch:.1f}")
         print(f"  {s.name:<8} {mode:<4} c={concurrency:<3} {cell.rate_rps:8.0f} req/s p50={cell.p50_ms:7.3f} ms "
               f"p99={cell.p99_ms:7.3f} ms cpu={cell.cpu_us_per_req:6.1f} us/req{batch}", file=sys.stderr)
     return cells
