@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import threading
+from typing import Any
 
 from zgtool.progress import ProgressLine, line
 
@@ -100,3 +101,29 @@ def test_the_counting_hook_counts_each_request_around_the_inner_hook() -> None:
     hook.after(hook.before(), SimpleNamespace(ok=True))
     CountingHook(bar).after(None, SimpleNamespace(ok=False))
     assert calls == ["before", "after token"] and (bar.done, bar.errors) == (2, 1)
+
+
+def test_warm_ups_go_through_every_chained_hook_once_and_are_not_counted() -> None:
+    from zgtool.progress import CountingHook
+    from zgtool.workload.prefix_cache import Chain
+
+    calls: list[str] = []
+
+    class Waits:     # a hook that waits for the warm-ups' effects (vLLM's histogram deltas)
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def unmeasured(self, send: Any) -> Any:
+            calls.append(f"{self.name} in")
+            out = send()
+            calls.append(f"{self.name} out")
+            return out
+
+    def send() -> list[str]:
+        calls.append("send")
+        return ["sample"]
+
+    bar = ProgressLine("run", 2, stream=Tty(), after_s=0)
+    assert CountingHook(bar, Chain(Waits("a"), None, Waits("b"))).unmeasured(send) == ["sample"]
+    assert calls == ["b in", "a in", "send", "a out", "b out"]
+    assert CountingHook(bar).unmeasured(send) == ["sample"] and (bar.done, bar.errors) == (0, 0)

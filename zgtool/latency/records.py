@@ -4,6 +4,7 @@ nothing else of zgtool.latency, so every stage (wire, schedule, attribution, ana
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -278,3 +279,9 @@ class RequestHook(Protocol):
     def before(self) -> Any: ...
 
     def after(self, token: Any, sample: RequestSample) -> None: ...
+
+    def unmeasured(self, send: Callable[[], list[RequestSample]]) -> list[RequestSample]:
+        """Runs ``send`` (requests sent but not measured: the warm-ups) and returns its samples; a hook
+        whose next reading they could still move (an engine that records a request after answering it)
+        waits here until they no longer can."""
+        ...

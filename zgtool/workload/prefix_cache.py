@@ -7,6 +7,7 @@ counter with a _total suffix; both spellings are read, summed over label sets (m
 
 from __future__ import annotations
 
+import functools
 import ssl
 import threading
 import urllib.request
@@ -165,6 +166,9 @@ class _TargetHook:
     def after(self, token: Any, sample: Any) -> None:
         self.watch._answered(self.name, sample.index)
 
+    def unmeasured(self, send: Any) -> Any:
+        return send()
+
 
 class Chain:
     """Two runner hooks around the same request (e.g. vLLM's histogram deltas and this watch)."""
@@ -178,3 +182,8 @@ class Chain:
     def after(self, token: list[Any], sample: Any) -> None:
         for h, t in zip(self.hooks, token, strict=True):
             h.after(t, sample)
+
+    def unmeasured(self, send: Any) -> Any:
+        for h in self.hooks:     # each hook wraps the ones before it
+            send = functools.partial(h.unmeasured, send)
+        return send()

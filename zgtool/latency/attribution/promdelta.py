@@ -116,23 +116,28 @@ class DeltaWatch:
         except OSError:
             return None
 
+    def _settled(self, snap: Snapshot, requests: int) -> Snapshot:
+        """A scrape once the e2e count has moved by ``requests`` past ``snap`` (vLLM records a request just
+        after answering it), or the last one when AFTER_WAIT_S runs out first; OSError as fetch."""
+        deadline = time.monotonic() + AFTER_WAIT_S
+        base = snap.get(E2E, (0.0, 0.0))[1]
+        while True:
+            now = self.scrape(self.url)
+            if now.get(E2E, (0.0, 0.0))[1] - base >= requests or time.monotonic() >= deadline:
+                return now
+            time.sleep(AFTER_POLL_S)
+
     def after(self, snap: Snapshot | None, sample: RequestSample) -> None:
         if not sample.ok or sample.engine is not None:
             return
         if snap is None:
             sample.engine_warnings.append(f"{SOURCE}: /metrics unreachable")
             return
-        deadline = time.monotonic() + AFTER_WAIT_S
-        while True:
-            try:
-                now = self.scrape(self.url)
-            except OSError as exc:
-                sample.engine_warnings.append(f"{SOURCE}: /metrics {exc or 'unreachable'}")
-                return
-            moved = now.get(E2E, (0.0, 0.0))[1] - snap.get(E2E, (0.0, 0.0))[1]
-            if moved >= 1 or time.monotonic() >= deadline:
-                break
-            time.sleep(AFTER_POLL_S)
+        try:
+            now = self._settled(snap, 1)
+        except OSError as exc:
+            sample.engine_warnings.append(f"{SOURCE}: /metrics {exc or 'unreachable'}")
+            return
         try:
             timing = delta(snap, now)
             check_against_client(timing, sample.total_ms)
@@ -140,3 +145,16 @@ class DeltaWatch:
             sample.engine_warnings.append(f"{SOURCE}: {exc}")
             return
         sample.engine = timing
+
+    def unmeasured(self, send: Callable[[], list[RequestSample]]) -> list[RequestSample]:
+        """The warm-ups: their records must be in before the next measured request's ``before`` scrape,
+        or its delta counts two requests and is dropped (each block's first request, behind a busy engine)."""
+        snap = self.before()
+        samples = send()
+        answered = sum(1 for s in samples if s.ok)
+        if snap is not None and answered:
+            try:
+                self._settled(snap, answered)
+            except OSError:
+                pass    # the next measured request's own scrape says so
+        return samples

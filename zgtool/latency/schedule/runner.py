@@ -138,21 +138,35 @@ class _Block:
             t.join()
 
 
-def _fresh_sessions(ep: Endpoint, cfg: SplitConfig, ctx: ssl.SSLContext | None, t_run0_ns: int) -> list[Session]:
+def _unmeasured(hook: RequestHook | None, send: Callable[[], list[RequestSample]]) -> list[RequestSample]:
+    """Requests sent but not measured (warm-ups), through the target's hook when it has one."""
+    return hook.unmeasured(send) if hook is not None else send()
+
+
+def _fresh_sessions(ep: Endpoint, cfg: SplitConfig, ctx: ssl.SSLContext | None, t_run0_ns: int,
+                    hook: RequestHook | None = None) -> list[Session]:
     """A block's -c sessions, each with a warm connection when keep-alive is on (one unmeasured request
     each, sent together, so the block's first requests do not carry a connect the rest do not)."""
     sessions = [Session(ep, cfg, ctx) for _ in range(cfg.concurrency)]
     if cfg.new_connection:
         return sessions
-    if len(sessions) == 1:
-        sessions[0].measure(-1, 0, -1, t_run0_ns)
-        return sessions
-    threads = [threading.Thread(target=s.measure, args=(-1, w, -1, t_run0_ns), daemon=True)
-               for w, s in enumerate(sessions)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+
+    def warm() -> list[RequestSample]:
+        if len(sessions) == 1:
+            return [sessions[0].measure(-1, 0, -1, t_run0_ns)]
+        out: list[RequestSample] = []
+
+        def one(worker: int, session: Session) -> None:
+            out.append(session.measure(-1, worker, -1, t_run0_ns))
+
+        threads = [threading.Thread(target=one, args=(w, s), daemon=True) for w, s in enumerate(sessions)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    _unmeasured(hook, warm)
     return sessions
 
 
@@ -190,12 +204,17 @@ def _measure(targets: Sequence[Target], cfg: SplitConfig,
     endpoints = [Endpoint.build(t, cfg, fam) for t, fam in zip(targets, families, strict=True)]
     t_run0 = t_run0_ns if t_run0_ns is not None else perf_counter_ns()
     if cfg.warmup:
-        for target, ep in zip(targets, endpoints, strict=True):
+        for ti, (target, ep) in enumerate(zip(targets, endpoints, strict=True)):
             # warm-up sessions are thrown away: every block opens (and warms) its own
             warm = [Session(ep, cfg, ctx) for _ in range(min(cfg.concurrency, cfg.warmup))]
             warm_out: list[RequestSample] = []
+
+            def send(warm: list[Session] = warm, out: list[RequestSample] = warm_out) -> list[RequestSample]:
+                _Block(warm, 0, cfg.warmup, -1, t_run0, out, halt=_timed_out).run()
+                return out
+
             try:
-                _Block(warm, 0, cfg.warmup, -1, t_run0, warm_out, halt=_timed_out).run()
+                _unmeasured(hooks[ti] if hooks else None, send)
             finally:
                 for s in warm:
                     s.close()
@@ -217,7 +236,8 @@ def _measure(targets: Sequence[Target], cfg: SplitConfig,
             if rnd % 2:
                 order.reverse()
             for ti in order:
-                fresh = [] if keep or loop is not None else _fresh_sessions(endpoints[ti], cfg, ctx, t_run0)
+                fresh = [] if keep or loop is not None else _fresh_sessions(endpoints[ti], cfg, ctx, t_run0,
+                                                                             hooks[ti] if hooks else None)
                 if cpu is not None:
                     cpu.begin()
                 if loop is not None:
