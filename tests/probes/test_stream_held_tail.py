@@ -49,6 +49,13 @@ class HoldingHop:
         self.ready.set()
         self.loop.run_forever()
         server.close()
+        # connections the probe left open end here, on their loop: dropped with it, each handler's
+        # coroutine was closed by the collector later and raised in its finally ("Exception ignored")
+        pending = asyncio.all_tasks(self.loop)
+        for task in pending:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
