@@ -184,7 +184,7 @@ class Engine:
 
     def _new_seq(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None,
                  output_filter: Callable[[str], str | None] | None, tenant: str | None = None,
-                 tenant_weight: float = 1.0) -> Sequence:
+                 tenant_weight: float = 1.0, whole_answer: bool = False) -> Sequence:
         if not isinstance(params, SamplingParams):
             raise InvalidRequest("params must be a SamplingParams")
         self.validate(prompt_token_ids, params)     # reads only; Sequence copies the list
@@ -194,6 +194,9 @@ class Engine:
         if not (isinstance(tenant_weight, (int, float)) and 0 < tenant_weight < math.inf):
             raise InvalidRequest(f"tenant_weight must be a positive number, got {tenant_weight!r}")
         seq = Sequence(rid, list(prompt_token_ids), params, output_filter, tenant, float(tenant_weight))
+        # one delta at the end needs nothing held back: a filter's verdict or a stop string decides
+        # per delta what the reader has already been handed, so those still go delta by delta
+        seq.whole_answer = whole_answer and output_filter is None and not params.stop
         seq.timings.arrival_s = time.perf_counter()
         if params.seed is not None and not params.greedy and self.model is not None:
             from zgtool.engine.sampling import make_generator
@@ -204,7 +207,7 @@ class Engine:
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams, *, request_id: str | None = None,
                     output_filter: Callable[[str], str | None] | None = None,
                     step_now: bool = False, tenant: str | None = None,
-                    tenant_weight: float = 1.0) -> RequestStream:
+                    tenant_weight: float = 1.0, whole_answer: bool = False) -> RequestStream:
         """Queue a request for the step thread (call on the event loop thread after start()).
 
         ``tenant``/``tenant_weight``: the client key and its tier's weight; running seats are
@@ -213,9 +216,16 @@ class Engine:
 
         ``step_now``: the caller knows no other request is about to arrive (nothing to batch
         with); on the loop driver, an idle engine then takes this request's first step at once,
-        in the caller, instead of one loop iteration later."""
-        seq = self._new_seq(prompt_token_ids, params, request_id, output_filter, tenant, tenant_weight)
+        in the caller, instead of one loop iteration later.
+
+        ``whole_answer``: the caller reads only the finished answer (a JSON response): the stream
+        wakes its reader once (RequestStream.wake_on_finish), and, without an output filter or
+        stop strings, no delta is handed out before the last, which carries the whole text and
+        every output token id (Sequence.whole_answer)."""
+        seq = self._new_seq(prompt_token_ids, params, request_id, output_filter, tenant, tenant_weight,
+                            whole_answer)
         stream = RequestStream(seq, self._loop, self._hold)
+        stream.wake_on_finish = whole_answer
         self._seqs[seq.request_id] = seq
         self._streams[seq.request_id] = stream
         self._inbox.append(seq)

@@ -2,7 +2,8 @@
 
 Per sequence of a step, in this order: timing and KV bookkeeping (computed tokens, prefix-cache
 registration), EOS, incremental detokenization, the safety filter, stop strings, the length
-cap, then the delta the client may see. The order is the safety contract (issue 22): the output
+cap, then the delta the client may see (none before the last for a plain token of a reader that
+wants the whole answer: ``Sequence.whole_answer``). The order is the safety contract (issue 22): the output
 filter sees every character before a stop string can cut it, so a stop inside denied text ends
 as content_filter (never "Pa" of a denied "Paris" answered to stop ["ris"], never a stop that
 says yes or no about blocked text), and text the filter still holds is never released.
@@ -67,7 +68,8 @@ class Postprocessor:
             try:
                 params = seq.params
                 if seq.output_filter is not None or params.stop or new_tok in eos:
-                    outputs.append(token(seq, new_tok))
+                    if (out := token(seq, new_tok)) is not None:
+                        outputs.append(out)
                     continue
                 # _token without a filter, stop strings or EOS (most tokens): the same steps inline
                 ids = seq.token_ids
@@ -78,14 +80,18 @@ class Postprocessor:
                 tm.token_times_s.append(now)
                 detokenize_step(tok, seq, one_text, two_text)
                 tm.detok_ms += (perf_counter() - now) * 1e3
-                text = seq.output_text[seq.emitted_chars:]
-                seq.emitted_chars = len(seq.output_text)
                 if len(ids) - len(seq.prompt_token_ids) >= params.max_tokens:
+                    text = seq.output_text[seq.emitted_chars:]
+                    seq.emitted_chars = len(seq.output_text)
                     seq.stop_sequence = seq.error = None
                     self.finish(seq, "length")
-                    outputs.append(RequestOutput(seq.request_id, [new_tok], text, True, "length"))
-                else:
+                    outputs.append(RequestOutput(seq.request_id, ids[len(seq.prompt_token_ids):] if seq.whole_answer
+                                                 else [new_tok], text, True, "length"))
+                elif not seq.whole_answer:
+                    text = seq.output_text[seq.emitted_chars:]
+                    seq.emitted_chars = len(seq.output_text)
                     outputs.append(RequestOutput(seq.request_id, [new_tok], text))
+                # else: a whole answer's text waits in output_text for its last delta
             except Exception as exc:  # noqa: BLE001 - this request's detok/filter/stop failed: it alone
                 if is_engine_wide(exc):
                     raise
@@ -93,9 +99,10 @@ class Postprocessor:
                 outputs += self.fail([seq])
         return outputs
 
-    def _token(self, seq: Sequence, new_tok: int) -> RequestOutput:
+    def _token(self, seq: Sequence, new_tok: int) -> RequestOutput | None:
         """A sampled token's meaning for its request (__call__ runs the same steps inline for a
-        token with no output filter, no stop strings and not an EOS id)."""
+        token with no output filter, no stop strings and not an EOS id); None: no delta yet (a
+        whole answer's, before its last)."""
         perf = perf_counter
         tm = seq.timings
         ids = seq.token_ids
@@ -130,6 +137,8 @@ class Postprocessor:
                 seq.output_text = seq.output_text[:safe]
         if reason is None and len(ids) - len(seq.prompt_token_ids) >= params.max_tokens:
             reason = "length"
+        if reason is None and seq.whole_answer:
+            return None     # an EOS id it ignores: its text waits in output_text for the last delta
         if reason == "content_filter":
             text = ""
         elif params.stop:
@@ -142,5 +151,8 @@ class Postprocessor:
             seq.stop_sequence = stop_str
             seq.error = error
             self.finish(seq, reason)
-        return RequestOutput(seq.request_id, [new_tok] if reason != "stop" or stop_str else [],
-                             text, reason is not None, reason, stop_str, error)
+        if seq.whole_answer:
+            new_ids = ids[len(seq.prompt_token_ids):]     # every output token (an EOS is not one)
+        else:
+            new_ids = [new_tok] if reason != "stop" or stop_str else []
+        return RequestOutput(seq.request_id, new_ids, text, reason is not None, reason, stop_str, error)

@@ -39,6 +39,10 @@ class Sequence:
     # its reader is far behind (engine/stream.py's backlog): the scheduler leaves it out of the
     # batch until the reader catches up. Changed only between steps (Engine._drain).
     held: bool = False
+    # its reader wants the whole answer at once (a JSON answer; Engine.add_request(whole_answer=True))
+    # and has no output filter or stop strings: postprocess hands out no delta before the last, which
+    # carries the whole text and every output token id (emitted_chars stays behind until then)
+    whole_answer: bool = False
     finish_reason: str | None = None
     stop_sequence: str | None = None
     error: str | None = None

@@ -38,7 +38,8 @@ class RequestStream:
         self._hold = hold
         self.held = False
         # a reader that wants the whole answer (non-streaming) is woken once, by the finished
-        # output, instead of once per step: its earlier deltas wait in the queue
+        # output, instead of once per step: any earlier deltas wait in the queue (most sequences
+        # added with whole_answer=True hand over none before the last: Sequence.whole_answer)
         self.wake_on_finish = False
 
     @property

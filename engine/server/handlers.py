@@ -256,7 +256,8 @@ def _admit(app: ServerApp, ctx: Ctx, req: ChatRequest, flight: Flight, prompt: l
         # each API key is a tenant: running seats are shared fairly between keys (engine/scheduler.py),
         # so one key filling the batch cannot starve another (an open server has one tenant)
         stream = engine.add_request(prompt, params, request_id=ctx.rid, output_filter=filt,
-                                    step_now=tasks is not None and len(tasks) <= 1, tenant=_tenant(ctx, adm))
+                                    step_now=tasks is not None and len(tasks) <= 1, tenant=_tenant(ctx, adm),
+                                    whole_answer=not req.stream)    # a JSON answer: one delta, at the end
     except BaseException:
         adm.release(principal, 0, None, time.monotonic())
         raise
@@ -351,7 +352,6 @@ def _abort_error(last: Any) -> HttpError:
 async def _complete(app: ServerApp, ctx: Ctx, req: ChatRequest, stream: Any, send: Any, flight: Flight) -> None:
     parts: list[str] = []
     last = None
-    stream.wake_on_finish = True     # one wake-up for the whole answer, not one per engine step
     async for out in stream:
         if out.text:
             parts.append(out.text)

@@ -181,12 +181,19 @@ def test_an_aborted_held_stream_frees_its_blocks_and_a_whole_answer_reader_is_ne
             e.abort(s.request_id)
             await _until(lambda: e.stats()["kv_blocks_used"] == 0 and e.stats()["running"] == 0)
             assert e.stats()["held"] == 0
-            whole = e.add_request([256, 5, 6, 7], PARAMS)
-            whole.wake_on_finish = True                   # a JSON answer: woken once, at the end
-            wseq = e.sequence(whole.request_id)
-            outs = [o async for o in whole]
-            assert sum(len(o.token_ids) for o in outs) == PARAMS.max_tokens and wseq is not None and not wseq.held
+            late = e.add_request([256, 5, 6, 7], PARAMS)
+            late.wake_on_finish = True      # a reader that wants the end, on a sequence that hands out deltas
+            lseq = e.sequence(late.request_id)
+            outs = [o async for o in late]
+            assert sum(len(o.token_ids) for o in outs) == PARAMS.max_tokens and lseq is not None and not lseq.held
             assert len(outs) > HOLD_AT_OUTPUTS > RESUME_AT_OUTPUTS    # it queued past the mark, unheld
+            whole = e.add_request([256, 5, 6, 7], PARAMS, whole_answer=True)     # a JSON answer
+            wseq = e.sequence(whole.request_id)
+            assert whole.wake_on_finish and wseq is not None
+            outs = [o async for o in whole]
+            assert len(outs) == 1 and outs[0].finished and not wseq.held     # nothing queued to hold
+            assert outs[0].token_ids == wseq.output_token_ids and len(outs[0].token_ids) == PARAMS.max_tokens
+            assert outs[0].text == wseq.output_text
         finally:
             await e.shutdown(1.0)
 

@@ -18,7 +18,9 @@ from zgtest import wait_until
 
 from zgtool.engine.api import anthropic as anth
 from zgtool.engine.api import openai as oai
+from zgtool.engine.config import SamplingParams
 from zgtool.engine.outputs import RequestOutput
+from zgtool.engine.sequence import Sequence
 from zgtool.engine.server.context import Ctx, Flight
 from zgtool.engine.server.protocol import _OneWriteCycle
 from zgtool.engine.stream import RequestStream
@@ -93,7 +95,7 @@ class _CountingLoop:
 
 @pytest.mark.parametrize(("wake_on_finish", "wakes"), [(True, 1), (False, 16)])
 def test_a_whole_answer_reader_is_woken_once_not_once_per_step(wake_on_finish: bool, wakes: int) -> None:
-    stream = RequestStream(None, None)  # type: ignore[arg-type]
+    stream = RequestStream(Sequence("r", [1], SamplingParams(max_tokens=16)), None)
     stream.wake_on_finish = wake_on_finish
     got: list[str] = []
 
