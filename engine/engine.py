@@ -221,7 +221,8 @@ class Engine:
         ``whole_answer``: the caller reads only the finished answer (a JSON response): the stream
         wakes its reader once (RequestStream.wake_on_finish), and, without an output filter or
         stop strings, no delta is handed out before the last, which carries the whole text and
-        every output token id (Sequence.whole_answer)."""
+        every output token id (Sequence.whole_answer; an abort's or a failure's last delta carries
+        no ids, as on any stream)."""
         seq = self._new_seq(prompt_token_ids, params, request_id, output_filter, tenant, tenant_weight,
                             whole_answer)
         stream = RequestStream(seq, self._loop, self._hold)
