@@ -11,7 +11,8 @@ cost is the difference of two measured rows:
   intake, JSON parse and validation, admission, the chat template and a JSON answer; no engine
   (shown for scale: its handler is not the generation flow's, so no step is derived from it);
 - ``request``: POST /v1/messages, one output token: everything;
-- ``engine``: the same engine with the same prompt, ``add_request -> step -> deliver``, no HTTP;
+- ``engine``: the same engine with the same prompt, ``add_request -> step -> deliver``, no HTTP
+  (a JSON answer's request, ``whole_answer=True``, as the ``request`` row's handler adds it);
 - ``engine16``: the same with 16 output tokens (each a step of its own), so that
   ``(engine16 - engine) / 15`` is what the engine's own Python costs per further token.
 
@@ -64,7 +65,7 @@ def requests() -> dict[str, bytes]:
 def engine_cell(engine: Any, prompt: list[int], concurrency: int, requests: int, tokens: int = 1) -> float:
     """CPU microseconds per request of the engine alone: ``concurrency`` requests of ``tokens`` output
     tokens added, stepped to the end and delivered, until ``requests`` are done (as serve's loop steps
-    them, minus HTTP)."""
+    them, minus HTTP; as a JSON answer's: one delta each, at the end)."""
     from zgtool.engine.config import SamplingParams
     from zgtool.engine.drivers import deliver
 
@@ -73,7 +74,7 @@ def engine_cell(engine: Any, prompt: list[int], concurrency: int, requests: int,
     t0 = time.process_time()
     while done < requests:
         n = min(concurrency, requests - done)
-        streams = [engine.add_request(prompt, params) for _ in range(n)]
+        streams = [engine.add_request(prompt, params, whole_answer=True) for _ in range(n)]
         while engine._has_work():
             deliver(engine, engine.step())
         if not all(s.finish_reason == "length" and len(s.output_token_ids) == tokens for s in streams):

@@ -41,7 +41,7 @@ def test_the_engine_row_fails_loudly_when_a_request_does_not_finish() -> None:
     class Stuck:
         """An engine whose requests never finish: add_request hands back a stream with no reason."""
 
-        def add_request(self, prompt: list[int], params: object) -> Unfinished:
+        def add_request(self, prompt: list[int], params: object, whole_answer: bool = False) -> Unfinished:
             return Unfinished()
 
         def _has_work(self) -> bool:
