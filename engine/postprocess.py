@@ -2,9 +2,10 @@
 
 Per sequence of a step, in this order: timing and KV bookkeeping (computed tokens, prefix-cache
 registration), EOS, incremental detokenization, the safety filter, stop strings, the length
-cap, then the delta the client may see (none before the last for a plain token of a reader that
-wants the whole answer: ``Sequence.whole_answer``). The order is the safety contract (issue 22): the output
-filter sees every character before a stop string can cut it, so a stop inside denied text ends
+cap, then the delta the client may see (none before the last for a reader that wants the whole
+answer and has no filter or stop strings: ``Sequence.whole_answer``). The order is the safety
+contract (issue 22): the output filter sees every character before a stop string can cut it, so a
+stop inside denied text ends
 as content_filter (never "Pa" of a denied "Paris" answered to stop ["ris"], never a stop that
 says yes or no about blocked text), and text the filter still holds is never released.
 """
