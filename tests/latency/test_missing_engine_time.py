@@ -59,6 +59,8 @@ def test_a_path_that_carried_the_engines_time_means_no_note_and_vllm_wording_nee
     assert "the engine is vLLM (a, b)" in (no_engine_time_note(both, 1, False) or "")
     assert "--vllm-metrics URL/metrics" in (no_engine_time_note(both, 1, False) or "")
     assert "not with --rate" in (no_engine_time_note(both, 1, True) or "")
+    versions = [_target("a", None, "vLLM 0.32.0"), _target("b", None, "vLLM 0.31.1")]
+    assert "the engine is vLLM (a, b)" in (no_engine_time_note(versions, 2, False) or "")
     mixed = [_target("a", None, "vLLM 0.32.0"), _target("b", None, "SGLang")]
     assert "the engine is vLLM" not in (no_engine_time_note(mixed, 1, False) or "vLLM")
     failed = TargetResult(name="a", url="http://x", api="openai", scheme="http",

@@ -36,10 +36,9 @@ def no_engine_time_note(targets: Sequence[TargetResult], concurrency: int, open_
     answered = [t for t in targets if any(s.ok for s in t.samples)]
     if not answered or not all(engine_total_missing(t.samples) for t in answered):
         return None
-    engines = {(t.detected or {}).get("engine", "") for t in answered}
-    vllm = sorted(t.name for t in answered if (t.detected or {}).get("engine", "").startswith("vLLM"))
     head = ("no path's answers carried the engine's own time, so the time outside the engine (a gateway's tax) "
             "is not measured and the paths are compared on their totals")
-    if vllm and len(engines) == 1:
-        return f"{head}: the engine is vLLM ({', '.join(vllm)}); {_vllm_how(concurrency, open_loop)}"
+    if all((t.detected or {}).get("engine", "").startswith("vLLM") for t in answered):   # any version
+        names = ", ".join(t.name for t in answered)
+        return f"{head}: the engine is vLLM ({names}); {_vllm_how(concurrency, open_loop)}"
     return f"{head}; {READS}"
