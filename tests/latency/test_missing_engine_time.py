@@ -9,6 +9,7 @@ import pytest
 from replay_servers import running
 
 from zgtool.latency.analysis.missing_engine import no_engine_time_note
+from zgtool.latency.analysis.phases import LITELLM_HOP, dropped_note
 from zgtool.latency.records import EngineTiming, RequestSample, TargetResult
 
 HEAD = "no path's answers carried the engine's own time"
@@ -66,3 +67,13 @@ def test_a_path_that_carried_the_engines_time_means_no_note_and_vllm_wording_nee
     failed = TargetResult(name="a", url="http://x", api="openai", scheme="http",
                           samples=[RequestSample(index=0, worker=0, round=0, ok=False)], errors={"x": 1}, num_ok=0, num_error=1)
     assert no_engine_time_note([failed], 1, False) is None
+
+
+def test_only_a_litellm_stream_that_lost_the_engines_timing_is_told_what_measures_it_instead() -> None:
+    def sample(hops: dict[str, float]) -> RequestSample:
+        return RequestSample(index=0, worker=0, round=0, ok=True, total_ms=10.0, hop_reports=hops)
+
+    litellm = [sample({LITELLM_HOP: 3.0})]
+    assert "--no-stream measures its tax" in dropped_note("gw", litellm, stream=True)
+    assert "--no-stream" not in dropped_note("gw", litellm, stream=False)      # a whole answer keeps them
+    assert "LiteLLM" not in dropped_note("gw", [sample({"x-kong-proxy-latency": 1.0})], stream=True)

