@@ -24,8 +24,6 @@ from sse_script_server import HEAD, TAIL_OA, chunk, oa
 
 from zgtool.latency.wire.transport import LAG_FLAG_NS
 
-pytestmark = pytest.mark.serial   # a late read is made by the scene, not by a loaded core (scripts/test.sh)
-
 CLIENT = Path(__file__).with_name("lag_client.py")
 GAP_NS = 30_000_000           # the server's pause between its two sends: the scenario, not a wait
 TOLERANCE_NS = 200_000        # the split's tolerance for a phase on loopback

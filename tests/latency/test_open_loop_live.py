@@ -22,8 +22,6 @@ from zgtool.latency.schedule.openloop import OpenLoopLog
 from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
-pytestmark = pytest.mark.serial   # schedules kept on a core no other test loads (scripts/test.sh)
-
 FIXTURE = Path(__file__).with_name("fixture_server.py")
 
 

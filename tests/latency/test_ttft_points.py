@@ -22,8 +22,6 @@ from zgtool.latency.records import RequestSample
 from zgtool.latency.wire.client import Endpoint, Session
 from zgtool.targets import Target
 
-pytestmark = pytest.mark.serial   # a client that keeps up is one no other test slows (scripts/test.sh)
-
 SERVER = Path(__file__).with_name("sse_script_server.py")
 TRIES = 3
 

@@ -25,7 +25,7 @@ from zgtool.latency.config import SplitConfig
 from zgtool.latency.schedule.runner import measure_targets
 from zgtool.targets import Target
 
-pytestmark = [pytest.mark.root, pytest.mark.serial]   # the client against the wire, alone (scripts/test.sh)
+pytestmark = pytest.mark.root
 
 
 def tolerance_ms(wire_ms: float) -> float:

@@ -10,8 +10,6 @@ from probe_servers import FakeOrigin, Nginx, OriginConfig, ThreadedUvicorn
 from zgtool.probes.stream import Event, SSEParser, judge, probe_stream
 from zgtool.targets import resolve
 
-pytestmark = pytest.mark.serial   # verdicts from arrival gaps: alone, after the parallel part (scripts/test.sh)
-
 
 def test_direct_stream_with_emission_times_is_streaming(origin: ThreadedUvicorn) -> None:
     r = probe_stream(resolve(origin.url))
