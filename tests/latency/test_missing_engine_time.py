@@ -74,9 +74,11 @@ def test_only_a_litellm_stream_that_lost_the_engines_timing_is_told_what_measure
         return RequestSample(index=0, worker=0, round=0, ok=True, total_ms=10.0, hop_reports=hops)
 
     litellm = [sample({LITELLM_HOP: 3.0})]
-    assert "--no-stream measures its tax" in dropped_note("gw", litellm, True, vllm_metrics_elsewhere=True)
+    metrics = {"vLLM per-request metrics"}
+    assert "--no-stream measures its tax" in dropped_note("gw", litellm, True, metrics)
     # the direct path's time came from an OTLP span: LiteLLM loses the trace context, streamed or not
-    otlp = dropped_note("gw", litellm, True, vllm_metrics_elsewhere=False)
+    otlp = dropped_note("gw", litellm, True, {"vLLM OTLP span"})
     assert "--no-stream" not in otlp and "what measures its tax is -c 1, closed loop" in otlp
-    assert "--no-stream" not in dropped_note("gw", litellm, False, True)      # a whole answer keeps them
-    assert "LiteLLM" not in dropped_note("gw", [sample({"x-kong-proxy-latency": 1.0})], True, True)
+    assert "--no-stream" not in dropped_note("gw", litellm, False, metrics)      # a whole answer keeps them
+    assert "LiteLLM" not in dropped_note("gw", litellm, True, {"llama.cpp timings"})   # not vLLM behind it
+    assert "LiteLLM" not in dropped_note("gw", [sample({"x-kong-proxy-latency": 1.0})], True, metrics)

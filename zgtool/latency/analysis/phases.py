@@ -344,14 +344,16 @@ def throughput(samples: Sequence[RequestSample], slo: Slo | None, stream: bool) 
 LITELLM_HOP = "x-litellm-overhead-duration-ms"
 
 
-def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool, vllm_metrics_elsewhere: bool) -> str:
-    """A path whose answers lost the engine's timing that another path's kept; for LiteLLM's streams, why and
-    what measures it instead (fixtures/engines/litellm_vllm_live_*.txt: LiteLLM 1.110 in front of vLLM-CPU).
-    ``vllm_metrics_elsewhere``: another path's timing came from vLLM's per-request metrics, which LiteLLM keeps
-    in a whole answer (an OTLP span is lost behind it either way: its trace context does not pass)."""
+def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool, sources_elsewhere: set[str]) -> str:
+    """A path whose answers lost the engine's timing that another path's kept; for LiteLLM's streams in front of
+    vLLM, why and what measures it instead (fixtures/engines/litellm_vllm_live_*.txt: LiteLLM 1.110 in front of
+    vLLM-CPU). ``sources_elsewhere``: where the other paths' engine time came from; vLLM's per-request metrics
+    LiteLLM keeps in a whole answer (an OTLP span is lost behind it either way: its trace context does not pass)."""
     note = (f"{name}: no engine timing reached the client (no adapter applied: the path drops or renames it), so "
             "its time outside the engine is not attributed")
-    if stream and any(LITELLM_HOP in s.hop_reports for s in samples if s.ok):
+    vllm_metrics_elsewhere = VLLM_METRICS in sources_elsewhere
+    vllm_elsewhere = any(src.startswith("vLLM") for src in sources_elsewhere)
+    if stream and vllm_elsewhere and any(LITELLM_HOP in s.hop_reports for s in samples if s.ok):
         instead = ("--no-stream measures its tax, and so does " if vllm_metrics_elsewhere else
                    "what measures its tax is ")
         note += ("; LiteLLM drops vLLM's per-request metrics from a stream's usage chunk and keeps them in a whole "
@@ -365,10 +367,10 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
     """Why an outside-engine figure is missing or cannot be trusted, per target."""
     notes = []
     has_engine = [not engine_total_missing(s) for s in samples]
-    vllm_metrics = VLLM_METRICS in {engine_source(s) for per_target in samples for s in per_target if s.ok}
+    every_source = {src for per_target in samples for s in per_target if s.ok and (src := engine_source(s))}
     for t, per_target, has in zip(targets, samples, has_engine, strict=True):
         if not has and any(has_engine):
-            notes.append(dropped_note(t.name, per_target, stream, vllm_metrics))
+            notes.append(dropped_note(t.name, per_target, stream, every_source))
         share = negative_outside_share(per_target)
         if share > 0.1:
             notes.append(f"{t.name}: the engine's Server-Timing total exceeds the request's own time on "
