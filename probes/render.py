@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.table import Table
@@ -116,9 +117,16 @@ def render_headers_read(r: Any, console: Console) -> None:
     _notes(console, r.notes + [r.responses[0].analysis.caveat] if r.responses else r.notes)
 
 
+def _requested(url: str, path: str) -> str:
+    """The URL a probe asked: the target's origin and the request's path (which already holds the target's
+    own path, /v1 not doubled)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
 def render_headers(r: Any, console: Console) -> None:
     a = r.analysis
-    console.print(f"[bold]probe headers[/bold] {r.method} {r.url.rstrip('/')}{r.path} -> HTTP {r.status} "
+    console.print(f"[bold]probe headers[/bold] {r.method} {_requested(r.url, r.path)} -> HTTP {r.status} "
                   f"(first byte {_fmt(r.ttfb_ms, ' ms')})")
     ht = Table(title="response headers", title_justify="left")
     ht.add_column("name")
@@ -142,7 +150,7 @@ def render_headers(r: Any, console: Console) -> None:
 def render_stream(r: Any, console: Console) -> None:
     b = r.buffering
     color = {"buffering": "red", "streaming": "green"}.get(b.verdict, "yellow")
-    rows = [("target", f"{r.url.rstrip('/')}{r.path} -> HTTP {r.status} {r.content_type}"),
+    rows = [("target", f"{_requested(r.url, r.path)} -> HTTP {r.status} {r.content_type}"),
             ("headers / first body / first content / last content",
              " / ".join(_fmt(x, " ms") for x in (r.headers_ms, r.first_body_ms, r.first_content_ms, r.last_content_ms))),
             ("reads / events / content events / content bytes",

@@ -82,6 +82,15 @@ def test_stream_writes_the_result_file_and_renders_the_verdict(origin: ThreadedU
     assert res["kind"] == "probe.stream" and res["data"]["buffering"]["verdict"] == "streaming"
 
 
+@pytest.mark.parametrize("probe", ["headers", "stream"])
+def test_a_target_given_with_its_v1_prints_the_path_it_asked_once(origin: ThreadedUvicorn, probe: str) -> None:
+    # the README's form (https://gateway.example/v1): the request goes to /v1/..., and so must the printed URL
+    r = zgtool("probe", probe, origin.url + "/v1")
+    assert r.returncode == 0, r.stderr
+    assert "/v1/v1/" not in r.stdout
+    assert f"{origin.url}/v1/messages" in r.stdout or f"{origin.url}/v1/chat/completions" in r.stdout
+
+
 def test_probe_target_runs_all_four_into_one_result(origin: ThreadedUvicorn, tmp_path: Path) -> None:
     (tmp_path / "zgtool.toml").write_text(f'[targets.fake]\nurl = "{origin.url}"\n')
     r = zgtool("probe", "--target", "fake", "--json", cwd=tmp_path)
