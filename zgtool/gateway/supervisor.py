@@ -257,7 +257,9 @@ class LocalStack:
 
         cfg = self.config
         req = LaunchRequest(path=path, host=cfg.host, port=port, upstream=upstream, run_dir=self.run_dir,
-                            keys_file=cfg.pygw_keys, redis_url=cfg.redis_url, model=cfg.gateway_model or cfg.model)
+                            keys_file=cfg.pygw_keys, redis_url=cfg.redis_url,
+                            # the engine started here serves cfg.model; an upstream's own models are asked
+                            model=cfg.gateway_model or (None if cfg.upstream else cfg.model))
         launch = plan_launch(req)
         url = f"http://{cfg.host}:{port}"
         self._spawn(path, list(launch.argv), url + launch.ready_path, any_status=launch.ready_any_status,

@@ -9,6 +9,7 @@ first timeout, naming the step, exit 3."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -203,14 +204,45 @@ class _Tried:
             and any(c in REFUSES_THE_MODEL for c in self.codes)
 
 
+# the served names an engine gives in its refusal of an unknown model, also when a gateway wraps the message:
+# vLLM ("The model `x` does not exist. Valid aliases: a, b.") and zgtool's engine ("... served models: a, b")
+_NAMED_MODELS = (re.compile(r"Valid aliases: ([^\n]+?)\.(?:\s|$)"), re.compile(r"served models: ([^\n]+)"))
+MAX_NAMED_TRIES = 4          # names an engine gave in a refusal, tried at once (beyond MAX_MODEL_TRIES)
+
+
+def named_models(r: httpx.Response | None) -> list[str]:
+    """The models an engine names as the ones it serves in its refusal of a request (404/400), else []."""
+    if r is None or r.status_code not in REFUSES_THE_MODEL:
+        return []
+    try:
+        doc = r.json()
+    except ValueError:
+        return []
+    err = doc.get("error") if isinstance(doc, dict) else None
+    msg = err.get("message") if isinstance(err, dict) else None
+    if not isinstance(msg, str):
+        return []
+    for pattern in _NAMED_MODELS:
+        if (m := pattern.search(msg)) is not None:
+            return [n for n in (x.strip() for x in m.group(1).split(",")) if n and "*" not in n]
+    return []
+
+
 def _try_models(client: httpx.Client, base: str, target: Target, models: list[str], api: str | None,
-                timeout_s: float) -> _Tried:
+                timeout_s: float, *, follow_named: bool = False) -> _Tried:
     """The first of `models` a 1-token request succeeds with (on `api`'s route, both when None); when none
-    does, the first, with its answers (the verdict on the target is read from them)."""
+    does, the first, with its answers (the verdict on the target is read from them). A refusal that names
+    the models the engine serves (vLLM's "Valid aliases", zgtool's "served models") puts those next when
+    `follow_named` (the model was not given): a gateway's listing (LiteLLM's wildcard) may name none of them."""
     first: _Tried | None = None
     skipped: list[str] = []
     codes: list[int | None] = []
-    for model in models:
+    queue = list(models)
+    named_budget = MAX_NAMED_TRIES if follow_named else 0
+    seen: set[str] = set()
+    while queue:
+        model = queue.pop(0)
+        seen.add(model)
         msg = _probe(client, base + "/v1/messages", "anthropic", target, model, timeout_s) \
             if api in (None, "anthropic") else None
         chat = _probe(client, base + "/v1/chat/completions", "openai", target, model, timeout_s) \
@@ -223,6 +255,12 @@ def _try_models(client: httpx.Client, base: str, target: Target, models: list[st
                                                                         (chat, api in (None, "openai"))) if asked]
         first = first or tried
         said = "/".join(_status(r) for r in (msg, chat) if r is not None or api is None)
+        named = [n for n in dict.fromkeys(named_models(chat) + named_models(msg))
+                 if n not in seen and n not in queue][:named_budget]
+        if named:
+            named_budget -= len(named)
+            queue[:0] = named
+            said += f", named {', '.join(map(repr, named))}"
         skipped.append(f"{model!r} ({said})")
         if all(r is None for r in (msg, chat)):
             break            # nothing answers: trying more models asks the void again
@@ -262,7 +300,8 @@ def detect(target: Target, *, api_known: bool, model_known: bool, timeout_s: flo
             r, ids = _get_models(client, base, target, timeout_s)
             candidates = usable_models(ids)[:MAX_MODEL_TRIES] or [target.model]
             notes.append(_listing_note(ids, r, target.model))
-        tried = _try_models(client, base, target, candidates, None if not api_known else target.api, timeout_s)
+        tried = _try_models(client, base, target, candidates, None if not api_known else target.api, timeout_s,
+                            follow_named=not model_known)
         model, msg, chat = tried.model, tried.msg, tried.chat
         if tried.skipped and tried.served:
             notes.append(f"skipped {', '.join(tried.skipped)}: a 1-token request failed")
