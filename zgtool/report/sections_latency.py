@@ -104,7 +104,8 @@ def join_table(join: dict[str, Any]) -> str:
                     f"<td class=num>{_stat(p.get('outside_engine_ms'), clip=True)}</td>"
                     f"<td class=num>{_stat(p.get('remainder_ms'))}{flag}</td></tr>")
     html = ('<p class="note">Joined per request: unexplained = total − DNS/connect/TLS − each hop\'s own reported '
-            "time − the engine's total (client, sending, network and what no hop reports of itself). Medians, "
+            "time − the engine's total (− the engine front, where shown): client, sending, network and what no hop "
+            "reports of itself. Medians, "
             "95% bootstrap CI.</p>" + f'<table class="t"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>')
     audit = join.get("hop_audit") or []
     if audit:

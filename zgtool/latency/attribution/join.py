@@ -5,8 +5,10 @@ self-report beside the tax of that hop measured from outside.
 remainder_ms = total_ms - connection set-up (dns + connect + tls) - Σ hops' own reported time - engine total
 - the engine front (API server) where the engine's clock starts after it (latency.analysis.phases).
 It is the client, sending, the network, and whatever the hops do not see of themselves (a proxy's accept
-queue, LiteLLM's wait before its handler runs). It is never hidden; a value below -CLOCK_TOLERANCE_MS
-means the parts claim more time than the request took (clocks or a wrong report) and the request is flagged.
+queue, LiteLLM's wait before its handler runs). It is never hidden; a request is flagged when the parts
+reported claim more time than it took (clocks or a wrong report): the remainder before the engine front is
+taken off below -CLOCK_TOLERANCE_MS. The front is the direct path's median, an estimate, so about half of the
+direct path's requests lie below it by construction: that is not a claim of too much time.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class JoinedRequest:
     engine_ttft_start: str | None
     outside_engine_ms: float | None
     remainder_ms: float | None          # unexplained; None without the engine's total
-    flagged: bool                       # remainder below -CLOCK_TOLERANCE_MS
+    flagged: bool                       # the reported parts exceed the total by > CLOCK_TOLERANCE_MS
 
 
 def join_request(s: RequestSample) -> JoinedRequest:
@@ -85,18 +87,19 @@ def join_request(s: RequestSample) -> JoinedRequest:
               "first_byte_ms": s.ttfb_ms, "first_token_ms": s.ttft_ms, "last_byte_ms": s.total_ms}
     hops = hop_self_times(s.hop_reports)
     total_e = engine_total_ms(s)
-    remainder = None
+    remainder = claimed_past_total = None
     if s.total_ms is not None and total_e is not None:
         setup = sum(v for v in (s.dns_ms, s.connect_ms, s.tls_ms) if v is not None)
+        claimed_past_total = s.total_ms - setup - sum(hops.values()) - total_e
         # the engine's own front (API server), where its clock starts after it: the same on every path
-        remainder = s.total_ms - setup - sum(hops.values()) - total_e - (s.engine_front_ms or 0.0)
+        remainder = claimed_past_total - (s.engine_front_ms or 0.0)
     e = s.engine
     return JoinedRequest(
         index=s.index, round=s.round, client=client, hops_self_ms=hops, hop_reports=dict(s.hop_reports),
         engine_source=engine_source(s), engine=e.phases() if e is not None else {}, engine_total_ms=total_e,
         engine_ttft_ms=e.ttft_ms if e is not None else None, engine_ttft_start=e.ttft_start if e is not None else None,
         outside_engine_ms=outside_engine_ms(s), remainder_ms=remainder,
-        flagged=remainder is not None and remainder < -CLOCK_TOLERANCE_MS)
+        flagged=claimed_past_total is not None and claimed_past_total < -CLOCK_TOLERANCE_MS)
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,9 @@ def render_join(join: dict[str, Any], short: dict[str, str], width: int | None =
     starts = {s for p in join["paths"].values() for s in p["engine_ttft_start"]}
     for s in sorted(starts):
         blocks.append(Text(f"  engine TTFT {s}", style="dim"))
-    blocks.append(Text("  unexplained = total - DNS/connect/TLS - hops' own reported time - engine total: client, "
-                       "sending, network and what no hop reports of itself; measured tax = time outside the "
-                       "engine minus the baseline's (paired by round)", style="dim"))
+    blocks.append(Text("  unexplained = total - DNS/connect/TLS - hops' own reported time - engine total (- the "
+                       "engine front, where shown): client, sending, network and what no hop reports of itself; "
+                       "! N below -1: N requests whose reported parts exceed their total (clocks or a wrong "
+                       "report); measured tax = time outside the engine minus the baseline's (paired by round)",
+                       style="dim"))
     return Group(*blocks)
