@@ -98,6 +98,8 @@ def test_with_filler_words_the_difference_from_the_servers_count_is_a_warning(en
     assert counts["source"].startswith("none: one filler word per token")
     assert abs(counts["targets"][engine]["difference_pct"]) > 2
     assert "warning:" in r.stderr and "but the server reported" in r.stderr
+    # the filler words count the user text alone: the warning says what the server counted besides it
+    assert counts["targets"][engine]["difference_pct"] > 0 and "includes its chat template" in r.stderr
 
 
 def test_a_missing_tokenize_route_falls_back_to_filler_words_and_says_so() -> None:

@@ -74,8 +74,11 @@ def token_counts(counting: TokenCounting, res: SplitResult, num_requests: int) -
                                "server_prompt_tokens_mean": round(got, 1), "difference_pct": round(pct, 2)}
         claimed = counting.counter is not FILLER or any(t is not None for t in counting.targets)
         if abs(pct) > MISMATCH_PCT and claimed:     # filler words claim no length for a fixed prompt
+            # a count of the user text alone misses what the server's count holds besides it
+            why = ("; the server's count includes its chat template (role markers, any default system prompt), "
+                   "which this count leaves out" if got > want and not counting.counter.templated else "")
             warnings.append(f"{tr.name}: prompts were built for {want:.1f} tokens on average (counted by "
-                            f"{counting.counter.source}) but the server reported {got:.1f} ({pct:+.1f}%)")
+                            f"{counting.counter.source}) but the server reported {got:.1f} ({pct:+.1f}%){why}")
     out = {**counting.counter.public(), "output_tokens": "the response's usage",
            "requested_prompt_tokens_mean": round(fmean(req), 1), "targets": per_target}
     built = [(want, got) for want, got in zip(counting.targets, req, strict=False) if want is not None]
