@@ -132,7 +132,14 @@ def _bar(offset: float, width: float, scale: float, style: str, bar_width: int) 
 
 def _title(tr: TargetResult, res: SplitResult, short: str) -> str:
     cfg = res.config
-    mode = "new connection per request" if cfg["new_connection"] else f"keep-alive, {cfg['concurrency']} conn"
+    o = tr.open_loop
+    if cfg["new_connection"]:
+        mode = "new connection per request"
+    elif o is not None:     # open loop: the pool grows with the requests in flight, not -c
+        rate = f"{o.target_rate_rps:g} req/s" if o.target_rate_rps is not None else "a schedule"
+        mode = f"open loop at {rate}, keep-alive, up to {o.workers_max if o.workers_max is not None else '?'} conn"
+    else:
+        mode = f"keep-alive, {cfg['concurrency']} conn"
     name = short if short == tr.name else f"{short} = {tr.name}"
     where = "" if tr.url in (tr.name, tr.name + "/v1/messages", tr.name + "/v1/chat/completions") else f"  {tr.url}"
     return (f"[bold]{name}[/bold]{where}\n{tr.api}, {'stream' if cfg['stream'] else 'no-stream'}, "
