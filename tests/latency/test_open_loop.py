@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import threading
 
 import pytest
 from zgtest import run_zgtool
@@ -138,3 +139,58 @@ def test_open_loop_throughput_counts_a_block_as_k_gaps_of_its_schedule_not_k_min
     closed = [RequestSample(index=s.index, worker=0, round=s.round, ok=True, start_s=s.start_s, total_ms=2.0)
               for s in samples]
     assert measured_duration_s(closed) == pytest.approx(2 * (0.2 + 0.002), abs=1e-9)   # first start -> last end
+
+
+class _CountingSession:
+    """A stand-in for one worker's keep-alive Session: records which worker answered, waits on `gate` if set."""
+
+    def __init__(self, used: list[int], gate: threading.Barrier | None) -> None:
+        self.used, self.gate = used, gate
+
+    def measure(self, index: int, worker: int, rnd: int, t_run0_ns: int) -> RequestSample:
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        self.used.append(worker)
+        return RequestSample(index=index, worker=worker, round=rnd, ok=True, total_ms=1.0)
+
+    def close(self) -> None:
+        pass
+
+
+def _run_pool(n: int, gate: threading.Barrier | None, quiet_before: set[int]) -> tuple[list[int], int]:
+    """n requests due at once through one WorkerPool; before request k in quiet_before, every worker is idle
+    again. Returns the workers that answered and the pool's size."""
+    from time import perf_counter_ns
+
+    from zgtest import wait_until
+
+    from zgtool.latency.schedule.openloop import WorkerPool, run_block
+
+    used: list[int] = []
+    pool = WorkerPool(lambda: _CountingSession(used, gate), 256, perf_counter_ns())
+    sent = iter(range(n))
+
+    def before_send() -> None:
+        if next(sent) in quiet_before:
+            wait_until(lambda: len(pool.idle) == pool.size, 30, "every worker idle again")
+
+    out: list[RequestSample] = []
+    try:
+        run_block(pool, 0, [0.0] * n, 0, out, DispatchRecord(), before_send=before_send)
+    finally:
+        pool.close()
+    assert sorted(s.index for s in out) == list(range(n))
+    return used, pool.size
+
+
+def test_requests_one_after_another_ride_one_warm_connection_not_one_per_idle_worker() -> None:
+    # each request is sent once the last is answered: the worker that answered it (its keep-alive connection
+    # open) takes the next, where a shared queue handed them round the 16 idle workers, each connecting anew
+    used, size = _run_pool(12, None, quiet_before=set(range(1, 12)))
+    assert size >= 16 and len(set(used)) == 1
+
+
+def test_overlapping_requests_use_as_many_workers_as_are_in_flight() -> None:
+    # three at once, twice: the three workers that just went idle take the second three
+    used, _ = _run_pool(6, threading.Barrier(3), quiet_before={3})
+    assert len(set(used)) == 3 and set(used[:3]) == set(used[3:])

@@ -20,6 +20,7 @@ client kept its schedule.
 
 from __future__ import annotations
 
+import collections
 import queue
 import ssl
 import sys
@@ -37,6 +38,8 @@ from zgtool.latency.schedule.arrivals import arrival_offsets_s, block_schedule
 if TYPE_CHECKING:
     from zgtool.latency.records import RequestHook
     from zgtool.latency.wire.client import Endpoint, Session
+
+_Job = tuple[int, int, int, bool, list[RequestSample]]     # index, round, due (ns), waited, where its sample goes
 
 OPEN_LOOP_MAX_IN_FLIGHT = 256     # default bound of the worker pool (threads, connections)
 OPEN_LOOP_PRESPAWN = 16           # idle workers started before a block's clock (k6's preAllocatedVUs)
@@ -86,7 +89,11 @@ def _apply_schedule(sample: RequestSample, due_ns: int, t_run0_ns: int, waited: 
 
 
 class WorkerPool:
-    """Worker threads for one target; each owns one Session and takes jobs from one queue."""
+    """Worker threads for one target; each owns one Session. A request goes to the worker that went idle
+    last (a stack, as a connection pool hands out its warmest connection), so at a rate the first worker
+    keeps up with, one keep-alive connection carries every request instead of each idle worker opening
+    its own (and the server closing them idle between uses); with no worker idle it waits in the backlog
+    for the first worker to free up."""
 
     def __init__(self, make_session: Callable[[], Session], max_in_flight: int, t_run0_ns: int,
                  hook: RequestHook | None = None) -> None:
@@ -94,7 +101,9 @@ class WorkerPool:
         self.max_in_flight = max_in_flight
         self.t_run0_ns = t_run0_ns
         self.hook = hook
-        self.jobs: queue.SimpleQueue[tuple[int, int, int, bool, list[RequestSample]] | None] = queue.SimpleQueue()
+        self.inboxes: list[queue.SimpleQueue[_Job | None]] = []
+        self.idle: list[int] = []     # idle workers, the one idle the shortest last
+        self.backlog: collections.deque[_Job] = collections.deque()
         self.cv = threading.Condition()
         self.free = 0                 # workers not holding a job (negative: jobs queued)
         self.pending = 0              # jobs handed off and not yet answered
@@ -108,6 +117,7 @@ class WorkerPool:
         return len(self.threads)
 
     def _spawn(self) -> None:       # caller holds self.cv
+        self.inboxes.append(queue.SimpleQueue())
         t = threading.Thread(target=self._work, args=(len(self.threads),), daemon=True,
                              name=f"zgtool-openloop-{len(self.threads)}")
         self.threads.append(t)
@@ -131,7 +141,12 @@ class WorkerPool:
             self.pending += 1
             busy = min(self.pending, self.size)      # the rest wait in the queue
             self.pending_max = max(self.pending_max, busy)
-        self.jobs.put((index, rnd, due_ns, waited, out))
+            job = (index, rnd, due_ns, waited, out)
+            worker = self.idle.pop() if self.idle else None
+            if worker is None:
+                self.backlog.append(job)
+        if worker is not None:
+            self.inboxes[worker].put(job)
         if spawn:      # after the hand-off: a worker that frees up meanwhile takes it first
             self.top_up()
         return waited
@@ -150,13 +165,21 @@ class WorkerPool:
             if self.failure is not None:
                 raise self.failure
 
+    def _next(self, worker: int) -> _Job | None:
+        """The backlog's first job, else this worker goes on the idle stack and waits for its own."""
+        with self.cv:
+            if self.backlog:
+                return self.backlog.popleft()
+            self.idle.append(worker)
+        return self.inboxes[worker].get()
+
     def _work(self, worker: int) -> None:
         session = self.make_session()
         with self.cv:
             self.ready += 1
             self.cv.notify_all()
         try:
-            while (job := self.jobs.get()) is not None:
+            while (job := self._next(worker)) is not None:
                 index, rnd, due_ns, waited, out = job
                 try:
                     token = self.hook.before() if self.hook is not None else None
@@ -180,8 +203,8 @@ class WorkerPool:
             session.close()
 
     def close(self) -> None:
-        for _ in self.threads:
-            self.jobs.put(None)
+        for inbox in self.inboxes:
+            inbox.put(None)
         for t in self.threads:
             t.join()
 
