@@ -2,8 +2,11 @@
 admin API off, its storage (XDG dirs) inside the run folder.
 
 Streaming: Caddy's default (a text/event-stream answer is flushed as it comes; the
-Caddyfile also says `flush_interval -1`). Buffered: `buffer_requests` + `buffer_responses`,
-which read a whole body into memory before passing it on."""
+Caddyfile also says `flush_interval -1`), with the request body read whole first
+(`buffer_requests`): without it Debian's 2.6 cut about 1 in 100 streamed POST answers after
+their first event (Go's HTTP/1 server closes the client's body at the answer's first write while
+the upstream transport may still be reading it; caddyserver/caddy#5431). Buffered:
+`buffer_requests` + `buffer_responses`, which read a whole body into memory before passing it on."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from zgtool.gateway.catalog import Launch, LaunchRequest, render_template
 
 INSTALL = "sudo apt-get install -y caddy"
 
-_STREAMING = "\t\tflush_interval -1\n"
+_STREAMING = "\t\tflush_interval -1\n\t\tbuffer_requests\n"
 _BUFFERED = "\t\tbuffer_requests\n\t\tbuffer_responses\n"
 
 
