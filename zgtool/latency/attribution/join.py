@@ -87,19 +87,19 @@ def join_request(s: RequestSample) -> JoinedRequest:
               "first_byte_ms": s.ttfb_ms, "first_token_ms": s.ttft_ms, "last_byte_ms": s.total_ms}
     hops = hop_self_times(s.hop_reports)
     total_e = engine_total_ms(s)
-    remainder = claimed_past_total = None
+    remainder = rest_before_front = None
     if s.total_ms is not None and total_e is not None:
         setup = sum(v for v in (s.dns_ms, s.connect_ms, s.tls_ms) if v is not None)
-        claimed_past_total = s.total_ms - setup - sum(hops.values()) - total_e
+        rest_before_front = s.total_ms - setup - sum(hops.values()) - total_e
         # the engine's own front (API server), where its clock starts after it: the same on every path
-        remainder = claimed_past_total - (s.engine_front_ms or 0.0)
+        remainder = rest_before_front - (s.engine_front_ms or 0.0)
     e = s.engine
     return JoinedRequest(
         index=s.index, round=s.round, client=client, hops_self_ms=hops, hop_reports=dict(s.hop_reports),
         engine_source=engine_source(s), engine=e.phases() if e is not None else {}, engine_total_ms=total_e,
         engine_ttft_ms=e.ttft_ms if e is not None else None, engine_ttft_start=e.ttft_start if e is not None else None,
         outside_engine_ms=outside_engine_ms(s), remainder_ms=remainder,
-        flagged=claimed_past_total is not None and claimed_past_total < -CLOCK_TOLERANCE_MS)
+        flagged=rest_before_front is not None and rest_before_front < -CLOCK_TOLERANCE_MS)
 
 
 @dataclass(frozen=True)
