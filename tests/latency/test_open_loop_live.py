@@ -174,7 +174,7 @@ def test_latency_split_rate_prints_the_schedule_check_and_writes_it_to_json(null
     assert "Open loop (poisson arrivals; lag limit 5 ms):" in r.stdout
     assert "req/s schedule (target 30)" in r.stdout and "from due time p50" in r.stdout
     # each path's title says how it was loaded: the rate and the pool it grew to, not -c's one connection
-    assert "open loop at 30 req/s, keep-alive, pool of " in r.stdout and "keep-alive, 1 conn" not in r.stdout
+    assert "open loop 30 req/s, keep-alive, " in r.stdout and " workers, ok " in r.stdout and "keep-alive, 1 conn" not in r.stdout
     data = json.loads(out.read_text())["data"]
     assert data["config"]["open_loop"]["rate_rps"] == 30.0
     targets = data["targets"]

@@ -137,7 +137,7 @@ def _title(tr: TargetResult, res: SplitResult, short: str) -> str:
         mode = "new connection per request"
     elif o is not None:     # open loop: the pool grows with the requests in flight, not -c
         rate = f"{o.target_rate_rps:g} req/s" if o.target_rate_rps is not None else "a schedule"
-        mode = f"open loop at {rate}, keep-alive, pool of {o.workers_max if o.workers_max is not None else '?'} workers"
+        mode = f"open loop {rate}, keep-alive, {o.workers_max if o.workers_max is not None else '?'} workers"
     else:
         mode = f"keep-alive, {cfg['concurrency']} conn"
     name = short if short == tr.name else f"{short} = {tr.name}"
