@@ -16,6 +16,7 @@ class BodyMap:
 
     def __init__(self, body_raw_start: int, chunked: bool) -> None:
         self.chunked = chunked
+        self.start = body_raw_start        # raw offset of the body's first byte (the head ends just before)
         self.raw = body_raw_start          # raw offset of the next byte fed
         self.decoded = 0                   # decoded bytes so far
         self.runs_dec: list[int] = []      # decoded start of each run of body data

@@ -161,9 +161,9 @@ class _Marks(threading.local):
         self.body.feed(data[end - start:])
 
     def head_end(self) -> int | None:
-        """The answer offset of the head's last byte."""
-        return self.body.runs_raw[0] - 1 if self.body is not None and self.body.runs_raw else (
-            len(self.head) - 1 if self.head.endswith(_HEAD_END) else None)
+        """The answer offset of the head's last byte (its blank line's; for a chunked body not the first chunk's
+        size line, which may come much later: vLLM sends a stream's head at once, its first chunk with a token)."""
+        return self.body.start - 1 if self.body is not None else None
 
     def _note_head(self, data: bytes, arrival_ns: int, slack_ns: int, end_slack_ns: int) -> None:
         if self.body_next:
