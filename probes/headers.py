@@ -31,6 +31,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from zgtool.latency.wire.engine_id import EngineName, from_body, from_headers
 from zgtool.probes.hopevidence import (
     HeaderAnalysis,
     assess,
@@ -41,7 +42,7 @@ from zgtool.probes.hopevidence import (
 from zgtool.probes.http1 import content_decoder
 from zgtool.probes.request import build, connection_for, redacted_headers
 from zgtool.probes.servertiming import parse_server_timing
-from zgtool.probes.signatures import Detection, Evidence, match_signatures, sends_server_header
+from zgtool.probes.signatures import Detection, Evidence, level_for, match_signatures, sends_server_header
 from zgtool.probes.via import parse_via
 from zgtool.targets import Target
 
@@ -51,6 +52,10 @@ REQUEST_ID_HEADERS = ("request-id", "x-request-id", "x-upstream-request-id", "x-
 _RATE_LIMIT = re.compile(r"(ratelimit|rate-limit|^retry-after$)", re.IGNORECASE)
 _ID_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9]*[-_])")
 BODY_LIMIT = 256 * 1024
+# the inference engine named by its answer (zgtool.latency.wire.engine_id) -> its origin detection's id
+ENGINE_IDS = {"vLLM": "vllm", "llama.cpp": "llamacpp", "SGLang": "sglang", "TGI": "tgi", "Ollama": "ollama",
+              "zgtool engine": "zgtool-engine"}
+ENGINE_CONFIDENCE = 0.9
 
 
 @dataclass
@@ -94,6 +99,9 @@ def analyse_headers(headers: list[tuple[str, str]], body: str = "") -> HeaderAna
             up_ids = {d.id for d in up_origin}
             origin = up_origin + [d for d in origin if d.id not in up_ids and d.confidence >= 0.5
                                   and not _explained_by(d.id, up_ids)]
+    engine = _engine_origin(lower, body, {d.id for d in origin})
+    if engine is not None:
+        origin.insert(0, engine)
     server = next((v for k, v in lower if k == "server"), None)
     if not inter and server is None and any(sends_server_header(o.id) for o in origin):
         # nginx (and others) drop the upstream Server header by default; a missing one
@@ -122,6 +130,27 @@ def analyse_headers(headers: list[tuple[str, str]], body: str = "") -> HeaderAna
     rate = {k: v for k, v in lower if _RATE_LIMIT.search(k)}
     return HeaderAnalysis(origin, inter, hop_estimate, via, timing, request_ids, prefixes, load_hint,
                           load_err, rate, origin_via_gateway=via_gateway)
+
+
+def _engine_origin(lower: list[tuple[str, str]], body: str, known: set[str]) -> Detection | None:
+    """The inference engine that wrote the answer, named by what it put in the body (vLLM's
+    system_fingerprint, llama.cpp's timings: every hop that passes the body on keeps them) or by its own
+    headers (llama.cpp's Server, TGI's x-compute-*); None when nothing names one or it is detected already."""
+    doc = None
+    if body.lstrip().startswith("{"):
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+    named: EngineName | None = from_body(doc)
+    where = "the answer's body: "
+    if named is None:
+        named, where = from_headers(dict(lower)), "the answer's header "
+    if named is None or ENGINE_IDS.get(named.name, named.name) in known:
+        return None
+    return Detection(ENGINE_IDS.get(named.name, named.name), f"{named.label()} (inference engine)", "origin",
+                     ENGINE_CONFIDENCE, level_for(ENGINE_CONFIDENCE), [Evidence(where + named.evidence,
+                                                                                ENGINE_CONFIDENCE)])
 
 
 def _explained_by(sig_id: str, ids: set[str]) -> bool:

@@ -138,8 +138,8 @@ def assess(a: HeaderAnalysis, headers: list[tuple[str, str]], err: ErrorProbe | 
             for d in err_a.intermediaries:
                 if d.id == "unidentified" or _unless(d.id) & known_ids:
                     continue
-                d.evidence = [Evidence(f"answered the malformed request itself: {e.what}", e.weight)
-                              for e in d.evidence]
+                d.evidence = [Evidence("answered the malformed request itself: " + ", ".join(e.what for e in d.evidence),
+                                       max(e.weight for e in d.evidence))] if d.evidence else []
                 known = next((x for x in a.intermediaries if x.id == d.id), None)
                 if known is None:
                     a.intermediaries.append(d)
