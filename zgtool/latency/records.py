@@ -270,6 +270,10 @@ class SplitResult:
     metric_phases: list[str]
     unattributed_parts: dict[str, list[str]]
     attribution_notes: list[str] = field(default_factory=list)
+    # requests overlapped an engine whose clock starts after its front (vLLM's per-request metrics), and the
+    # direct path's time outside that clock spread widely: the engine's wait between steps, which a hop's own
+    # cost hides in (zgtool.latency.analysis.phases.engine_wait); None when not seen
+    engine_wait: dict[str, Any] | None = None
 
 
 class RequestHook(Protocol):

@@ -50,6 +50,10 @@ def _candidate_sentence(res: SplitResult, base: TargetResult, cand: TargetResult
     base_total = total.summary.get("p50") if total is not None else None
     if base_total:
         out += f"; {abs(d.diff_ms) / base_total:.1%} of {base_name}'s {_ms(base_total, signed=False)} ms total"
+    wait = res.engine_wait
+    if wait is not None and where == "outside the engine":
+        out += (f" (indicative: at {wait['overlap']} requests waited up to {_ms(wait['p90_ms'] - wait['p10_ms'], signed=False)}"
+                " ms for the engine's step outside its clock, where a hop's cost hides; -c 1 measures it)")
     return out
 
 
