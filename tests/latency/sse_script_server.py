@@ -7,6 +7,14 @@ Binds 127.0.0.1 port 0 and prints "PORT <n>". POST /s/NAME/v1/chat/completions (
 answered with SCRIPTS[NAME]: the response head, then each event as one HTTP chunk, then the last chunk.
 After each answer it prints "SENT NAME [ns, ...]": perf_counter_ns (CLOCK_MONOTONIC, the client's clock
 too) just before each write, the head's first.
+
+Two paths stand in for servers that drop requests on a kept-alive connection:
+    /closing/NAME/...   answered as /s/NAME/..., after which the connection is closed when the next request
+                        on it arrives, unanswered ("DROPPED NAME"): as llama-server (llama-cpp-python 0.3.36's
+                        vendored build, run here) closes its connection after every streamed answer while it
+                        advertises "Keep-Alive: timeout=5, max=100", so a client that sends before the FIN arrives
+                        gets no answer byte; here deterministically, not by the race
+    /drop/NAME/...      every request is closed unanswered ("DROPPED NAME"), on a new connection too
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ class Server:
         self.gap_s = gap_s
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        closing = False
         try:
             while True:
                 try:
@@ -92,10 +101,15 @@ class Server:
                     return
                 lines = head.decode("latin-1").split("\r\n")
                 path = lines[0].split(" ")[1]
+                prefix = path.split("/")[1]
+                name = path.split("/")[2] if prefix in ("s", "closing", "drop") else ""
+                if closing or prefix == "drop":
+                    print(f"DROPPED {name}", flush=True)
+                    return                                  # closed unanswered, the body left unread
+                closing = prefix == "closing"
                 length = next((int(v) for k, _, v in (ln.partition(":") for ln in lines[1:])
                                if k.strip().lower() == "content-length"), 0)
                 await reader.readexactly(length)
-                name = path.split("/")[2] if path.startswith("/s/") else ""
                 if name not in SCRIPTS:
                     writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
                     await writer.drain()

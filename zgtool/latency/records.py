@@ -155,6 +155,9 @@ class RequestSample:
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms
     engine_warnings: list[str] = field(default_factory=list)     # why an engine report was ignored
     error_detail: str | None = None     # the server's error body, trimmed to one line
+    # sent first on a kept-alive connection the server had closed (no answer byte came: the error it got), then
+    # resent once on a new connection, whose connect is in its figures (zgtool.latency.wire.client); else None
+    resent_after: str | None = None
     # open loop only (zgtool.latency.schedule.openloop): None in a closed-loop run
     scheduled_s: float | None = None    # when it was due, since the run started (same clock as start_s)
     dispatch_lag_ms: float | None = None          # its first byte out (kernel time) - scheduled_s, less set-up

@@ -10,6 +10,7 @@ Decomposition of one request (all ms, sums to total_ms by construction):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -375,6 +376,7 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
         if share > 0.1:
             notes.append(f"{t.name}: the engine's Server-Timing total exceeds the request's own time on "
                          f"{share:.0%} of requests; the outside-engine attribution is missing, not negative")
+    notes.extend(resent_notes(targets, samples))
     notes.extend(clock_notes(samples))
     notes.extend(front_notes(targets, samples))
     notes.extend(trace_notes(targets, samples))
@@ -498,6 +500,25 @@ def front_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]
             f"engine includes the engine front (API server), shown as its own row: {targets[0].name}'s median "
             f"rest, subtracted on every path alike; a hop's tax is the difference between paths"
             for source, start in sorted(starts)]
+
+
+def resent_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
+    """Per path: requests that went out on a kept-alive connection the server had closed, resent on a new one
+    (zgtool.latency.wire.client.Session.measure), and what that means for a gateway in front of that server."""
+    notes = []
+    for t, per_target in zip(targets, samples, strict=True):
+        resent = [s for s in per_target if s.resent_after is not None]
+        if not resent:
+            continue
+        errors = ", ".join(f"{e} x{n}" for e, n in Counter(s.resent_after for s in resent).most_common())
+        notes.append(f"{t.name}: {len(resent)} of {len(per_target)} requests went out on a kept-alive connection "
+                     f"the server had already closed after its previous answer (no answer byte: {errors}) and were "
+                     "resent on a new connection, as a browser does; their figures are the resent request's, its "
+                     "connect included. The server closes kept-alive connections without 'Connection: close' "
+                     "(llama-server does after every streamed answer): a gateway that keeps its connections to it "
+                     "alive (nginx's upstream keepalive) sends some requests into a closed connection and answers "
+                     "them 502")
+    return notes
 
 
 def clock_notes(samples: Sequence[list[RequestSample]]) -> list[str]:

@@ -142,8 +142,9 @@ def _title(tr: TargetResult, res: SplitResult, short: str) -> str:
         mode = f"keep-alive, {cfg['concurrency']} conn"
     name = short if short == tr.name else f"{short} = {tr.name}"
     where = "" if tr.url in (tr.name, tr.name + "/v1/messages", tr.name + "/v1/chat/completions") else f"  {tr.url}"
+    resent = sum(1 for s in tr.samples if s.resent_after is not None)
     return (f"[bold]{name}[/bold]{where}\n{tr.api}, {'stream' if cfg['stream'] else 'no-stream'}, "
-            f"{mode}, ok {tr.num_ok}/{tr.num_ok + tr.num_error}")
+            f"{mode}, ok {tr.num_ok}/{tr.num_ok + tr.num_error}" + (f", {resent} resent" if resent else ""))
 
 
 def _unattributed(tr: TargetResult) -> bool:

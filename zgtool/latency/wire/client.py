@@ -178,6 +178,20 @@ class Session:
         self.pool.close()
 
     def measure(self, index: int, worker: int, rnd: int, t_run0_ns: int) -> RequestSample:
+        """One request, measured. A request that went out on a kept-alive connection and got no answer byte
+        before the connection failed is resent once on a new connection, as a browser does: the server had
+        closed the connection after its previous answer (llama-server does after every streamed answer while
+        it advertises keep-alive), so the request never reached it. The resent request's figures are its own
+        (its connect included) and `resent_after` names the first attempt's error."""
+        sample = self._measure(index, worker, rnd, t_run0_ns)
+        if sample.ok or sample.new_connection or MARKS.rx_bytes or not (sample.error or "").startswith(
+                "transport_error:"):
+            return sample
+        again = self._measure(index, worker, rnd, t_run0_ns)
+        again.resent_after = sample.error
+        return again
+
+    def _measure(self, index: int, worker: int, rnd: int, t_run0_ns: int) -> RequestSample:
         ep = self.ep
         sample = RequestSample(index=index, worker=worker, round=rnd, ok=False)
         sample.trace_id, trace = trace_headers()

@@ -1,0 +1,76 @@
+"""A request that went out on a kept-alive connection the server had already closed is resent once on a new
+connection, as a browser does, and the run says so; a request that fails on a new connection is not resent.
+
+The server is sse_script_server.py: its /closing/ path closes the connection when the next request on it arrives,
+unanswered, as llama-server closes its connection after every streamed answer while advertising keep-alive
+(seen here: 4 of 30 streamed requests failed against it, every second one on a raw keep-alive client)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from zgtool.latency.analysis.phases import analyse
+from zgtool.latency.config import SplitConfig
+from zgtool.latency.render.split import _title
+from zgtool.latency.wire.client import Endpoint, Session
+from zgtool.targets import Target
+
+SERVER = Path(__file__).with_name("sse_script_server.py")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    proc = subprocess.Popen([sys.executable, str(SERVER), "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("PORT "), proc.stderr.read() if proc.stderr else line
+        yield f"http://127.0.0.1:{int(line.split()[1])}", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _lines(proc: subprocess.Popen[str], n: int) -> list[str]:
+    return [(proc.stdout.readline() if proc.stdout else "").split(" ")[0] for _ in range(n)]
+
+
+def test_a_request_on_a_connection_the_server_closed_is_resent_on_a_new_one(
+        server: tuple[str, subprocess.Popen[str]]) -> None:
+    url, proc = server
+    cfg = SplitConfig(num_requests=4, warmup=0, stream=True, max_tokens=8, resamples=100)
+    target = Target("closing", f"{url}/closing/role_first/v1", api="openai")
+    session = Session(Endpoint.build(target, cfg), cfg, None)
+    try:
+        samples = [session.measure(i, 0, i, 0) for i in range(4)]
+    finally:
+        session.close()
+    assert all(s.ok and s.output_tokens for s in samples), [(s.error, s.error_detail) for s in samples]
+    # the server's own account: answered, then each later request dropped once and answered on a new connection
+    assert _lines(proc, 7) == ["SENT", "DROPPED", "SENT", "DROPPED", "SENT", "DROPPED", "SENT"]
+    assert samples[0].resent_after is None
+    assert [s.resent_after for s in samples[1:]] == ["transport_error:RemoteProtocolError"] * 3
+    assert all(s.new_connection and s.connect_ms is not None for s in samples[1:])   # its connect is in it
+    res = analyse([target], [samples], cfg)
+    assert any("3 of 4 requests went out on a kept-alive connection the server had already closed" in n
+               and "502" in n for n in res.attribution_notes), res.attribution_notes
+    assert _title(res.targets[0], res, "closing").endswith("ok 4/4, 3 resent")
+
+
+def test_a_request_that_fails_on_a_new_connection_is_not_resent(server: tuple[str, subprocess.Popen[str]]) -> None:
+    url, proc = server
+    cfg = SplitConfig(num_requests=1, warmup=0, stream=True, max_tokens=8, resamples=100)
+    session = Session(Endpoint.build(Target("drop", f"{url}/drop/role_first/v1", api="openai"), cfg), cfg, None)
+    try:
+        sample = session.measure(0, 0, 0, 0)
+        assert not sample.ok and sample.error is not None and sample.error.startswith("transport_error:")
+        assert sample.new_connection and sample.resent_after is None
+        ok = session.measure(1, 0, 1, 0)       # the next request: its own new connection, dropped once only
+    finally:
+        session.close()
+    assert _lines(proc, 2) == ["DROPPED", "DROPPED"] and not ok.ok and ok.resent_after is None
