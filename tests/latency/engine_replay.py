@@ -19,6 +19,9 @@
                                                 other model answers LiteLLM's recorded 404 wrapping vLLM's,
                                                 which names MODEL (litellm_vllm_live_unknown_model.txt), one
                                                 for MODEL the recorded vLLM answer (vllm_nonstream.txt)
+    python engine_replay.py llamacpp-tokenize MODEL   llama-server's POST /tokenize and /apply-template in their
+                                                documented shapes (MODEL "-": no /apply-template), its chat
+                                                answers' usage counting the templated prompt alike
 
 Binds 127.0.0.1 port 0 and prints "PORT <n>" once listening.
 """
@@ -172,6 +175,38 @@ class WildcardLitellm(OpenAIOnly):
         return super().answer(method, path, body)
 
 
+class LlamaTokenize(OpenAIOnly):
+    """llama-server's tokenize routes in their documented shapes: POST /tokenize ({"content"} -> {"tokens"}, here
+    one token per word or special marker) and POST /apply-template ({"messages"} -> {"prompt"}: SmolLM2's template
+    as llama-server applied it here, its default system prompt included); MODEL "-": no /apply-template (404), as
+    a build without the route. Its answers' usage counts the templated prompt the same way."""
+
+    TEMPLATE = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")
+
+    @staticmethod
+    def tokens(text: str) -> list[int]:
+        import re
+
+        return list(range(len(re.findall(r"<\|[a-z_]+\|>|[^\s<]+", text))))
+
+    def answer(self, method: str, path: str, body: bytes) -> bytes:
+        if method == "POST" and path == "/tokenize":
+            return _json_response(200, {"tokens": self.tokens(json.loads(body)["content"])})
+        if method == "POST" and path == "/apply-template" and self.model != "-":
+            user = json.loads(body)["messages"][-1]["content"]
+            return _json_response(200, {"prompt": self.TEMPLATE.format(user)})
+        if method == "POST" and path == "/v1/chat/completions":
+            req = json.loads(body)
+            n = len(self.tokens(self.TEMPLATE.format(req["messages"][-1]["content"])))
+            return _json_response(200, {
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": req.get("model"),
+                "system_fingerprint": "b1-0c1e570",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1}})
+        return super().answer(method, path, body)
+
+
 def main() -> None:
     mode, arg = sys.argv[1], sys.argv[2]
     if mode == "replay":
@@ -195,6 +230,8 @@ def main() -> None:
         asyncio.run(serve(ListingFirst(arg, sys.argv[3:]).answer))
     elif mode == "wildcard-litellm":
         asyncio.run(serve(WildcardLitellm(arg, sys.argv[3:]).answer))
+    elif mode == "llamacpp-tokenize":
+        asyncio.run(serve(LlamaTokenize(arg).answer))
     else:
         raise SystemExit(f"unknown mode {mode}")
 

@@ -124,6 +124,26 @@ def test_vllms_documented_tokenize_answer_is_read_through_its_route() -> None:
         assert c.templated and c.count("anything") == 12
 
 
+def test_llama_servers_count_holds_its_chat_template_as_its_usage_does() -> None:
+    """llama-server counts a chat prompt with its template (35 for a message whose bare text is 7, live here): the
+    count is POST /apply-template then /tokenize, the bare text's by /tokenize alone, and a run's prompts match its
+    usage with no warning; a build without /apply-template counts the bare text, as before."""
+    with running("llamacpp-tokenize", "smollm2") as url:
+        c = server_counter(url, "smollm2", headers={})
+        assert c.templated and "/apply-template" in c.source and c.count_text is not None
+        assert c.count_text("hello world") == 2 and c.count("hello world") - c.count("hello") == 1
+        assert c.count("hello world") > c.count_text("hello world") + 10       # the template's own tokens
+        r = zg("latency-split", url + "/v1", "--model", "smollm2", "--api", "openai", "--no-stream",
+               "--dataset", "synthetic:input=uniform:30:60,output=fixed:1,n=4", "--tokenizer", "server", *FAST)
+    assert r.returncode == 0, r.stderr
+    counts = json.loads(r.stdout)["data"]["token_counts"]
+    assert counts["chat_template_counted"] and counts["synthetic_prompts_exact"] == "4/4"
+    assert next(iter(counts["targets"].values()))["difference_pct"] == 0.0 and "reported" not in r.stderr
+    with running("llamacpp-tokenize", "-") as url:
+        bare = server_counter(url, "smollm2", headers={})
+        assert not bare.templated and "/apply-template" not in bare.source and bare.count("hello world") == 2
+
+
 def test_a_local_tokenizer_json_counts_and_builds_exact_prompts() -> None:
     from zgtool.engine.gguf_convert import ensure_converted
 

@@ -3,7 +3,8 @@
 - server: the target's own tokenize route, tried in turn: vLLM's and zgtool's engine's POST /tokenize
   ({"model", "messages"} -> {"count", "tokens"}: the chat template applied, so the count is the prompt
   tokens the server will report; {"prompt"} where messages are refused), llama.cpp's POST /tokenize
-  ({"content"} -> {"tokens"}), TGI's POST /tokenize ({"inputs"} -> [{"id", "text", ...}]), and vLLM's shape at
+  ({"content"} -> {"tokens"}; with its POST /apply-template first, so the count holds the chat template as
+  its usage does), TGI's POST /tokenize ({"inputs"} -> [{"id", "text", ...}]), and vLLM's shape at
   /v1/tokenize. An answer that is not one of those shapes, or counts "hello world" as nothing, is not used.
   SGLang serves a native /tokenize too; its answer's shape was not found documented, so it counts here only
   if it answers in one of the shapes above (else the fall-back says so).
@@ -108,16 +109,42 @@ def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bo
             continue
 
         def count(text: str, path: str = path, body: Any = body, parse: Any = parse) -> int:
-            return _post_count(client, base, path, body, text, parse)
+            return int(_post_count(client, base, path, body, text, parse))
 
+        if label == "llama.cpp" and (chat_count := _llama_chat(client, base)) is not None:
+            # llama-server applies its chat template on POST /apply-template: counted as its usage counts
+            return Counter(f"server POST /apply-template + {path} ({label}) at {base}", chat_count, True,
+                           count_text=count)
         bare = _bare_route(client, base, path, model) if templated else None
         count_text: Callable[[str], int] | None = None
         if bare is not None:
             def count_text(text: str, bare: Callable[[str], dict[str, Any]] = bare, path: str = path) -> int:
-                return _post_count(client, base, path, bare, text)
+                return int(_post_count(client, base, path, bare, text))
 
         return Counter(f"server POST {path} ({label}) at {base}", count, templated, count_text=count_text)
     raise CannotCount(f"no tokenize route at {base} answered ({'; '.join(dict.fromkeys(said))})")
+
+
+def _template_prompt(doc: Any) -> str | None:
+    return doc["prompt"] if isinstance(doc, dict) and isinstance(doc.get("prompt"), str) else None
+
+
+def _llama_chat(client: Any, base: str) -> Callable[[str], int] | None:
+    """llama-server's count of a user message as its usage reports it: the chat template applied by POST
+    /apply-template ({"messages"} -> {"prompt"}), the prompt tokenized by POST /tokenize with special tokens
+    added and parsed, as the server tokenizes a chat prompt (llama-server here: 35 for a message its usage
+    counted 35, where the bare text is 7). None when /apply-template does not answer in its shape."""
+    def count(text: str) -> int:
+        prompt = _post_count(client, base, "/apply-template", lambda t: {"messages": [{"role": "user", "content": t}]},
+                             text, _template_prompt)
+        return int(_post_count(client, base, "/tokenize",
+                               lambda p: {"content": p, "add_special": True, "parse_special": True}, prompt,
+                               _llama_count))
+
+    try:
+        return count if count(PROBE_TEXT) > 0 else None
+    except (TargetUnreachable, UsageError):
+        return None
 
 
 def _bare_body(model: str) -> Callable[[str], dict[str, Any]]:
@@ -135,7 +162,7 @@ def _bare_route(client: Any, base: str, path: str, model: str) -> Callable[[str]
 
 
 def _post_count(client: Any, base: str, path: str, body: Callable[[str], dict[str, Any]], text: str,
-                parse: Callable[[Any], int | None] = _vllm_count) -> int:
+                parse: Callable[[Any], Any] = _vllm_count) -> Any:
     """One count from a tokenize route (``parse`` reads its answer); a route that stops answering, or
     answers out of its shape, mid-run is an error, never a wrong count."""
     import httpx
@@ -148,7 +175,7 @@ def _post_count(client: Any, base: str, path: str, body: Callable[[str], dict[st
                                 f"({type(exc).__name__})") from None
     if got is None:
         raise UsageError(f"--tokenizer server: {base}{path} stopped answering in its shape mid-run")
-    return int(got)
+    return got
 
 
 # -- local files ----------------------------------------------------------------------------------------------
