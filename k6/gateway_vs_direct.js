@@ -126,6 +126,8 @@ export const options = {
   discardResponseBodies: false,
 };
 
+let failureSaid = false;    // per VU
+
 export function hit() {
   if (TICKS > 1 && Math.random() * TICKS >= 1) return; // Poisson thinning: most ticks send nothing
   const target = TARGETS[__ENV.TARGET];
@@ -133,10 +135,17 @@ export function hit() {
     ? BODIES[exec.scenario.iterationInTest % BODIES.length][target.stream ? 1 : 0] : target.body;
   const res = http.post(target.url, body, { headers: target.headers, timeout: REQUEST_TIMEOUT });
   const done = IS_OPENAI ? '[DONE]' : 'message_stop';
-  check(res, {
+  const ok = check(res, {
     'status is 200': (r) => r.status === 200,
     'complete body': (r) => (target.stream ? String(r.body).indexOf(done) >= 0 : String(r.body).length > 0),
   });
+  if (!ok && !failureSaid) {
+    // each VU says its first failure once (k6.log): zgtool names one per scenario beside its count
+    failureSaid = true;
+    const what = res.status ? `HTTP ${res.status}` : `${res.error_code || 'no answer'} ${res.error || ''}`.trim();
+    console.log(`zgtool-failure ${__ENV.TARGET} POST ${target.url} -> ${what}: ` +
+      String(res.body || '').replace(/\s+/g, ' ').slice(0, 160));
+  }
 }
 
 export function handleSummary(data) {

@@ -56,6 +56,13 @@ class Target:
     def base_url(self) -> str:
         return self.url.rstrip("/")
 
+    @property
+    def api_root_url(self) -> str:
+        """The URL a client appends /v1/messages or /v1/chat/completions to: the target's without a trailing /v1,
+        so that http://host:8000/v1 (the form engines and the README give) and http://host:8000 ask the same."""
+        url = self.base_url
+        return url[:-3] if url.endswith("/v1") else url
+
     def api_key(self) -> str | None:
         return os.environ.get(self.key_env) if self.key_env else None
 

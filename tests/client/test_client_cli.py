@@ -66,3 +66,14 @@ def test_bad_policy_options_exit_2_with_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "util_threshold_pct" in proc.stderr and "Traceback" not in proc.stderr
     proc = zgtool("client", "ask", "http://127.0.0.1:1", "hi", "--api", "grpc", cwd=tmp_path)
     assert proc.returncode == 2 and "--api must be one of" in proc.stderr
+
+
+def test_an_anthropic_target_given_with_its_v1_is_asked_at_v1_messages(scripted: ScriptedServer,
+                                                                         tmp_path: Path) -> None:
+    """The README's URL form (…/v1): the Anthropic SDK appends /v1/messages itself, so the client hands it the
+    URL before the /v1 (it asked /v1/v1/messages, a 404 on every engine)."""
+    scripted.script(Step(200, {}))
+    proc = zgtool("client", "ask", scripted.url + "/v1", "hello", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["data"]["text"] == "hello there"
+    assert [s.path for s in scripted.seen] == ["/v1/messages"]

@@ -48,6 +48,22 @@ def test_failed_requests_are_counted_per_scenario(asgi_url, tmp_path):
     s = result.scenarios["direct"]
     assert s.requests >= 5 and s.failures == s.requests and result.failure_rate == 1.0
     assert s.checks_failed == s.requests  # the 500 also fails the status check
+    # what failed, said once per scenario: the URL, the status and the start of the server's answer
+    said = [n for n in result.notes if n.startswith("direct: a failed request: ")]
+    assert said == [f'direct: a failed request: POST {asgi_url}/v1/messages -> HTTP 500: {{"type": "error", '
+                    '"error": {"type": "api_error", "message": "asked to fail"}}'], result.notes
+
+
+def test_a_target_given_with_its_v1_is_asked_at_v1_messages_not_v1_v1(asgi_url, cli, tmp_path):
+    """The README's form (http://host:8000/v1): k6 asked /v1/v1/messages and every request failed 404."""
+    cfg = BenchConfig(rate_rps=5, duration_s=1.0, scenarios=("direct", "gateway"))
+    result = run_bench(cfg, direct=Target("direct", asgi_url + "/v1"), gateway=Target("gw", asgi_url + "/v1/"),
+                       k6=find_k6(), run_dir=tmp_path / "run", progress=False)
+    assert result.requests >= 10 and result.failures == 0, result.notes
+    proc = cli("bench", "--direct", asgi_url + "/nowhere", "--scenarios", "direct", "--rate", "5", "--duration",
+               "1s", "--no-progress", "--api", "anthropic", "--model", "default")
+    assert proc.returncode == ExitCode.UNRELIABLE, proc.stderr
+    assert f"direct: a failed request: POST {asgi_url}/nowhere/v1/messages -> HTTP 404" in proc.stderr
 
 
 def test_dropped_iterations_say_the_load_generator_could_not_keep_the_rate(asgi_url, tmp_path):

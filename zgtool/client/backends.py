@@ -143,7 +143,7 @@ class AnthropicBackend:
         if not key:  # keyless local engines: send no auth header at all rather than a fake key
             default_headers.setdefault("X-Api-Key", anthropic.omit)
             default_headers.setdefault("Authorization", anthropic.omit)
-        self._sdk = anthropic.Anthropic(base_url=target.base_url, api_key=key or None, max_retries=0,
+        self._sdk = anthropic.Anthropic(base_url=target.api_root_url, api_key=key or None, max_retries=0,
                                         timeout=timeout_s, default_headers=default_headers,
                                         http_client=_http_client(anthropic, verify))
 

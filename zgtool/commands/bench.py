@@ -213,8 +213,10 @@ def _fail_if_nothing_succeeded(result, run_dir: Path | None = None) -> None:  # 
 
     if _nothing_succeeded(result):
         log = run_dir / "k6.log" if run_dir is not None else "k6.log in each segment's --run-dir"
+        said = [n for n in result.notes if ": a failed request: " in n][:3]
         raise MeasurementUnreliable(f"bench: all {result.requests} requests failed; the figures measure nothing "
-                                    f"(see the result's per-scenario failures and {log})")
+                                    f"({'; '.join(said) + '; ' if said else ''}see the result's per-scenario "
+                                    f"failures and {log})")
 
 
 def write_k8s(opts: BenchOptions) -> None:

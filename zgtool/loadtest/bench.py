@@ -41,8 +41,8 @@ def _headers_json(target: Target) -> str:
 def bench_env(config: BenchConfig, direct: Target, gateway: Target | None, payload: Path) -> dict[str, str]:
     """The k6 script's settings (k6/gateway_vs_direct.js reads them from its environment)."""
     return {
-        "DIRECT_URL": direct.base_url,
-        "GATEWAY_URL": gateway.base_url if gateway else "",
+        "DIRECT_URL": direct.api_root_url,        # the script appends ENDPOINT (/v1/...)
+        "GATEWAY_URL": gateway.api_root_url if gateway else "",
         "ENDPOINT": scripts.ENDPOINTS[config.api],
         "PAYLOAD": str(payload),
         "RATE": str(config.rate_rps),
@@ -107,6 +107,7 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
         notes.append(f"the load generator could not keep the rate: {dropped} iterations dropped "
                      f"(raise --max-vus, lower --rate, or give k6 its own machine)")
     notes.extend(f"k6: {w}" for w in out.warnings[:5])
+    notes.extend(first_failures(out.log_path))
     return BenchResult(
         k6_version=k6_version(k6), script=run.script.name,
         config={"rate_rps": config.rate_rps, "duration_s": config.duration_s,
@@ -121,6 +122,29 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
         segment=segment.label if segment else None,
         points=read_points(points_file) if segment else None,
     )
+
+
+FAILURE_MARK = "zgtool-failure "
+
+
+def first_failures(log_path: Path) -> list[str]:
+    """One failed request per scenario as the k6 script logged it (its URL, the status or k6's error, the start of
+    the body): what a run's failure count alone does not say, e.g. a 404 from a path the server does not serve."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    seen: dict[str, str] = {}
+    for line in text.splitlines():
+        at = line.find(FAILURE_MARK)
+        if at < 0:
+            continue
+        said = line[at + len(FAILURE_MARK):]
+        if said.endswith('" source=console'):           # k6's logfmt: msg="..." source=console
+            said = said[:-len('" source=console')]
+        scenario, _, what = said.partition(" ")
+        seen.setdefault(scenario, what.replace('\\"', '"').replace('\\\\', '\\'))
+    return [f"{scenario}: a failed request: {what}" for scenario, what in seen.items()]
 
 
 @dataclass(frozen=True)
@@ -143,7 +167,7 @@ def run_ramp(config: RampConfig, targets: dict[str, Target], *, k6: Path, run_di
         check_reachable(t)
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="zgtool-ramp-"))
     env = {
-        "TARGETS": json.dumps({name: t.base_url for name, t in targets.items()}),
+        "TARGETS": json.dumps({name: t.api_root_url for name, t in targets.items()}),    # + ENDPOINT
         "RATES": ",".join(map(str, config.rates)),
         "STEP": k6_duration(config.step_s),
         "WARMUP": k6_duration(config.warmup_s) if config.warmup_s else "0s",
