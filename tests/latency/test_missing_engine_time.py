@@ -80,5 +80,35 @@ def test_only_a_litellm_stream_that_lost_the_engines_timing_is_told_what_measure
     otlp = dropped_note("gw", litellm, True, {"vLLM OTLP span"})
     assert "--no-stream" not in otlp and "what measures its tax is -c 1, closed loop" in otlp
     assert "--no-stream" not in dropped_note("gw", litellm, False, metrics)      # a whole answer keeps them
-    assert "LiteLLM" not in dropped_note("gw", litellm, True, {"llama.cpp timings"})   # not vLLM behind it
+    # llama-server behind LiteLLM 1.110, live here: its timings are lost from a stream, kept in a whole answer
+    llama = dropped_note("gw", litellm, True, {"llama.cpp timings"})
+    assert "drops llama.cpp's timings" in llama and "--no-stream measures its tax" in llama and "vLLM" not in llama
+    assert "LiteLLM" not in dropped_note("gw", litellm, True, {"TGI headers"})      # not seen behind it: no advice
     assert "LiteLLM" not in dropped_note("gw", [sample({"x-kong-proxy-latency": 1.0})], True, metrics)
+
+
+def test_a_difference_in_total_because_the_path_lost_the_engines_time_says_so_in_the_first_line() -> None:
+    """LiteLLM streaming from llama-server, live here: the direct path's answers carry llama.cpp's timings, the
+    gateway's do not, so the first line's figure is in total, engine variation included; it says that."""
+    from zgtool.latency.analysis.phases import analyse
+    from zgtool.latency.config import SplitConfig
+    from zgtool.latency.render.headline import headline
+    from zgtool.targets import Target
+
+    def path(engine: bool, extra_ms: float) -> list[RequestSample]:
+        out = []
+        for i in range(16):
+            e = EngineTiming(source="llama.cpp timings", prefill_ms=8.0, decode_ms=100.0 + i, total_ms=108.0 + i,
+                             total_start="from prompt processing (slot wait not reported)") if engine else None
+            out.append(RequestSample(index=i, worker=0, round=i % 4, ok=True, engine=e, total_ms=111.0 + i + extra_ms,
+                                     hop_reports={} if engine else {LITELLM_HOP: 7.0}))
+        return out
+
+    targets = [Target("direct", "http://127.0.0.1:1"), Target("gw", "http://127.0.0.1:2")]
+    lost = analyse(targets, [path(True, 0.0), path(False, 40.0)], SplitConfig(num_requests=16, stream=True,
+                                                                               resamples=200))
+    line = headline(lost)
+    assert "per request in total" in line and "the engine's own time did not come through this path" in line
+    kept = analyse(targets, [path(True, 0.0), path(True, 40.0)], SplitConfig(num_requests=16, stream=True,
+                                                                             resamples=200))
+    assert "outside the engine" in headline(kept) and "did not come through" not in headline(kept)

@@ -16,6 +16,7 @@ from typing import Any
 
 from zgtool.bootstrap import LOWER, Difference, median_ci, median_difference
 from zgtool.latency.analysis import design
+from zgtool.latency.attribution.adapters.units import LLAMACPP
 from zgtool.latency.attribution.adapters.units import VLLM as VLLM_METRICS
 from zgtool.latency.config import Slo, SplitConfig
 from zgtool.latency.records import (
@@ -354,12 +355,17 @@ def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool, sour
             "its time outside the engine is not attributed")
     vllm_metrics_elsewhere = VLLM_METRICS in sources_elsewhere
     vllm_elsewhere = any(src.startswith("vLLM") for src in sources_elsewhere)
-    if stream and vllm_elsewhere and any(LITELLM_HOP in s.hop_reports for s in samples if s.ok):
+    behind_litellm = stream and any(LITELLM_HOP in s.hop_reports for s in samples if s.ok)
+    if behind_litellm and vllm_elsewhere:
         instead = ("--no-stream measures its tax, and so does " if vllm_metrics_elsewhere else
                    "what measures its tax is ")
         note += ("; LiteLLM drops vLLM's per-request metrics from a stream's usage chunk and keeps them in a whole "
                  f"answer: {instead}-c 1, closed loop, when the first target is vLLM (its /metrics deltas, read by "
                  "default)")
+    elif behind_litellm and LLAMACPP in sources_elsewhere:
+        # LiteLLM 1.110 in front of llama-server, live here: its stream chunks lose `timings`, a whole answer keeps it
+        note += ("; LiteLLM drops llama.cpp's timings from a stream's chunks and keeps them in a whole answer: "
+                 "--no-stream measures its tax")
     return note
 
 

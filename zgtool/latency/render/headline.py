@@ -50,11 +50,18 @@ def _candidate_sentence(res: SplitResult, base: TargetResult, cand: TargetResult
     base_total = total.summary.get("p50") if total is not None else None
     if base_total:
         out += f"; {abs(d.diff_ms) / base_total:.1%} of {base_name}'s {_ms(base_total, signed=False)} ms total"
+    if where == "in total" and _has_engine_time(base) and not _has_engine_time(cand):
+        out += (" (in total: the engine's own time did not come through this path, so the engine's variation is in "
+                "the figure; the notes say what measures the hop alone)")
     wait = res.engine_wait
     if wait is not None and where == "outside the engine":
         out += (f" (indicative: at {wait['overlap']} requests waited up to {_ms(wait['p90_ms'] - wait['p10_ms'], signed=False)}"
                 " ms for the engine's step outside its clock, where a hop's cost hides; -c 1 measures it)")
     return out
+
+
+def _has_engine_time(tr: TargetResult) -> bool:
+    return find_phase(tr, "outside_engine_ms") is not None
 
 
 def _single_sentence(tr: TargetResult, name: str) -> str:
