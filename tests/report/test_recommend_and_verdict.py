@@ -167,6 +167,21 @@ def test_a_significant_tax_outside_the_engine_leads_the_headline_with_ms_pct_and
                                         "≈ 5.72 ms)")
 
 
+def test_a_tax_measured_while_requests_waited_for_the_engines_step_is_called_indicative() -> None:
+    """latency-split's engine_wait (vLLM-CPU at -c 4 here: the direct path's rest spread 8 to 60 ms): the report's
+    headline and the row's sentences say the outside-engine tax is indicative and what measures it."""
+    waited = split([_diff("total_ms", 3.0, -1.0, 7.0), _diff("outside_engine_ms", 7.0, 1.0, 12.0)], c=4)
+    waited["data"]["engine_wait"] = {"target": "direct", "overlap": "-c 4", "source": "vLLM per-request metrics",
+                                     "starts": "from engine-core queueing", "p10_ms": 8.0, "p90_ms": 60.4}
+    v = verdict([waited])
+    assert v is not None and v.headline.startswith("stack adds 7.00 ms")
+    clause = "at -c 4 requests waited up to 52 ms for the engine's step outside its clock"
+    assert f"indicative outside the engine: {clause}" in v.headline and "-c 1 measures a hop's tax" in v.headline
+    assert describe(v.rows[0]).endswith(f"[indicative: {clause}, where a hop's cost hides; -c 1 measures a hop's tax]")
+    plain = verdict([split([_diff("total_ms", 3.0, -1.0, 7.0), _diff("outside_engine_ms", 7.0, 1.0, 12.0)], c=4)])
+    assert plain is not None and "indicative" not in plain.headline and "indicative" not in describe(plain.rows[0])
+
+
 def test_a_significantly_faster_path_is_said_to_be_faster_without_a_double_negative() -> None:
     v = verdict([split([_diff("total_ms", -126.6, -150.0, -100.0)], direct_ms=450.0)])
     assert v is not None

@@ -93,6 +93,9 @@ class ConfigTax:
     ttfb: PhaseTax | None = None             # stream only: first byte
     engine_unknown: bool = False             # a path has no engine time: its rest is unattributed, not network
     first_token_missing: str | None = None   # stream without a TTFT figure: why (e.g. every request lag-flagged)
+    # requests overlapped an engine whose clock starts after its front, and waited for its steps outside that
+    # clock (latency_split's engine_wait: overlap, p10_ms, p90_ms): the outside-engine tax is indicative
+    engine_wait: dict[str, Any] | None = None
 
 
 def _median(target: dict[str, Any], phase: str) -> float | None:
@@ -210,7 +213,8 @@ def taxes(result: dict[str, Any]) -> list[ConfigTax]:
             engine_source=_engine_source(data, base["name"], cand["name"]), total=total,
             ttfb=tax("ttfb_ms") if stream else None,
             engine_unknown=not (engine_known(base) and engine_known(cand)),
-            first_token_missing=_first_token_missing(base, cand) if stream and tax("ttft_ms") is None else None))
+            first_token_missing=_first_token_missing(base, cand) if stream and tax("ttft_ms") is None else None,
+            engine_wait=data.get("engine_wait")))
     return out
 
 

@@ -212,7 +212,16 @@ def describe(row: ConfigTax) -> str:
     out = "; ".join(p for p in parts if p)
     if row.indicative:
         out += f" [indicative: --quick, {row.requests} requests per path]"
+    if row.engine_wait is not None:
+        out += f" [indicative: {engine_wait_clause(row.engine_wait)}]"
     return out
+
+
+def engine_wait_clause(wait: dict[str, Any]) -> str:
+    """Why an outside-engine tax measured with overlapping requests is indicative (latency_split's engine_wait)."""
+    spread = float(wait.get("p90_ms", 0.0)) - float(wait.get("p10_ms", 0.0))
+    return (f"at {wait.get('overlap', 'this load')} requests waited up to {spread:.0f} ms for the engine's step "
+            "outside its clock, where a hop's cost hides; -c 1 measures a hop's tax")
 
 
 def _why(picked: float, all_values: list[float], n_sig: int, n_rows: int, what: str, kind: str = "") -> str:
@@ -356,6 +365,9 @@ def verdict(latency_results: list[dict[str, Any]]) -> Verdict | None:
         clauses = [nothing, *minor]
     if explained:
         clauses.append(explained)
+    waited = next((r.engine_wait for r in rows if r.engine_wait is not None), None)
+    if waited is not None:
+        clauses.append("indicative outside the engine: " + engine_wait_clause(waited))
     headline = "; ".join(_capital(c) if i == 0 else c for i, c in enumerate(clauses)) + "."
     adjusted = family and any(p is not None and p.significant_adj is not None
                               for r in rows for p in (r.outside_engine, r.ttft, r.ttfb, r.total))
