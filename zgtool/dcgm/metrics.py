@@ -84,7 +84,19 @@ _ENGINE_NAMES: dict[str, tuple[str, float]] = {
     "vllm:num_requests_waiting": ("waiting", 1.0),
     "vllm:kv_cache_usage_perc": ("kv_util_pct", 100.0),
     "vllm:gpu_cache_usage_perc": ("kv_util_pct", 100.0),
+    # the other engines' documented names (as zgtool.latency.attribution.series reads them)
+    "sglang:num_running_reqs": ("running", 1.0),
+    "sglang:num_queue_reqs": ("waiting", 1.0),
+    "sglang:token_usage": ("kv_util_pct", 100.0),
+    "tgi_batch_current_size": ("running", 1.0),
+    "tgi_queue_size": ("waiting", 1.0),
+    "llamacpp:requests_processing": ("running", 1.0),
+    "llamacpp:requests_deferred": ("waiting", 1.0),
+    "llamacpp:kv_cache_usage_ratio": ("kv_util_pct", 100.0),
 }
+# which engine exports a metric, by its name's prefix (the device column names it)
+_ENGINE_BY_PREFIX = (("zg_", "zgtool engine"), ("vllm:", "vLLM"), ("sglang:", "SGLang"), ("tgi_", "TGI"),
+                     ("llamacpp:", "llama.cpp"))
 
 DCGM_SAMPLE_NAMES: tuple[str, ...] = tuple(_DCGM_NAMES)
 ENGINE_SAMPLE_NAMES: tuple[str, ...] = tuple(_ENGINE_NAMES)
@@ -167,13 +179,18 @@ def normalise_dcgm(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> l
 
 
 def normalise_engine(samples: Iterable[tuple[str, Mapping[str, str], float]], key: str) -> GpuReading:
+    """The engine's row, named after the engine whose metric names it exports (vLLM's vllm:*, zgtool's zg_*)."""
     metrics: dict[str, float] = {}
+    engines: list[str] = []
     for name, _labels, value in samples:
         spec = _ENGINE_NAMES.get(name)
         if spec is not None and not math.isnan(value):
             internal, factor = spec
             metrics[internal] = metrics.get(internal, 0.0) + value * factor  # sum across label sets
-    return GpuReading(key=key, host=key, model="zgtool engine", metrics=derive(metrics))
+            engine = next((e for prefix, e in _ENGINE_BY_PREFIX if name.startswith(prefix)), None)
+            if engine is not None and engine not in engines:
+                engines.append(engine)
+    return GpuReading(key=key, host=key, model=" + ".join(engines) or "engine", metrics=derive(metrics))
 
 
 def _sort_key(r: GpuReading) -> tuple[str, int, str, str]:

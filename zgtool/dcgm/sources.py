@@ -167,7 +167,8 @@ class EngineSource(_HttpSource):
         samples = parse_exposition(resp.text)
         row = normalise_engine(samples, self.key)
         if not row.metrics:
-            raise UsageError(f"{self.url} exports none of the engine metrics (zg_* or vllm:*)")
+            raise UsageError(f"{self.url} exports none of the engine metrics (zg_*, vllm:*, sglang:*, tgi_* or "
+                             "llamacpp:*: llama-server exports them with --metrics)")
         # An engine on a GPU next to a dcgm-exporter-style exposition: show both.
         return [row, *normalise_dcgm(samples)]
 
