@@ -63,7 +63,8 @@ def test_compare_prints_the_answer_first_and_fails_on_regression_when_asked(tmp_
     done = run_zgtool("compare", *TWO_MS, TEN_MS, "--summary-md", md, "-o", out, "--fail-on-regression")
     assert done.returncode == 1, done.stdout + done.stderr
     first = done.stdout.splitlines()[0]
-    assert first.startswith("Across 4 runs, path 2 (") and "ms per request over path 1" in first
+    # every run has the engine's own time: the tax outside the engine, as latency-split's first line gives it
+    assert first.startswith("Across 4 runs, path 2 (") and "ms per request outside the engine over path 1" in first
     assert "regression(s) against the baseline hop2ms-a" in first
     assert "regression" in md.read_text() and md.read_text().startswith("**Across 4 runs")
     result = json.loads(out.read_text())
@@ -109,3 +110,16 @@ def test_plots_are_written_as_png_and_svg(tmp_path: Path) -> None:
         png = (tmp_path / "plots" / f"{stem}.png").read_bytes()
         assert png.startswith(b"\x89PNG")
         assert (tmp_path / "plots" / f"{stem}.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_the_first_line_falls_back_to_the_total_when_a_run_lacks_the_tax_outside_the_engine(tmp_path: Path) -> None:
+    """A run whose gateway path lost the engine's time (LiteLLM streaming, say) has no outside-engine difference:
+    across such runs the first line gives the total's tax, and says so."""
+    doc = json.loads(TWO_MS[1].read_text())
+    doc["data"]["differences"] = [d for d in doc["data"]["differences"] if d["phase"] != "outside_engine_ms"]
+    lost = tmp_path / "lost.json"
+    lost.write_text(json.dumps(doc))
+    done = run_zgtool("compare", TWO_MS[0], lost)
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert "ms per request in total over path 1" in first and "outside the engine" not in first

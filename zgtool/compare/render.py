@@ -45,12 +45,17 @@ def layout(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) ->
 def verdict(labels: Sequence[str], metrics: list[MetricRow], taxes: list[TaxRow], regressions: int) -> str:
     """One sentence that answers "what changed across these runs"."""
     k = len(labels)
-    tax = next((t for t in taxes if t.phase == "total_ms"), None)
+    # as latency-split's first line: outside the engine where every run has that figure (the engine's own
+    # variation cannot touch it), else in total
+    outside = next((t for t in taxes if t.phase == "outside_engine_ms" and all(d is not None for d in t.per_run)),
+                   None)
+    tax = outside or next((t for t in taxes if t.phase == "total_ms"), None)
     if tax is not None:
         iv = tax.across
+        where = "outside the engine" if tax is outside else "in total"
         judged = sum(1 for d in tax.per_run if d is not None and (d[1] > 0 or d[2] < 0))
         head = (f"Across {k} runs, path {tax.candidate + 1} ({tax.candidate_name}) adds {fmt_interval(iv, signed=True)} ms per request "
-                f"over path 1 (between-run 95% t-interval; significant within {judged} of "
+                f"{where} over path 1 (between-run 95% t-interval; significant within {judged} of "
                 f"{sum(1 for d in tax.per_run if d is not None)} runs)")
     else:
         row = next((m for m in metrics if m.metric == "total_ms"), None)
