@@ -74,3 +74,21 @@ def test_a_request_that_fails_on_a_new_connection_is_not_resent(server: tuple[st
     finally:
         session.close()
     assert _lines(proc, 2) == ["DROPPED", "DROPPED"] and not ok.ok and ok.resent_after is None
+
+
+def test_502s_from_a_hop_in_front_of_llama_server_are_explained() -> None:
+    """nginx in front of llama-server here answered 1 to 4 of 30 streams 502: it sent them into a kept-alive
+    connection llama-server had closed. A path whose answers carry llama.cpp's timings says so; another does not."""
+    from zgtool.latency.analysis.phases import resent_notes
+    from zgtool.latency.attribution.adapters.units import LLAMACPP, VLLM
+    from zgtool.latency.records import EngineTiming, RequestSample
+
+    def path(source: str) -> list[RequestSample]:
+        ok = [RequestSample(index=i, worker=0, round=i, ok=True, total_ms=100.0,
+                            engine=EngineTiming(source=source, total_ms=90.0)) for i in range(8)]
+        return ok + [RequestSample(index=8 + i, worker=0, round=8 + i, ok=False, error="http_502") for i in range(2)]
+
+    (note,) = resent_notes([Target("nginx", "http://127.0.0.1:1")], [path(LLAMACPP)])
+    assert note.startswith("nginx: 2 of 10 requests were answered 502 by a hop in front of llama-server")
+    assert "non_idempotent" in note
+    assert resent_notes([Target("nginx", "http://127.0.0.1:1")], [path(VLLM)]) == []

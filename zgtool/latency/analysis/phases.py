@@ -514,6 +514,13 @@ def resent_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample
     notes = []
     for t, per_target in zip(targets, samples, strict=True):
         resent = [s for s in per_target if s.resent_after is not None]
+        bad_gateway = [s for s in per_target if (s.error or "").startswith("http_502")]
+        if bad_gateway and any(s.ok and s.engine is not None and s.engine.source == LLAMACPP for s in per_target):
+            # nginx in front of llama-server here: 1 to 4 of 30 streams answered 502 ("upstream prematurely closed")
+            notes.append(f"{t.name}: {len(bad_gateway)} of {len(per_target)} requests were answered 502 by a hop in "
+                         "front of llama-server, which closes its kept-alive connection after a streamed answer "
+                         "without 'Connection: close': the hop sent them into a connection llama-server had closed (nginx "
+                         "resends them with 'proxy_next_upstream error timeout non_idempotent;')")
         if not resent:
             continue
         errors = ", ".join(f"{e} x{n}" for e, n in Counter(s.resent_after for s in resent).most_common())
