@@ -83,8 +83,8 @@ def test_502s_from_a_hop_in_front_of_llama_server_are_explained() -> None:
     from zgtool.latency.attribution.adapters.units import LLAMACPP, VLLM
     from zgtool.latency.records import EngineTiming, RequestSample
 
-    def path(source: str) -> list[RequestSample]:
-        ok = [RequestSample(index=i, worker=0, round=i, ok=True, total_ms=100.0,
+    def path(source: str, events: int = 5) -> list[RequestSample]:
+        ok = [RequestSample(index=i, worker=0, round=i, ok=True, total_ms=100.0, content_events=events,
                             engine=EngineTiming(source=source, total_ms=90.0)) for i in range(8)]
         return ok + [RequestSample(index=8 + i, worker=0, round=8 + i, ok=False, error="http_502") for i in range(2)]
 
@@ -92,3 +92,4 @@ def test_502s_from_a_hop_in_front_of_llama_server_are_explained() -> None:
     assert note.startswith("nginx: 2 of 10 requests were answered 502 by a hop in front of llama-server")
     assert "non_idempotent" in note
     assert resent_notes([Target("nginx", "http://127.0.0.1:1")], [path(VLLM)]) == []
+    assert resent_notes([Target("nginx", "http://127.0.0.1:1")], [path(LLAMACPP, events=0)]) == []   # whole answers

@@ -515,7 +515,8 @@ def resent_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample
     for t, per_target in zip(targets, samples, strict=True):
         resent = [s for s in per_target if s.resent_after is not None]
         bad_gateway = [s for s in per_target if (s.error or "").startswith("http_502")]
-        if bad_gateway and any(s.ok and s.engine is not None and s.engine.source == LLAMACPP for s in per_target):
+        if bad_gateway and any(s.ok and s.content_events and s.engine is not None and s.engine.source == LLAMACPP
+                               for s in per_target):     # streams: what llama-server closes after
             # nginx in front of llama-server here: 1 to 4 of 30 streams answered 502 ("upstream prematurely closed")
             notes.append(f"{t.name}: {len(bad_gateway)} of {len(per_target)} requests were answered 502 by a hop in "
                          "front of llama-server, which closes its kept-alive connection after a streamed answer "
