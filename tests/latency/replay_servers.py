@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 SCRIPT = Path(__file__).parent / "engine_replay.py"
+SSE_SCRIPT = Path(__file__).parent / "sse_script_server.py"
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 
 
@@ -31,3 +32,18 @@ def running(*args: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def sse_script_server(gap_ms: float) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """(http://127.0.0.1:PORT, the process) of a started sse_script_server.py, its pieces GAP_MS apart; the
+    process's stdout carries its SENT/DROPPED lines. Stopped on exit."""
+    proc = subprocess.Popen([sys.executable, str(SSE_SCRIPT), f"{gap_ms:g}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("PORT "), proc.stderr.read() if proc.stderr else line
+        yield f"http://127.0.0.1:{int(line.split()[1])}", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -8,11 +8,10 @@ unanswered, as llama-server closes its connection after every streamed answer wh
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from replay_servers import sse_script_server
 
 from zgtool.latency.analysis.phases import analyse
 from zgtool.latency.config import SplitConfig
@@ -20,20 +19,11 @@ from zgtool.latency.render.split import _title
 from zgtool.latency.wire.client import Endpoint, Session
 from zgtool.targets import Target
 
-SERVER = Path(__file__).with_name("sse_script_server.py")
-
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    proc = subprocess.Popen([sys.executable, str(SERVER), "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("PORT "), proc.stderr.read() if proc.stderr else line
-        yield f"http://127.0.0.1:{int(line.split()[1])}", proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with sse_script_server(0) as running_server:
+        yield running_server
 
 
 def _lines(proc: subprocess.Popen[str], n: int) -> list[str]:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
+from replay_servers import sse_script_server
 
 from zgtool.latency.analysis.phases import analyse
 from zgtool.latency.config import SplitConfig
@@ -24,7 +23,6 @@ from zgtool.latency.wire import pktclock
 from zgtool.latency.wire.client import Endpoint, Session
 from zgtool.targets import Target
 
-SERVER = Path(__file__).with_name("sse_script_server.py")
 TRIES = 3
 
 # script -> piece index (1-based after the head) of: first body byte, first token of any kind, first content
@@ -41,15 +39,8 @@ EXPECTED: dict[str, tuple[str, int, int | None, int | None]] = {
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    proc = subprocess.Popen([sys.executable, str(SERVER), "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("PORT "), proc.stderr.read() if proc.stderr else line
-        yield f"http://127.0.0.1:{int(line.split()[1])}", proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with sse_script_server(3) as running_server:
+        yield running_server
 
 
 def _run(server: tuple[str, subprocess.Popen[str]], name: str, api: str,
