@@ -175,7 +175,7 @@ def test_verify_and_latency_split_share_one_refit_on_the_config(engine: str) -> 
     from zgtool.workload.spec import load_workload
 
     wl = load_workload("synthetic:input=fixed:33,output=fixed:2,n=2")
-    cfg, counting = count_for_config("server", Target("direct", engine, model="dummy:tiny"),
+    cfg, counting = count_for_config("server", [Target("direct", engine, model="dummy:tiny")],
                                      SplitConfig(num_requests=2, workload=wl))
     assert cfg.workload is not None and counting.requested == (33, 33) == counting.targets
     assert [s.messages for s in cfg.workload.specs] != [s.messages for s in wl.specs]    # rebuilt

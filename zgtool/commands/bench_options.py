@@ -42,7 +42,7 @@ PAYLOAD = typer.Option(None, "--payload", help="Request body JSON file.")
 DATASET = typer.Option(None, "--dataset", help="Prompts and max_tokens per request (sent in turn at --rate; a "
                                                "trace's timestamps do not apply here): " + _dataset_help())
 TOKENIZER = vocab.tokenizer(help="With --dataset: who counts its prompt tokens on the direct target: auto, server, "
-                                 "PATH (a tokenizer.json) or none; synthetic prompts are rebuilt to their exact "
+                                 "URL, PATH (a tokenizer.json) or none; synthetic prompts are rebuilt to their exact "
                                  "lengths under it and the result names the source.")
 RAMP = typer.Option(False, "--ramp", help="Ramp the rate instead and report the knee.")
 RATES = typer.Option("5,10,20,40,80", "--rates", help="With --ramp: rate steps, req/s.")

@@ -134,22 +134,35 @@ def otlp_endpoint(help: str = HELP_OTLP_ENDPOINT) -> Any:
     return typer.Option(None, OTLP_ENDPOINT, metavar="URL", help=help)
 
 
-HELP_TOKENIZER = ("Who counts the workload's tokens: auto (the target's tokenize route, else filler words), server "
-                  "(vLLM/llama.cpp/TGI/zgtool /tokenize), PATH (a tokenizer.json or GGUF; needs zgtool[engine]) or none "
-                  "(one filler word per token). Synthetic prompts are built to their exact length under it.")
+HELP_TOKENIZER = ("Who counts the workload's tokens: auto (each target's tokenize route, the engine behind a LiteLLM "
+                  "gateway, else the model's own tokenizer.json on this machine, else filler words), server "
+                  "(vLLM/llama.cpp/TGI/zgtool /tokenize), URL (that server's route: the engine behind a gateway), "
+                  "PATH (a tokenizer.json or GGUF; needs zgtool[engine]) or none (one filler word per token). "
+                  "Synthetic prompts are built to their exact length under it.")
 
 
 def tokenizer(help: str = HELP_TOKENIZER) -> Any:
-    return typer.Option("auto", TOKENIZER, metavar="auto|server|PATH|none", help=help)
+    return typer.Option("auto", TOKENIZER, metavar="auto|server|URL|PATH|none", help=help)
 
 
 def check_tokenizer(value: str) -> str:
-    """auto, server, none, or a file that exists (read later: tokenizers is the engine extra's)."""
+    """auto, server, none, an http(s) URL, or a file that exists (read later: tokenizers is the engine extra's)."""
+    from urllib.parse import urlsplit
+
     from zgtool.errors import UsageError
 
+    if value.startswith(("http://", "https://")):
+        try:
+            ok = bool(urlsplit(value).hostname) and urlsplit(value).port != 0
+        except ValueError:          # a port that is not a number
+            ok = False
+        if ok:
+            return value
+        raise UsageError(f"--tokenizer {value}: not a URL with a host (give the engine's URL, e.g. "
+                         "http://127.0.0.1:8000)")
     if value in ("auto", "server", "none") or Path(value).expanduser().is_file():
         return value
-    raise UsageError(f"--tokenizer {value}: no such file; give auto, server, none or a tokenizer.json")
+    raise UsageError(f"--tokenizer {value}: no such file; give auto, server, none, a server's URL or a tokenizer.json")
 
 
 HELP_SCRAPE = ("Read Prometheus /metrics during the run as time series (queue, running, KV use, prefix hits, "

@@ -35,12 +35,14 @@ def _base(url: str) -> str:
     return base_of(Target("t", url))
 
 
-def count_for_config(choice: str, first: Target, cfg: SplitConfig) -> tuple[SplitConfig, TokenCounting]:
-    """The counter for --tokenizer CHOICE on the first target, and the config with a synthetic workload's
-    prompts refitted to their exact lengths under it (a dataset's prompts counted as they are; the one prompt
-    of a run without a workload counted too)."""
+def count_for_config(choice: str, targets: list[Target], cfg: SplitConfig) -> tuple[SplitConfig, TokenCounting]:
+    """The counter for --tokenizer CHOICE on the targets (the first that counts, in order), and the config with
+    a synthetic workload's prompts refitted to their exact lengths under it (a dataset's prompts counted as they
+    are; the one prompt of a run without a workload counted too)."""
+    first, rest = targets[0], targets[1:]
     counter = counter_for(choice, _base(first.url), first.model, headers=first.auth_headers(), verify=cfg.verify,
-                          timeout_s=min(cfg.timeout_s, TOKENIZE_TIMEOUT_S))
+                          timeout_s=min(cfg.timeout_s, TOKENIZE_TIMEOUT_S),
+                          more=tuple((_base(t.url), t.model, t.auth_headers()) for t in rest))
     said = choice != "auto"
     if cfg.workload is None:
         return cfg, TokenCounting(counter, (counter.count(cfg.prompt),), said=said)
@@ -50,7 +52,7 @@ def count_for_config(choice: str, first: Target, cfg: SplitConfig) -> tuple[Spli
 
 def count_tokens(opts: SplitOptions, resolved: list[Target]) -> tuple[SplitOptions, TokenCounting]:
     """count_for_config for latency-split's options (the workload kept in both of its places)."""
-    split, counting = count_for_config(opts.tokenizer, resolved[0], opts.split)
+    split, counting = count_for_config(opts.tokenizer, resolved, opts.split)
     if opts.workload is None or split.workload is None:
         return replace(opts, split=split), counting
     return replace(opts, split=split, workload=replace(opts.workload, workload=split.workload)), counting

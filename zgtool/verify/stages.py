@@ -52,7 +52,7 @@ def latency_split(targets: list[Target], run: SplitRun, plan: Plan, vcfg: Verify
                       workload=vcfg.workload(), timeout_s=plan.timeout_s or 30.0)
     from zgtool.latency.tokencount import count_for_config, token_counts
 
-    cfg, counting = count_for_config(vcfg.tokenizer, targets[0], cfg)   # synthetic prompts to their exact lengths
+    cfg, counting = count_for_config(vcfg.tokenizer, list(targets), cfg)   # synthetic prompts to their exact lengths
     cpu = CpuWatch(cpu_groups) if cpu_groups and available() else None
     from zgtool.workload.split import watch_split
 

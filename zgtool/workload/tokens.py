@@ -1,4 +1,4 @@
-"""Who counts a workload's tokens: --tokenizer auto|server|PATH|none.
+"""Who counts a workload's tokens: --tokenizer auto|server|URL|PATH|none.
 
 - server: the target's own tokenize route, tried in turn: vLLM's and zgtool's engine's POST /tokenize
   ({"model", "messages"} -> {"count", "tokens"}: the chat template applied, so the count is the prompt
@@ -8,10 +8,17 @@
   /v1/tokenize. An answer that is not one of those shapes, or counts "hello world" as nothing, is not used.
   SGLang serves a native /tokenize too; its answer's shape was not found documented, so it counts here only
   if it answers in one of the shapes above (else the fall-back says so).
+  Every target is asked in turn (a gateway listed first does not hide the engine listed after it), then the
+  engine behind a gateway that publishes it (LiteLLM's GET /model/info: zgtool.workload.upstream), asked
+  without the gateway's key.
+- URL: that server's tokenize routes (the engine behind a gateway that does not publish it), its id for the
+  model read from its GET /v1/models.
 - PATH: a local tokenizer.json, read with the `tokenizers` package (the engine extra): the user text only,
   no chat template.
 - none: one filler word per token (zgtool.workload.textgen), as before.
-- auto: server, else none.
+- auto: server; else the model's own folder on this machine (zgtool.workload.modeldir: the id as a path, or
+  the Hugging Face hub cache), its tokenizer.json with its chat template as transformers applies it
+  (`transformers serve` has no tokenize route); else none.
 A source that cannot count falls back to the next, and the fall-back is said (Counter.notes).
 
 Synthetic prompts are then built to hit their requested length exactly under the counter (fit_text)."""
@@ -35,7 +42,12 @@ PAD_MAX = 24                     # letters tried when closing the gap a multi-to
 
 
 class CannotCount(Exception):
-    """A token source that cannot count here (why, in words); the next source is used."""
+    """A token source that cannot count here (why, in words); the next source is used. `silent`: the server
+    did not answer in time (asking it anything more waits as long again)."""
+
+    def __init__(self, why: str, silent: bool = False) -> None:
+        super().__init__(why)
+        self.silent = silent
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,7 @@ def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bo
 
     client = httpx.Client(timeout=timeout_s, verify=verify, trust_env=False, headers=headers)
     said = []
+    silent = False
     for label, path, body, parse, templated in _routes(model):
         try:
             r = client.post(base + path, content=json.dumps(body(PROBE_TEXT)),
@@ -100,6 +113,7 @@ def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bo
             n = parse(r.json()) if r.status_code == 200 else None
         except httpx.TimeoutException:
             said.append(f"{path} ({label}): no answer within {timeout_s:g} s")
+            silent = True
             break                       # a silent server: asking its other routes waits as long again
         except (httpx.HTTPError, ValueError):
             said.append(f"{path} ({label}): no usable answer")
@@ -122,7 +136,7 @@ def server_counter(base: str, model: str, *, headers: dict[str, str], verify: bo
                 return int(_post_count(client, base, path, bare, text))
 
         return Counter(f"server POST {path} ({label}) at {base}", count, templated, count_text=count_text)
-    raise CannotCount(f"no tokenize route at {base} answered ({'; '.join(dict.fromkeys(said))})")
+    raise CannotCount(f"no tokenize route at {base} answered ({'; '.join(dict.fromkeys(said))})", silent)
 
 
 def _template_prompt(doc: Any) -> str | None:
@@ -219,17 +233,131 @@ def _gguf_tokenizer(path: Path, out: Path) -> Path:
     return out / "tokenizer.json"
 
 
+Asked = tuple[str, str, dict[str, str]]     # (a server's URL before /v1, its model id, the headers it gets)
+
+
 def counter_for(choice: str, base: str, model: str, *, headers: dict[str, str], verify: bool | str = True,
-                timeout_s: float = 10.0) -> Counter:
-    """--tokenizer CHOICE -> the Counter that counts, falling back (auto, server) to the filler words."""
+                timeout_s: float = 10.0, more: tuple[Asked, ...] = ()) -> Counter:
+    """--tokenizer CHOICE -> the Counter that counts, falling back (auto, server, URL) to the filler words.
+    `base`/`model`/`headers` are the first target's; `more` the other targets', asked after it."""
+    if choice.startswith(("http://", "https://")):
+        return _url_counter(choice, [(base, model, headers), *more], verify, timeout_s)
     if choice not in CHOICES:
         return file_counter(Path(choice).expanduser())
     if choice == "none":
         return FILLER
+    asked: list[Asked] = []
+    for one in [(base, model, headers), *more]:
+        if one[0] and all(one[0] != b for b, _, _ in asked):
+            asked.append(one)
+    notes: list[str] = []
+    silent: set[str] = set()
+    for b, m, h in asked:
+        try:
+            return server_counter(b, m, headers=h, verify=verify, timeout_s=timeout_s)
+        except CannotCount as exc:
+            notes.append(str(exc))
+            if exc.silent:
+                silent.add(b)
+    ids = [m for _, m, _ in asked]
+    for b, m, h in asked:
+        if b in silent:
+            continue
+        found = _upstream_counter(b, m, h, verify, timeout_s, notes)
+        if isinstance(found, Counter):
+            return found
+        ids += found
+    if choice == "auto":
+        local = local_counter(list(dict.fromkeys(ids)), notes)
+        if local is not None:
+            return local
+    return replace(FILLER, notes=(f"--tokenizer {choice}: {'; '.join(notes)}; counted with filler words instead"
+                                  " (--tokenizer URL counts on the engine behind a gateway, PATH with a "
+                                  "tokenizer.json)",))
+
+
+def _upstream_counter(base: str, model: str, headers: dict[str, str], verify: bool | str, timeout_s: float,
+                      notes: list[str]) -> Counter | list[str]:
+    """A counter on the engine a gateway at `base` publishes for `model`, or the engines' model ids."""
+    import httpx
+
+    from zgtool.workload.upstream import published_upstreams
+
+    with httpx.Client(timeout=timeout_s, verify=verify, trust_env=False, headers=headers) as client:
+        ups = published_upstreams(client, base, model)
+    for up in ups:
+        try:
+            c = server_counter(up.base, up.model, headers={}, verify=verify, timeout_s=timeout_s)
+        except CannotCount as exc:
+            notes.append(f"the engine behind it ({up.via}): {exc}")
+            continue
+        return replace(c, source=f"{c.source}, the engine behind {base} ({up.via})")
+    return [up.model for up in ups]
+
+
+def _url_counter(url: str, targets: list[Asked], verify: bool | str, timeout_s: float) -> Counter:
+    """--tokenizer URL: that server's routes, for the model id it lists for the targets' model (or its only
+    one); the targets' headers only where it is one of them (a key is not sent to another server)."""
+    from zgtool.workload.upstream import strip_v1
+
+    base = strip_v1(url)
+    model = targets[0][1]
+    headers = next((h for b, _, h in targets if b == base), {})
+    listed = _listed_model(base, model, headers, verify, timeout_s)
     try:
-        return server_counter(base, model, headers=headers, verify=verify, timeout_s=timeout_s)
+        c = server_counter(base, listed, headers=headers, verify=verify, timeout_s=timeout_s)
+        return c if listed == model else replace(c, source=f"{c.source} (its model {listed!r})")
     except CannotCount as exc:
-        return replace(FILLER, notes=(f"--tokenizer {choice}: {exc}; counted with filler words instead",))
+        return replace(FILLER, notes=(f"--tokenizer {url}: {exc}; counted with filler words instead",))
+
+
+def _listed_model(base: str, model: str, headers: dict[str, str], verify: bool | str, timeout_s: float) -> str:
+    """`model` when the server at `base` lists it (or lists nothing readable), else the first model it lists (its
+    served model: our engine and vLLM list aliases after it)."""
+    import httpx
+
+    try:
+        doc = httpx.get(base + "/v1/models", headers=headers, verify=verify, timeout=timeout_s,
+                        trust_env=False).json()
+        ids = [d["id"] for d in doc["data"] if isinstance(d, dict) and isinstance(d.get("id"), str)]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return model
+    return ids[0] if ids and model not in ids else model
+
+
+def local_counter(model_ids: list[str], notes: list[str]) -> Counter | None:
+    """The first of `model_ids` whose folder is on this machine (zgtool.workload.modeldir), counted with its
+    tokenizer.json and chat template; None (a note said) when none is, or the engine extra is missing."""
+    from zgtool.workload.modeldir import find_model_dir
+
+    found = next(((m, d) for m in model_ids if (d := find_model_dir(m)) is not None), None)
+    if found is None:
+        return None
+    model, folder = found
+    try:
+        import jinja2  # noqa: F401 - the chat template's renderer
+        import tokenizers  # noqa: F401
+
+        from zgtool.engine.tokenizer import HFTokenizer
+    except ImportError:
+        notes.append(f"{model}'s tokenizer.json is in {folder}, but counting with it needs the tokenizers and "
+                     "jinja2 packages: pip install 'zgtool[engine]'")
+        return None
+    try:
+        tok = HFTokenizer(folder, (), None)
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises bare Exceptions on a bad file
+        notes.append(f"{folder}/tokenizer.json could not be read ({str(exc)[:120]})")
+        return None
+    where = (f"the served model's folder {folder}" if Path(model).expanduser() == folder
+             else f"{model}'s folder on this machine, {folder}")
+    if not tok.has_chat_template:
+        return Counter(f"tokenizer.json in {where} (it has no chat template)", lambda s: len(tok.encode(s)))
+
+    def count(text: str) -> int:
+        return len(tok.apply_chat_template([{"role": "user", "content": text}]))
+
+    return Counter(f"tokenizer.json in {where} (chat template from {tok.chat_template_source})", count, True,
+                   count_text=lambda s: len(tok.encode(s)))
 
 
 # -- prompts to an exact length --------------------------------------------------------------------------------

@@ -1,0 +1,75 @@
+"""The engine behind a gateway, where the gateway publishes it: LiteLLM's GET /model/info (its proxy's
+documented model-info route, also at /v1/model/info) lists each deployment's `litellm_params` without the
+keys: `api_base` (the engine's URL) and `model` as PROVIDER/ID (the engine's own id for it), under the
+`model_name` clients ask for (a name with `*` is a wildcard that passes the asked name on).
+
+Used to count tokens on the engine's own tokenize route when the gateway has none (zgtool.workload.tokens).
+The gateway's key is never sent to the engine: it is a different server."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Any
+
+INFO_PATHS = ("/model/info", "/v1/model/info")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    base: str      # the engine's URL before /v1
+    model: str     # the engine's id for the model asked
+    via: str       # where it was read, in words
+
+
+def strip_v1(url: str) -> str:
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _engine_model(params: dict[str, Any], asked: str) -> str | None:
+    name = params.get("model")
+    if not isinstance(name, str) or not name:
+        return None
+    ident = name.split("/", 1)[1] if "/" in name else name
+    return asked if "*" in ident else ident
+
+
+def upstreams_in(doc: Any, asked: str, via: str) -> list[Upstream]:
+    """The deployments serving `asked` in a /model/info answer (exact names first, then wildcards) that name
+    an http(s) api_base; [] for any other shape."""
+    rows = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(rows, list):
+        return []
+    exact: list[Upstream] = []
+    wild: list[Upstream] = []
+    for row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get("litellm_params"), dict):
+            continue
+        name, params = row.get("model_name"), row["litellm_params"]
+        base, ident = params.get("api_base"), _engine_model(params, asked)
+        if not isinstance(name, str) or not isinstance(base, str) or ident is None \
+                or not base.startswith(("http://", "https://")):
+            continue
+        if name == asked:
+            exact.append(Upstream(strip_v1(base), ident, via))
+        elif "*" in name and fnmatch.fnmatchcase(asked, name):
+            wild.append(Upstream(strip_v1(base), ident, via))
+    return list(dict.fromkeys(exact + wild))
+
+
+def published_upstreams(client: Any, base: str, asked: str) -> list[Upstream]:
+    """What the gateway at `base` (before /v1) publishes as the engines behind model `asked`; [] when it
+    publishes nothing (not LiteLLM, the route refused, or no api_base for that model)."""
+    import httpx
+
+    for path in INFO_PATHS:
+        try:
+            r = client.get(base + path)
+            doc = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            continue
+        found = upstreams_in(doc, asked, f"GET {path} at {base}")
+        if found:
+            return found
+    return []
