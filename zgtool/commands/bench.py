@@ -44,8 +44,8 @@ def merge(
     from zgtool.results import load_result, make_result
 
     merged = merge_segments([(str(p), load_result(p)) for p in results])
-    render_bench(merged, err_console if as_json else console)
-    emit_result(make_result("bench.k6", merged), as_json=as_json, out=out)
+    emit_result(make_result("bench.k6", merged), as_json=as_json, out=out,
+                render=lambda: render_bench(merged, err_console if as_json else console))
     _write_csv(make_result("bench.k6", merged), csv_dir)
     _fail_if_nothing_succeeded(merged)
 
@@ -168,14 +168,14 @@ def _bench_in(opts: BenchOptions, run_dir: Path, scratch: bool) -> None:
 
     if token_note is not None:
         result.notes.append(token_note)
-    render_bench(result, err_console if opts.as_json else console)
     if opts.otlp_endpoint:      # reads k6's points in the run folder
         from zgtool.otel_metrics import export_k6_points
 
         export_k6_points(opts.otlp_endpoint, result, {"direct": direct, "direct_stream": direct,
                                                       "gateway": gateway}, err=err_console)
     _forget_scratch(result.config, scratch, _nothing_succeeded(result))
-    emit_result(make_result("bench.k6", result, target=direct.public()), as_json=opts.as_json, out=opts.out)
+    emit_result(make_result("bench.k6", result, target=direct.public()), as_json=opts.as_json, out=opts.out,
+                render=lambda: render_bench(result, err_console if opts.as_json else console))
     _write_csv(make_result("bench.k6", result), opts.csv_dir)
     _fail_if_nothing_succeeded(result, run_dir)
 
@@ -271,9 +271,9 @@ def _ramp_in(opts: BenchOptions, run_dir: Path, scratch: bool) -> None:
                 targets["gateway"] = _resolve(opts.gateway, opts.config, cfg.api)
         assert opts.k6 is not None, "k6 was found by parse_bench_options"
         result = run_ramp(cfg, targets, k6=opts.k6, run_dir=run_dir, progress=opts.progress)
-    render_ramp(result, err_console if opts.as_json else console)
     _forget_scratch(result.config, scratch, failed=False)
-    emit_result(make_result("bench.k6.ramp", result), as_json=opts.as_json, out=opts.out)
+    emit_result(make_result("bench.k6.ramp", result), as_json=opts.as_json, out=opts.out,
+                render=lambda: render_ramp(result, err_console if opts.as_json else console))
     _write_csv(make_result("bench.k6.ramp", result), opts.csv_dir)
 
 

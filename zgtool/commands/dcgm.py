@@ -147,12 +147,12 @@ def run_watch(opts: DcgmOptions) -> None:
             state = _watch_live(source, rules, opts.config)
     finally:
         source.close()
-    if opts.config.once and not opts.as_json:
-        from zgtool.dcgm.render import watch_table
+    from zgtool.dcgm.render import watch_table
 
-        console.print(watch_table(state))
     result = make_result("dcgm.watch", result_data(state), target=state.source)
-    emit_result(result, as_json=opts.as_json, out=opts.record)
+    table = opts.config.once and not opts.as_json       # the live view already showed it otherwise
+    emit_result(result, as_json=opts.as_json, out=opts.record,
+                render=(lambda: console.print(watch_table(state))) if table else None)
     if opts.fail_on_alert and state.evaluator.history:
         fired = sorted({a.rule for a in state.evaluator.history})
         raise VerdictFailed(f"alerts fired: {', '.join(fired)}")
@@ -203,12 +203,11 @@ def run_defrag_command(opts: DefragOptions) -> None:
     from zgtool.results import make_result
 
     data = run_defrag(opts.request)
-    if not opts.as_json:
-        from zgtool.dcgm.render import defrag_table
+    from zgtool.dcgm.render import defrag_table
 
-        console.print(defrag_table(data))
     result = make_result("defrag", data, command=_redacted_command(), target={"url": opts.request.engine_url})
-    emit_result(result, as_json=opts.as_json, out=opts.out)
+    emit_result(result, as_json=opts.as_json, out=opts.out,
+                render=None if opts.as_json else lambda: console.print(defrag_table(data)))
 
 
 def register(app: typer.Typer) -> None:

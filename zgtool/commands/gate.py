@@ -75,13 +75,12 @@ def run_gate(
     loaded = [LoadedResult(str(p), load_result(p)) for p in result_paths]
     base = LoadedResult(str(baseline_path), load_result(baseline_path)) if baseline_path else None
     report = evaluate(policy, loaded, baseline=base, max_regression=ratio)
-    render_report(report, err_console if as_json else console)
     result = make_result("gate", report)
     result["data"]["verdict"] = report.verdict  # pass | fail | unreliable
     for row in result["data"]["rows"]:
         # a ratio over a measured 0 is +-inf: JSON has no such number, so write null
         row["values"] = [v if math.isfinite(v) else None for v in row["values"]]
-    emit_result(result, as_json=as_json, out=out)
+    emit_result(result, as_json=as_json, out=out, render=lambda: render_report(report, err_console if as_json else console))
     _write_ci_outputs(report, summary_md, junit)
     if report.verdict == "unreliable":
         names = unreliable_message(report)

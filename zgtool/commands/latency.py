@@ -391,9 +391,8 @@ def run(opts: SplitOptions) -> dict:
         err_console.print(f"Ctrl-C after {done} of {opts.split.num_requests * len(resolved)} requests: the summary "
                           "and the written result cover the requests that finished (marked so in the result)",
                           highlight=False)
-    if not opts.as_json:
-        _render(res, data, pwatch, opts.brief)
-    emit_result(result, as_json=opts.as_json, out=opts.out)
+    emit_result(result, as_json=opts.as_json, out=opts.out,
+                render=None if opts.as_json else lambda: _render(res, data, pwatch, opts.brief))
     if opts.csv_dir is not None:
         from zgtool.csvout import write_csv
 

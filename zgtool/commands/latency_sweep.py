@@ -54,11 +54,10 @@ def run_sweep_command(targets: Sequence[Target], cfg: SplitConfig, spec: SweepSp
 
     res = run_sweep(targets, cfg, spec, progress)
     result = make_result(KIND, result_data(res), target=[t.public() for t in targets])
-    if not as_json:
-        from zgtool.latency.render.sweep import render
+    from zgtool.latency.render.sweep import render
 
-        render(res, console, stream=cfg.stream, slo=cfg.slo is not None)
-    emit_result(result, as_json=as_json, out=out)
+    emit_result(result, as_json=as_json, out=out,
+                render=None if as_json else lambda: render(res, console, stream=cfg.stream, slo=cfg.slo is not None))
     if csv_dir is not None:
         from zgtool.csvout import write_csv
 

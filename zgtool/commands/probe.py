@@ -20,6 +20,7 @@ EXAMPLES = """
 \b
 Examples:
   zgtool probe --target http://127.0.0.1:8080 -o probe.json
+  zgtool probe http://127.0.0.1:8080          (a URL first is short for --target URL)
   zgtool probe headers https://api.anthropic.com --timeout-s 5
   zgtool probe stream local --max-tokens 32 --json
 """
@@ -97,9 +98,8 @@ class ProbeOptions:
         if public is not None and detected is not None:
             public = {**public, "detected": detected.public()}
         result = make_result(kind, data, target=public)
-        if not self.as_json:
-            renderer(data, console)
-        emit_result(result, as_json=self.as_json, out=self.out)
+        emit_result(result, as_json=self.as_json, out=self.out,
+                    render=None if self.as_json else lambda: renderer(data, console))
         if not_llm is not None:    # a probe of a web server that answers no LLM route is no pass
             raise not_llm
 
