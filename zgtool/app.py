@@ -64,6 +64,15 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+def probe_url_shorthand(args: list[str]) -> list[str]:
+    """`zgtool probe URL ...` is `zgtool probe --target URL ...`: a URL where latency-split and `probe headers`
+    take theirs (click would call it an unknown subcommand)."""
+    i = next((k for k, a in enumerate(args) if not a.startswith("-")), None)
+    if i is not None and args[i] == "probe" and i + 1 < len(args) and "://" in args[i + 1]:
+        return [*args[:i + 1], "--target", args[i + 1], *args[i + 2:]]
+    return args
+
+
 def _run(args: list[str]) -> int:
     """Parse and invoke; every outcome becomes an exit code here, nowhere else.
 
@@ -77,7 +86,7 @@ def _run(args: list[str]) -> int:
 
     command = plain_help(typer.main.get_command(app))
     try:
-        with command.make_context("zgtool", args) as ctx:
+        with command.make_context("zgtool", probe_url_shorthand(args)) as ctx:
             command.invoke(ctx)
         code = 0
     except typer.Exit as exc:

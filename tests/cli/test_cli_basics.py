@@ -97,3 +97,16 @@ def test_a_malformed_config_is_exit_2_naming_the_file(tmp_path):
     (tmp_path / "zgtool.toml").write_text("[targets.x\nurl=")
     proc = zgtool("targets", cwd=str(tmp_path))
     assert proc.returncode == 2 and "zgtool.toml" in proc.stderr
+
+
+def test_probe_with_a_url_first_probes_that_target_as_target_does():
+    from zgtool.app import probe_url_shorthand
+
+    assert probe_url_shorthand(["probe", "http://h:1", "-v"]) == ["probe", "--target", "http://h:1", "-v"]
+    assert probe_url_shorthand(["--debug", "probe", "https://h"]) == ["--debug", "probe", "--target", "https://h"]
+    for kept in (["probe", "headers", "http://h:1"], ["latency-split", "http://h:1"], ["probe", "--target", "x"]):
+        assert probe_url_shorthand(kept) == kept
+    short, long = zgtool("probe", "http://127.0.0.1:9", "--timeout-s", "1"), \
+        zgtool("probe", "--target", "http://127.0.0.1:9", "--timeout-s", "1")
+    assert short.returncode == long.returncode == 3 and short.stderr == long.stderr
+    assert "connection refused by 127.0.0.1:9" in short.stderr
