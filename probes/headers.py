@@ -183,7 +183,7 @@ def probe_headers(target: Target, *, method: str | None = None, path: str | None
                      "identify the hops, but an intermediary may have answered on its own")
     analysis = analyse_headers(head.headers, text)
     err = error_probe(target, req.path, timeout_s=timeout_s, insecure=insecure) if probe_errors else None
-    ttfb = t.ms(t.request_sent_s, t.first_byte_s)
+    ttfb = t.ms(t.request_out_s, t.first_byte_s)
     analysis.error_probe = err
     analysis.outside_origin_ms = outside_origin(ttfb, t.ms(t.start_s, t.connected_s), analysis.server_timing)
     answered = err is not None and err.status is not None
@@ -192,6 +192,6 @@ def probe_headers(target: Target, *, method: str | None = None, path: str | None
     analysis.verdict, analysis.verdict_summary, analysis.hop_evidence = hop.verdict, hop.summary, hop.evidence
     return HeadersResult(
         url=target.url, method=req.method, path=req.path, status=head.status, http_version=head.http_version,
-        connect_ms=t.ms(t.start_s, t.connected_s), ttfb_ms=t.ms(t.request_sent_s, t.first_byte_s),
+        connect_ms=t.ms(t.start_s, t.connected_s), ttfb_ms=t.ms(t.request_out_s, t.first_byte_s),
         total_ms=t.ms(t.start_s, end_s), request_headers=redacted_headers(req, target),
         headers=head.headers, body_excerpt=text[:500], analysis=analysis, notes=notes)

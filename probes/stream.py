@@ -17,7 +17,7 @@ and releases it in one burst after a long silence. Verdict rules:
   * a stream too short or too fast to tell is "inconclusive", never "streaming".
 
 Result data (kind "probe.stream"):
-    url, path, status, content_type, headers [[n, v]], request_sent -> times in ms:
+    url, path, status, content_type, headers [[n, v]]; times in ms from the request's first byte out:
     headers_ms, first_body_ms, first_content_ms, last_content_ms, total_ms,
     num_reads, num_events, num_content_events, content_bytes,
     reads   [{t_ms, raw_bytes, body_bytes}]                 one per recv()
@@ -257,7 +257,7 @@ def probe_stream(target: Target, *, max_tokens: int = 64, timeout_s: float = 30.
     with conn:
         conn.connect()
         conn.send_request(req.method, req.path, req.headers, req.body)
-        t0 = conn.timings.request_sent_s or time.perf_counter()
+        t0 = conn.timings.request_out_s or time.perf_counter()
         head = conn.read_head()
         decode = content_decoder(head)
         for piece in conn.iter_body(head):

@@ -193,7 +193,7 @@ def probe_tcp(target: Target, *, timeout_s: float = 10.0, pcap_out: Path | None 
         mode="live", url=target.url, host=target.host, ip=ip, port=target.port, local_port=local_port,
         iface=used_iface, tls=target.scheme == "https", captured=sniffer is not None, capture_note=why,
         connect_ms=_round(t.ms(t.start_s, t.connected_s)), tcp_info_rtt_ms=rtt, tcp_info_rttvar_ms=rttvar,
-        ttfb_ms=_round(t.ms(t.request_sent_s, t.first_byte_s)), http_status=status, server_header=server_hdr,
+        ttfb_ms=_round(t.ms(t.request_out_s, t.first_byte_s)), http_status=status, server_header=server_hdr,
         stream=stream, pcap=str(pcap_out) if pcap_out is not None and sniffer is not None else None,
         packets_captured=len(packets), notes=notes)
 

@@ -115,3 +115,44 @@ def test_probe_all_raises_a_silent_path_to_likely_when_the_stream_is_held(padded
     assert r.summary["buffering"] == "buffering"
     assert r.summary["verdict"] == "likely" and r.summary["verdict_summary"] == "an intermediary is likely, unidentified"
     assert any(e.startswith("probe stream: ") for e in r.summary["evidence"])
+
+
+def test_a_probes_clock_starts_before_the_requests_first_byte_leaves() -> None:
+    """The probes time an answer from the request's start out, not from after sendall returned: a request whose
+    body the server must read before sendall can return shows it, without timing anything (perf_counter is the
+    same monotonic clock in both threads)."""
+    import socket
+    import threading
+    import time
+
+    from probes.http1 import Http1Connection
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    first_in: list[float] = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        got = conn.recv(65536)
+        first_in.append(time.perf_counter())
+        while b"\r\n\r\n" not in got or len(got) < 8 << 20:
+            more = conn.recv(1 << 20)
+            if not more:
+                break
+            got += more
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        c = Http1Connection(host="127.0.0.1", port=srv.getsockname()[1], tls=False, timeout_s=30, verify_tls=False)
+        with c:
+            c.connect()
+            c.send_request("POST", "/", [("Host", "x")], b"a" * (8 << 20))      # more than the socket buffers
+            head = c.read_head()
+        t.join(10)
+    finally:
+        srv.close()
+    assert head.status == 200 and first_in
+    assert c.timings.request_out_s is not None and c.timings.request_out_s <= first_in[0]
+    assert c.timings.first_byte_s is not None and c.timings.request_out_s < c.timings.first_byte_s
