@@ -15,6 +15,12 @@ policy (default: zgtool/default_gates.toml, the shipped default):
 Under "busy", one CPU burner per core runs beside it. For contrast, the way gates used to compare
 (two separate runs, p95 by percentage with a 1 ms noise floor) is applied to the A/A data: the
 previous iteration's baseline vs this one's candidate.
+`gate --baseline FILE` (two separate runs, the nightly CI shape) is calibrated on the same runs: each
+iteration's A/A, A/B2 and A/B10 results are gated against the previous iteration's A/A result, by the
+policy's [regression] method "intervals" (zgtool/gate/acrossruns.py, the default) and "percentile" (p95 by
+percentage, the old rule). An A/B result's candidate is relabelled with the A/A candidate's URL, as if the
+same gateway had slowed down since the stored run; a failure of the A/A pair is a false alarm, of an A/B pair
+a detection.
 Prints a table and, as the LAST line, one JSON object: rates with Wilson 95% intervals.
 Goals (issue 33): false-alarm rate <= 5%, detection of a 2 ms and of a 10% regression >= 80%.
 """
@@ -29,6 +35,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 from peerlib.rates import wilson
@@ -82,6 +89,11 @@ def totals(result: dict, index: int) -> list[float]:
     return [s["total_ms"] for s in t["samples"] if s.get("ok") and s.get("total_ms") is not None]
 
 
+def relabelled(result: dict, url: str, as_url: str) -> dict:
+    """The result with target `url` named `as_url` everywhere (its samples, phases and differences)."""
+    return json.loads(json.dumps(result).replace(json.dumps(url)[1:-1], json.dumps(as_url)[1:-1]))
+
+
 def burners(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
@@ -96,6 +108,7 @@ def main() -> None:
     ap.add_argument("--policy", default=str(DEFAULT_POLICY))
     args = ap.parse_args()
     policy = load_policy(args.policy)
+    across = {m: replace(policy, regression=replace(policy.regression, method=m)) for m in ("intervals", "percentile")}
     port = free_port()
     engine = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", args.model, "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -125,12 +138,19 @@ def main() -> None:
                 effect_ms: dict[str, list[float]] = {s: [] for s in SCENARIOS}
                 naive_fa = naive_n = 0
                 prev_base_p95: float | None = None
+                prev_aa: LoadedResult | None = None
+                vs_stored = {m: {s: 0 for s in SCENARIOS} for m in across}
+                stored_n = 0
                 try:
                     for i in range(args.runs):
                         for s in SCENARIOS:
                             out = Path(tmp) / f"{cond}-{s}-{i}.json"
                             res = split(base, targets[s], args.requests, args.rounds, out)
                             report = evaluate(policy, [LoadedResult(str(out), res)])
+                            if prev_aa is not None:       # gate --baseline: against the stored A/A run before
+                                now = LoadedResult(str(out), relabelled(res, targets[s], base_b))
+                                for m, pol in across.items():
+                                    vs_stored[m][s] += evaluate(pol, [now], baseline=prev_aa).verdict == "fail"
                             fails[s] += report.verdict == "fail"
                             for row in report.breaches:    # which check fired, and why, in words
                                 why = f"{row.rule}: {row.why}"
@@ -145,7 +165,10 @@ def main() -> None:
                                     naive_n += 1
                                     naive_fa += (cand_p95 > prev_base_p95 * 1.10 and cand_p95 - prev_base_p95 > 1.0)
                                 prev_base_p95 = percentile(a, 95)
-                        print(f"  {cond} {i + 1}/{args.runs}: fails {fails}", flush=True)
+                        stored_n += prev_aa is not None
+                        prev_aa = LoadedResult("stored", json.loads((Path(tmp) / f"{cond}-aa-{i}.json").read_text()))
+                        print(f"  {cond} {i + 1}/{args.runs}: fails {fails}; against the stored run {vs_stored}",
+                              flush=True)
                 finally:
                     for p in burn:
                         p.kill()
@@ -161,6 +184,12 @@ def main() -> None:
                     "median_effect_ms": {s: round(percentile(v, 50), 3) for s, v in effect_ms.items() if v},
                     "separate_runs_p95_10pct_false_alarm_rate": naive_fa / naive_n if naive_n else None,
                     "separate_runs_comparisons": naive_n,
+                    "gate_baseline": {m: {"pairs": stored_n,
+                                          "false_alarm_rate": v["aa"] / stored_n if stored_n else None,
+                                          "false_alarm_ci95": wilson(v["aa"], stored_n) if stored_n else None,
+                                          "detection_rate_2ms": v["ab2ms"] / stored_n if stored_n else None,
+                                          "detection_rate_10pct": v["ab10"] / stored_n if stored_n else None}
+                                      for m, v in vs_stored.items()},
                 }
     finally:
         for p in procs:
@@ -175,6 +204,12 @@ def main() -> None:
         old = r["separate_runs_p95_10pct_false_alarm_rate"]
         print(f"{cond:<10}{r['false_alarm_rate']:>21.0%} {r['detection_rate_2ms']:>15.0%} "
               f"{r['detection_rate_10pct']:>15.0%} {'-' if old is None else f'{old:.0%}':>13}")
+    print(f"\n--baseline (two runs){'false alarm (A/A)':>22}{'detect 2 ms':>16}{'detect 10%':>16}")
+    for cond, r in summary.items():
+        for m, g in r["gate_baseline"].items():
+            if g["pairs"]:
+                print(f"{cond + ' ' + m:<21}{g['false_alarm_rate']:>21.0%} {g['detection_rate_2ms']:>15.0%} "
+                      f"{g['detection_rate_10pct']:>15.0%}")
     met = all(r["false_alarm_rate"] <= 0.05 and r["detection_rate_10pct"] >= 0.80 and r["detection_rate_2ms"] >= 0.80
               for r in summary.values())
     print(json.dumps({"bench": "gate_calibration", "model": args.model, "policy": args.policy,

