@@ -39,6 +39,15 @@ def test_breached_rule_exits_1_and_shows_the_measured_values(write, policy_file,
     assert "9 <= 6" in proc.stdout  # measured left and right side of the ratio rule
     assert "0.02 < 0.01" in proc.stdout
     assert "gate failed: 2 of 3 checks breached" in proc.stderr
+    # what failed stands last, above the verdict, in full; a pass is its rule and outcome alone
+    passing_first = '[[rule]]\nname = "a rule that holds"\nkind = "bench.k6"\ncheck = "failure_rate < 0.5"\n'
+    proc = cli("gate", "--policy", policy_file(passing_first + POLICY), res)
+    lines = proc.stdout.splitlines()
+    starts = [ln.split()[0] for ln in lines if ln[:4] in ("PASS", "FAIL", "SKIP")]
+    assert starts == ["PASS", "FAIL", "FAIL", "FAIL:"]
+    held = lines.index(next(ln for ln in lines if ln.startswith("PASS")))
+    assert "a rule that holds" in lines[held] and "bench.json · " not in lines[held + 1]
+    assert "bench.json · " in proc.stdout
 
 
 def test_latency_split_rule_applies_only_to_its_kind(write, policy_file, cli):
@@ -117,7 +126,7 @@ def test_regression_ignores_increases_under_the_noise_floor(write, policy_file, 
     cur.write_text(json.dumps(data))
     proc = cli("gate", "-p", pol, cur, "--baseline", base)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "within noise floor" in proc.stdout
+    assert "within the +10% allowance or the 1 noise floor" in proc.stdout
 
 
 def test_max_regression_without_baseline_is_a_usage_error(write, cli, k6_data):

@@ -36,9 +36,13 @@ def _short_path(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
+_ORDER = {PASS: 0, "skip": 1, FAIL: 2}
+
+
 def render_report(report: GateReport, console: Console) -> None:
-    """One block per check (status, rule, measured; then file, expression and detail, dimmed):
-    readable at 80 columns, where a five-column table folds every cell."""
+    """One block per check: status, rule and measured; a skip or a breach adds its file, expression and detail,
+    dimmed. Passes first, then skips, then breaches, so that what failed stands just above the verdict at the
+    end of a CI log. Readable at 80 columns, where a five-column table folds every cell."""
     folders = sorted({r.rsplit("/", 1)[0] for r in report.results if "/" in r})
     head = f"zgtool gate — {report.policy}"
     if len(folders) == 1:
@@ -49,7 +53,7 @@ def render_report(report: GateReport, console: Console) -> None:
     table.add_column("status", no_wrap=True, width=4)
     table.add_column("check", overflow="fold")
     other_kinds: dict[str, int] = {}
-    for row in report.rows:
+    for row in sorted(report.rows, key=lambda r: _ORDER[r.status]):      # stable: the policy's order within
         if row.status == "skip" and row.result == "-" and row.detail.startswith("no result of kind"):
             kind = row.detail.removeprefix("no result of kind ").strip("'")
             other_kinds[kind] = other_kinds.get(kind, 0) + 1   # one line for them all, below
@@ -61,6 +65,9 @@ def render_report(report: GateReport, console: Console) -> None:
         got = row.why or measured(row)
         if got:
             text.append(f"\n{got}")
+        if row.status == PASS:
+            table.add_row(Text(row.status.upper(), style=_STYLE[row.status]), text)
+            continue
         text.append(f"\n{_short_path(row.result)}", style="dim")
         if row.check and row.check != row.rule:
             text.append(f" · {row.check}", style="dim")

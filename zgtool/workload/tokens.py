@@ -296,8 +296,8 @@ def _upstream_counter(base: str, model: str, headers: dict[str, str], verify: bo
 
 
 def _url_counter(url: str, targets: list[Asked], verify: bool | str, timeout_s: float) -> Counter:
-    """--tokenizer URL: that server's routes, for the model id it lists for the targets' model (or its only
-    one); the targets' headers only where it is one of them (a key is not sent to another server)."""
+    """--tokenizer URL: that server's routes, for the targets' model where it lists it (else the first model
+    it lists); the targets' headers only where it is one of them (a key is not sent to another server)."""
     from zgtool.workload.upstream import strip_v1
 
     base = strip_v1(url)
