@@ -22,6 +22,8 @@
     fields = ["*http_req_duration.p95", "*_ms.p95"]   # globs over leaf names; '*' spans dots
     noise_floor = 1.0                          # ignore increases smaller than this (field units)
     method = "intervals"                       # or "percentile": p95 by percentage alone (the old way)
+    paths = "auto"                             # intervals: each path's own median judged in a run of one
+                                               #   path only ("always", "never"); the hops' taxes always
 
 Every mistake is a PolicyError naming the file, line and field.
 """
@@ -38,9 +40,10 @@ from zgtool.gate.expr import Rule, RuleSyntaxError, parse_rule
 from zgtool.http.toml import parse_toml
 
 REGRESSION_METHODS = ("intervals", "percentile")
+REGRESSION_PATHS = ("auto", "always", "never")
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "default_gates.toml"
 _RULE_KEYS = {"check", "name", "kind", "skip_missing", "category"}
-_REGRESSION_KEYS = {"max", "fields", "noise_floor", "method"}
+_REGRESSION_KEYS = {"max", "fields", "noise_floor", "method", "paths"}
 _PAIRED_KEYS = {"fields", "material", "material_ms", "confidence"}
 GATE, MEASUREMENT = "gate", "measurement"
 CATEGORIES = (GATE, MEASUREMENT)
@@ -73,8 +76,14 @@ class RegressionSpec:
     # run's (zgtool/gate/acrossruns.py); percentile: the field's p95 against the baseline's by percentage
     # alone (k6 results, which carry no intervals, are always read so)
     method: str = "intervals"
+    # under "intervals", each path's own median: "auto" judges it only in a run of one path (a run of two or
+    # more is judged by its hops' taxes, which the machine's drift between runs does not move: a path's own
+    # median moved past its allowance in 2 of 11 A/A pairs on a busy box, the taxes in none), "always", "never"
+    paths: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.paths not in REGRESSION_PATHS:
+            raise PolicyError(f"regression paths must be {', '.join(REGRESSION_PATHS)}, not {self.paths!r}")
         if self.method not in REGRESSION_METHODS:
             raise PolicyError(f"regression method must be {' or '.join(REGRESSION_METHODS)}, not {self.method!r}")
         if not 0 <= self.max_ratio < 100:
@@ -242,9 +251,14 @@ def _regression(section: Any, text: str, source: str) -> RegressionSpec:
     if method not in REGRESSION_METHODS:
         raise PolicyError(f"{_where(source, _line_of_key(text, 'method'))}: [regression] method must be "
                           f"{' or '.join(REGRESSION_METHODS)}, not {method!r}")
+    paths = section.get("paths", "auto")
+    if paths not in REGRESSION_PATHS:
+        raise PolicyError(f"{_where(source, _line_of_key(text, 'paths'))}: [regression] paths must be "
+                          f"{', '.join(REGRESSION_PATHS)}, not {paths!r}")
     try:
         ratio = parse_percent(section.get("max", "10%"))
-        return RegressionSpec(max_ratio=ratio, fields=tuple(fields), noise_floor=float(floor), method=str(method))
+        return RegressionSpec(max_ratio=ratio, fields=tuple(fields), noise_floor=float(floor), method=str(method),
+                              paths=str(paths))
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc.message}") from exc
 
