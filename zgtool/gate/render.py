@@ -65,7 +65,9 @@ def render_report(report: GateReport, console: Console) -> None:
         got = row.why or measured(row)
         if got:
             text.append(f"\n{got}")
-        if row.status == PASS:
+        if row.status == PASS:          # the file it judged, where several were
+            if len(report.results) > 1:
+                text.append(f"  ({_short_path(row.result)})", style="dim")
             table.add_row(Text(row.status.upper(), style=_STYLE[row.status]), text)
             continue
         text.append(f"\n{_short_path(row.result)}", style="dim")
