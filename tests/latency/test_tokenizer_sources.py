@@ -1,4 +1,5 @@
-"""--tokenizer auto where the target itself has no tokenize route: the other targets asked in turn, the engine a
+"""--tokenizer auto where the target itself has no tokenize route (and a gateway measured alone naming the command
+that measures its tax beside the engine it publishes): the other targets asked in turn, the engine a
 LiteLLM gateway publishes behind it (GET /model/info: read on LiteLLM's recorded answer and through the real
 LiteLLM in front of zgtool's null engine), the served model's own folder on this machine (its id as a path, or
 the Hugging Face hub cache) counted as transformers applies its chat template, and --tokenizer URL.
@@ -79,9 +80,14 @@ def test_through_the_real_litellm_the_engine_behind_it_counts(litellm_before_nul
     r = zg("latency-split", litellm_before_null.url, "--model", "null", "--api", "openai", "--no-stream",
            "--dataset", SYNTH, *FAST)
     assert r.returncode == 0, r.stderr
-    counts = json.loads(r.stdout)["data"]["token_counts"]
+    data = json.loads(r.stdout)["data"]
+    counts = data["token_counts"]
     assert "the engine behind" in counts["source"] and counts["synthetic_prompts_exact"] == "4/4"
     assert next(iter(counts["targets"].values()))["difference_pct"] == 0.0 and "reported" not in r.stderr
+    # measured alone, the gateway's run says how to measure its tax beside the engine it publishes
+    engine = strip_v1(null_engine) + "/v1"
+    assert f"`zgtool latency-split {engine} {litellm_before_null.url}` measures the gateway's tax" in \
+        " ".join(data["attribution_notes"])
 
 
 class _Recording(BaseHTTPRequestHandler):

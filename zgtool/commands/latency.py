@@ -243,6 +243,15 @@ def _analyse(opts: SplitOptions, resolved: list[Target], samples: list[list[Requ
         tr.detected = detected.get(tr.name)
     if (note := no_engine_time_note(res.targets, opts.split.concurrency, opts.split.open_loop)) is not None:
         res.attribution_notes.append(note)
+    if len(resolved) == 1 and any(s.ok for s in samples[0]):    # a gateway alone: the command for its tax
+        from zgtool.latency.tokencount import TOKENIZE_TIMEOUT_S
+        from zgtool.workload.upstream import tax_hint
+
+        one = resolved[0]
+        hint = tax_hint(one.url, one.model, one.auth_headers(), verify=opts.split.verify,
+                        timeout_s=min(opts.split.timeout_s, TOKENIZE_TIMEOUT_S))
+        if hint is not None:
+            res.attribution_notes.append(hint)
     if open_loop is not None:
         from zgtool.latency.analysis.openloop import summarize_open_loop
 

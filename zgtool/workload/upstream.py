@@ -58,9 +58,18 @@ def upstreams_in(doc: Any, asked: str, via: str) -> list[Upstream]:
     return list(dict.fromkeys(exact + wild))
 
 
+_PUBLISHED: dict[tuple[str, str], list[Upstream]] = {}     # asked once per run (LiteLLM's answer can be 2 MB)
+
+
 def published_upstreams(client: Any, base: str, asked: str) -> list[Upstream]:
     """What the gateway at `base` (before /v1) publishes as the engines behind model `asked`; [] when it
     publishes nothing (not LiteLLM, the route refused, or no api_base for that model)."""
+    if (base, asked) not in _PUBLISHED:
+        _PUBLISHED[(base, asked)] = _ask(client, base, asked)
+    return _PUBLISHED[(base, asked)]
+
+
+def _ask(client: Any, base: str, asked: str) -> list[Upstream]:
     import httpx
 
     for path in INFO_PATHS:
@@ -73,3 +82,18 @@ def published_upstreams(client: Any, base: str, asked: str) -> list[Upstream]:
         if found:
             return found
     return []
+
+
+def tax_hint(url: str, model: str, headers: dict[str, str], *, verify: bool | str, timeout_s: float) -> str | None:
+    """For a run of one target that is a gateway publishing its engine: the command that measures the gateway's
+    tax beside that engine, in words; None otherwise."""
+    import httpx
+
+    base = strip_v1(url)
+    with httpx.Client(timeout=timeout_s, verify=verify, trust_env=False, headers=headers) as client:
+        ups = published_upstreams(client, base, model)
+    if not ups:
+        return None
+    engine = ups[0].base + "/v1"
+    return (f"{url} is a gateway that publishes the engine behind {model!r}: {engine} ({ups[0].via}); "
+            f"`zgtool latency-split {engine} {url}` measures the gateway's tax beside it, paired request by request")
