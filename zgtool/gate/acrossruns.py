@@ -87,8 +87,8 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
         rows.append(GateRow(
             "each path's own medians", "paths = \"auto\": judged in a run of one path", res.label, SKIP,
             detail="not judged in a run of two or more paths: a path's own median moves with the machine between "
-                   "runs (2 of 11 A/A pairs on a busy box, bench/gate_calibration.py); the hops' taxes do not. "
-                   "[regression] paths = \"always\" judges them too", group=GROUP))
+                   "runs (in 1-2 of 11 A/A pairs of runs, quiet or busy, in bench/gate_calibration.py); the hops' "
+                   "taxes do not. [regression] paths = \"always\" judges them too", group=GROUP))
     for (target, phase), (b_med, b_lo, b_hi) in theirs.items():
         if (target, phase) not in mine or not _selected(spec, target, phase):
             continue
