@@ -1,8 +1,8 @@
 """The stack that failed outright (issue 39 item 7): zgtool's generated LiteLLM config lists "null" and "*",
 LiteLLM's /v1/models then lists "null" first and some 220 OpenAI ids, and the engine behind serves none of
 them. Detection must not measure "null": in a run with the engine first, LiteLLM measures the engine's model
-(through its wildcard); alone, it measures the model the engine names in its refusal of "null" (LiteLLM passes the
-engine's 404 through); and the engine is named through LiteLLM from its forwarded Server header. The real
+(through its wildcard); alone, it measures the model the engine LiteLLM publishes behind it (GET /model/info) serves;
+and the engine is named through LiteLLM from its forwarded Server header. The real
 LiteLLM proxy (its own venv) in front of zgtool's engine (dummy:tiny), both started here."""
 
 from __future__ import annotations
@@ -51,11 +51,15 @@ def test_behind_litellm_every_path_measures_the_engines_model_and_names_the_engi
 
 
 @pytest.mark.timeout(LITELLM_TIMEOUT_S)
-def test_litellm_alone_measures_the_model_the_engine_names_when_it_refuses_the_listed_one(litellm: Gateway) -> None:
-    # LiteLLM lists "null" (and its wildcard), which the engine behind does not serve: the engine's 404, passed
-    # through by LiteLLM, names what it serves ("served models: dummy:tiny, ..."), and that is measured
+def test_litellm_alone_measures_the_model_the_engine_behind_it_serves(litellm: Gateway, engine: str) -> None:
+    # LiteLLM lists "null" and some 220 OpenAI ids its wildcard answers to, none of them the engine's; it publishes
+    # the engine behind (GET /model/info: every wildcard row names the one deployment), whose own listing is asked
+    # and measured first. (A gateway that publishes nothing: the engine's refusal names what it serves,
+    # tests/latency/test_detect_models.py.)
     r = _zg("latency-split", litellm.url, *FAST, "--json")
     assert r.returncode == 0, r.stderr
     (via,) = json.loads(r.stdout)["data"]["targets"]
     assert via["detected"]["model"] == "dummy:tiny" and via["num_ok"] == 3
-    assert "skipped 'null' (" in via["detected"]["how"] and "named 'dummy:tiny'" in via["detected"]["how"]
+    how = via["detected"]["how"]
+    assert f"the engine behind it, {engine} (GET /model/info" in how and "serves 'dummy:tiny'" in how
+    assert "skipped" not in how                       # no listed id was tried before the engine's own

@@ -8,6 +8,7 @@ The gateway's key is never sent to the engine: it is a different server."""
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 from dataclasses import dataclass
 from typing import Any
@@ -58,30 +59,64 @@ def upstreams_in(doc: Any, asked: str, via: str) -> list[Upstream]:
     return list(dict.fromkeys(exact + wild))
 
 
-_PUBLISHED: dict[tuple[str, str], list[Upstream]] = {}     # asked once per run (LiteLLM's answer can be 2 MB)
+_INFO: dict[str, tuple[Any, str] | None] = {}     # base -> (its /model/info answer, where); asked once per run
+                                                  # (LiteLLM's answer can be 2 MB)
 
 
-def published_upstreams(client: Any, base: str, asked: str) -> list[Upstream]:
-    """What the gateway at `base` (before /v1) publishes as the engines behind model `asked`; [] when it
-    publishes nothing (not LiteLLM, the route refused, or no api_base for that model)."""
-    if (base, asked) not in _PUBLISHED:
-        _PUBLISHED[(base, asked)] = _ask(client, base, asked)
-    return _PUBLISHED[(base, asked)]
-
-
-def _ask(client: Any, base: str, asked: str) -> list[Upstream]:
+def _info(client: Any, base: str, headers: dict[str, str] | None = None) -> tuple[Any, str] | None:
     import httpx
 
-    for path in INFO_PATHS:
-        try:
-            r = client.get(base + path)
-            doc = r.json() if r.status_code == 200 else None
+    if base not in _INFO:
+        _INFO[base] = None
+        for path in INFO_PATHS:
+            try:
+                r = client.get(base + path, headers=headers or {})
+                doc = r.json() if r.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+                _INFO[base] = (doc, f"GET {path} at {base}")
+                break
+    return _INFO[base]
+
+
+def published_upstreams(client: Any, base: str, asked: str, headers: dict[str, str] | None = None) -> list[Upstream]:
+    """What the gateway at `base` (before /v1) publishes as the engines behind model `asked`; [] when it
+    publishes nothing (not LiteLLM, the route refused, or no api_base for that model)."""
+    got = _info(client, base, headers)
+    return upstreams_in(got[0], asked, got[1]) if got is not None else []
+
+
+def engine_models(client: Any, base: str, headers: dict[str, str] | None = None, *, verify: bool | str = True,
+                  timeout_s: float = 10.0) -> tuple[list[str], bool, str] | None:
+    """The model ids the first engine the gateway at `base` publishes lists on its own GET /v1/models (asked
+    without the gateway's key), whether a wildcard route of the gateway passes any name on to it, and where that
+    was read; None when the gateway publishes no engine that answers."""
+    import httpx
+
+    got = _info(client, base, headers)
+    listed = [r for r in (got[0]["data"] if got is not None else []) if isinstance(r, dict)]
+    # LiteLLM lists a wildcard deployment once per OpenAI id it knows, every row with the deployment's one id
+    deployment = [str(r["model_info"].get("id")) if isinstance(r.get("model_info"), dict) else None for r in listed]
+    rows_of = collections.Counter(d for d in deployment if d is not None)
+    engines: dict[str, bool] = {}
+    for row, dep in zip(listed, deployment, strict=True):
+        params = row.get("litellm_params")
+        api_base = params.get("api_base") if isinstance(params, dict) else None
+        if isinstance(api_base, str) and api_base.startswith(("http://", "https://")):
+            wild = "*" in str(row.get("model_name") or "") or (dep is not None and rows_of[dep] > 1)
+            engines[strip_v1(api_base)] = engines.get(strip_v1(api_base), False) or wild
+    for engine, wild in engines.items():
+        try:         # a client of its own: the gateway's key is not the engine's
+            doc = httpx.get(engine + "/v1/models", timeout=timeout_s, verify=verify, trust_env=False).json()
         except (httpx.HTTPError, ValueError):
             continue
-        found = upstreams_in(doc, asked, f"GET {path} at {base}")
-        if found:
-            return found
-    return []
+        rows = doc.get("data") if isinstance(doc, dict) else None
+        ids = [d["id"] for d in rows or [] if isinstance(d, dict) and isinstance(d.get("id"), str) and d["id"]]
+        if ids:
+            assert got is not None
+            return ids, wild, f"the engine behind it, {engine} ({got[1]})"
+    return None
 
 
 def tax_hint(url: str, model: str, headers: dict[str, str], *, verify: bool | str, timeout_s: float) -> str | None:

@@ -276,6 +276,25 @@ def _listing_note(ids: list[str], r: httpx.Response | None, model: str) -> str:
     return f"GET /v1/models lists {ids[0]!r}{more}"
 
 
+def _engine_first(client: httpx.Client, base: str, target: Target, ids: list[str], candidates: list[str],
+                  notes: list[str], verify: bool | str, timeout_s: float) -> list[str]:
+    """The candidates with the models the engine behind a gateway serves put first, where the gateway publishes
+    that engine (LiteLLM's GET /model/info, zgtool.workload.upstream): LiteLLM's wildcard lists some 220 OpenAI
+    ids that any engine behind it answers to (llama-server ignores the name), so the first of them is no
+    measurement of the engine's own model."""
+    from zgtool.workload.upstream import engine_models
+
+    found = engine_models(client, base, target.auth_headers(), verify=verify, timeout_s=timeout_s)
+    if found is None:
+        return candidates
+    served, wild, via = found
+    first = [m for m in usable_models(served) if wild or m in ids][:MAX_NAMED_TRIES]
+    if not first:
+        return candidates
+    notes.append(f"{via} serves {', '.join(map(repr, first))}")
+    return first + [c for c in candidates if c not in first][:MAX_MODEL_TRIES]
+
+
 def _engine(tried: _Tried, base: str, target: Target, verify: bool | str) -> EngineName | None:
     for r in (tried.chat, tried.msg):
         if r is not None and r.is_success and (named := from_answer(r)) is not None:
@@ -300,6 +319,8 @@ def detect(target: Target, *, api_known: bool, model_known: bool, timeout_s: flo
             r, ids = _get_models(client, base, target, timeout_s)
             candidates = usable_models(ids)[:MAX_MODEL_TRIES] or [target.model]
             notes.append(_listing_note(ids, r, target.model))
+            if len(ids) > 1 or any("*" in i for i in ids):     # a gateway's listing: the engine's own names first
+                candidates = _engine_first(client, base, target, ids, candidates, notes, verify, timeout_s)
         tried = _try_models(client, base, target, candidates, None if not api_known else target.api, timeout_s,
                             follow_named=not model_known)
         model, msg, chat = tried.model, tried.msg, tried.chat
