@@ -123,3 +123,53 @@ def test_the_first_line_falls_back_to_the_total_when_a_run_lacks_the_tax_outside
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[0]
     assert "ms per request in total over path 1" in first and "outside the engine" not in first
+
+
+def _write(tmp_path: Path, name: str, doc: dict) -> Path:
+    f = tmp_path / f"{name}.json"
+    f.write_text(json.dumps(doc))
+    return f
+
+
+def _drifted(doc: dict, by_ms: float) -> dict:
+    """Every phase of every path by_ms slower (the machine, not a hop): the runs' paired taxes unchanged."""
+    out = json.loads(json.dumps(doc))
+    for t in out["data"]["targets"]:
+        for ph in t["phases"].values():
+            ph["summary"] = {k: (v + by_ms if k.startswith("p") and v is not None else v)
+                             for k, v in ph["summary"].items()}
+            for k in ("median_lo", "median_hi"):
+                if ph.get(k) is not None:
+                    ph[k] += by_ms
+    return out
+
+
+def test_fail_on_regression_counts_a_hops_tax_not_a_paths_drift_in_runs_of_two_paths(tmp_path: Path) -> None:
+    """An A/A pair recorded here (vLLM-CPU direct and behind HAProxy, tests/gate/data): the second run 20 ms slower
+    on every path is listed as the paths' regressions, not counted; the hop's tax grown by 15 ms is counted."""
+    base = json.loads((Path(__file__).parents[1] / "gate" / "data" / "vllm_haproxy_aa_run1.json").read_text())
+    stored = _write(tmp_path, "stored", base)
+    drift = run_zgtool("compare", stored, _write(tmp_path, "drift", _drifted(base, 20.0)), "--fail-on-regression",
+                       "--json")
+    assert drift.returncode == 0, drift.stderr
+    data = json.loads(drift.stdout)["data"]
+    listed = [c for c in data["changes"] if c["verdict"] == "regression"]
+    assert data["regressions"] == 0 and listed and not any(c["counted"] for c in listed)
+    assert {c["metric"] for c in listed} >= {"outside_engine_ms", "ttfb_ms"}
+    grown = json.loads(json.dumps(base))
+    for d in grown["data"]["differences"]:
+        if d["phase"] == "outside_engine_ms":
+            for k in ("diff_ms", "lo_ms", "hi_ms"):
+                d[k] += 15.0
+    taxed = run_zgtool("compare", stored, _write(tmp_path, "grown", grown), "--fail-on-regression")
+    assert taxed.returncode == 1 and "1 regression(s) against" in taxed.stdout
+    assert "outside_engine_ms tax" in taxed.stdout and "regression" in taxed.stdout
+
+
+def test_in_runs_of_one_path_its_own_median_is_what_counts(tmp_path: Path) -> None:
+    one = json.loads((Path(__file__).parents[1] / "gate" / "data" / "latency_split_one_target.json").read_text())
+    slower = run_zgtool("compare", _write(tmp_path, "a", one), _write(tmp_path, "b", _drifted(one, 50.0)),
+                        "--fail-on-regression", "--json")
+    assert slower.returncode == 1
+    data = json.loads(slower.stdout)["data"]
+    assert data["regressions"] >= 1 and all(c["counted"] for c in data["changes"])

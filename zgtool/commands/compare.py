@@ -46,7 +46,7 @@ def run(opts: CompareOptions) -> dict:
     runs = load_runs(list(opts.files), opts.baseline)
     labels = [r.label for r in runs]
     metrics, taxes, changed = stats.metric_rows(runs), stats.tax_rows(runs), stats.changes(runs)
-    regressions = sum(1 for c in changed if c.verdict == "regression")
+    regressions = sum(1 for c in changed if c.verdict == "regression" and c.counted)
     sentence = render.verdict(labels, metrics, taxes, regressions)
     width = shutil.get_terminal_size((100, 24)).columns
     if not opts.as_json:

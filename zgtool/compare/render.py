@@ -99,9 +99,13 @@ def change_table(rows: list[Change], width: int, every: bool = False) -> list[st
     shown = rows if every else [c for c in rows if c.verdict in ("regression", "improvement")]
     headers = ["run", "path", "metric", "baseline", "change [95%]", "verdict"]
     body = [[c.run, str(c.path + 1), c.metric, fmt(c.baseline),
-             f"{c.diff:+.2f}" + ("" if c.lo is None else f" [{c.lo:+.2f}, {c.hi:+.2f}]"), c.verdict]
+             f"{c.diff:+.2f}" + ("" if c.lo is None else f" [{c.lo:+.2f}, {c.hi:+.2f}]"),
+             c.verdict + ("" if c.counted or c.verdict != "regression" else " (not counted)")]
             for c in shown]
     out = layout(headers, body, width) if body else ["no regression or improvement"]
+    if any(c.verdict == "regression" and not c.counted for c in shown):
+        out.append("(not counted): a path's own median in runs of two or more paths moves with the machine "
+                   "between runs; what counts are the hops' taxes, paired within each run")
     rest = len(rows) - len(shown)
     if rest:
         unjudged = sum(1 for c in rows if c.verdict == "no interval")
@@ -126,7 +130,8 @@ def summary_markdown(sentence: str, labels: Sequence[str], taxes: list[TaxRow], 
     if flagged:
         out += ["| run | path | metric | baseline | this run | change | verdict |", "|---|---|---|---|---|---|---|"]
         out += [f"| {c.run} | {c.path_name} | {c.metric} | {c.baseline:.2f} | {c.value:.2f} | {c.diff:+.2f} "
-                f"[{c.lo:+.2f}, {c.hi:+.2f}] | {c.verdict} |" for c in flagged]
+                f"[{c.lo:+.2f}, {c.hi:+.2f}] | {c.verdict}"
+                f"{'' if c.counted or c.verdict != 'regression' else ' (not counted)'} |" for c in flagged]
     else:
         out.append("No regression or improvement beyond the smallest effect that matters (max(0.2 ms, 2%)).")
     return "\n".join(out) + "\n"

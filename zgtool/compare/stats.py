@@ -9,7 +9,12 @@
   samples, so the interval combines the two medians' own intervals (normal approximation of each:
   se = width / (2 * 1.96)); a change counts only when that interval excludes 0 and the change is
   above the smallest effect that matters (max(0.2 ms, 2% of the baseline), the rule latency-split
-  uses).
+  uses). Each hop's tax is compared the same way (its paired interval in each run; the effect that
+  matters is 2% of the baseline path's median of that phase, at least 0.2 ms).
+- What --fail-on-regression counts: in runs of two or more paths, the hops' taxes only, which the machine's
+  drift between runs cancels within each run; a path's own median moves with the machine (it flagged 6 of 11
+  consecutive pairs of A/A runs that bench/gate_calibration.py had made, quiet, here) and is listed, not
+  counted. In runs of one path there is nothing paired: its medians are counted.
 """
 
 from __future__ import annotations
@@ -128,6 +133,7 @@ class Change:
     lo: float | None
     hi: float | None
     verdict: str               # "regression" | "improvement" | "no change" | "no interval"
+    counted: bool = True       # counts toward --fail-on-regression (a path's own median in a multi-path run: no)
 
 
 def _smallest_effect(baseline: float) -> float:
@@ -147,10 +153,35 @@ def _verdict(diff: float, lo: float | None, hi: float | None, baseline: float, h
     return "no change"
 
 
-def changes(runs: list[Run]) -> list[Change]:
-    """Every other run against the baseline (runs[0]), per path and metric."""
+def _apart(b_lo: float, b_hi: float, v_lo: float, v_hi: float, diff: float) -> tuple[float, float]:
+    """The interval of a difference of two separate runs' figures from each one's own 95% interval."""
+    se = math.hypot((b_hi - b_lo) / (2 * _Z), (v_hi - v_lo) / (2 * _Z))
+    return diff - _Z * se, diff + _Z * se
+
+
+def tax_changes(runs: list[Run]) -> list[Change]:
+    """Every other run's tax per hop and phase against the baseline run's (each paired within its run)."""
     out = []
     base = runs[0]
+    for run in runs[1:]:
+        for j in range(1, min(len(base.path_names), len(run.path_names))):
+            for phase in TAX_PHASES:
+                b, v = _difference(base, j, phase), _difference(run, j, phase)
+                ref = _median(base.targets[0], phase)[0]
+                if b is None or v is None or ref is None:
+                    continue
+                diff = v[0] - b[0]
+                lo, hi = _apart(b[1], b[2], v[1], v[2], diff)
+                out.append(Change(run.label, j, base.path_names[j], f"{phase} tax", b[0], v[0], diff, lo, hi,
+                                  _verdict(diff, lo, hi, ref, False)))
+    return out
+
+
+def changes(runs: list[Run]) -> list[Change]:
+    """Every other run against the baseline (runs[0]), per path and metric, then each hop's tax."""
+    out = []
+    base = runs[0]
+    alone = len(base.path_names) == 1       # nothing paired: a path's own medians are what counts
     for run in runs[1:]:
         for i, name in enumerate(base.path_names):
             for metric in (*LATENCY_METRICS, *THROUGHPUT_METRICS):
@@ -160,9 +191,8 @@ def changes(runs: list[Run]) -> list[Change]:
                     continue
                 diff = v - b
                 lo = hi = None
-                if None not in (b_lo, b_hi, v_lo, v_hi):
-                    se = math.hypot((b_hi - b_lo) / (2 * _Z), (v_hi - v_lo) / (2 * _Z))  # type: ignore[operator]
-                    lo, hi = diff - _Z * se, diff + _Z * se
+                if b_lo is not None and b_hi is not None and v_lo is not None and v_hi is not None:
+                    lo, hi = _apart(b_lo, b_hi, v_lo, v_hi, diff)
                 out.append(Change(run.label, i, name, metric, b, v, diff, lo, hi,
-                                  _verdict(diff, lo, hi, b, metric in THROUGHPUT_METRICS)))
-    return out
+                                  _verdict(diff, lo, hi, b, metric in THROUGHPUT_METRICS), counted=alone))
+    return out + tax_changes(runs)
