@@ -3,13 +3,16 @@ documented model-info route, also at /v1/model/info) lists each deployment's `li
 keys: `api_base` (the engine's URL) and `model` as PROVIDER/ID (the engine's own id for it), under the
 `model_name` clients ask for (a name with `*` is a wildcard that passes the asked name on).
 
-Used to count tokens on the engine's own tokenize route when the gateway has none (zgtool.workload.tokens).
-The gateway's key is never sent to the engine: it is a different server."""
+Used to count tokens on the engine's own tokenize route when the gateway has none (zgtool.workload.tokens), to
+try the engine's own model names first in detection (zgtool.latency.wire.detect), and to name the command that
+measures a gateway's tax beside its engine (latency-split on the gateway alone). The gateway's key is never sent
+to the engine: it is a different server."""
 
 from __future__ import annotations
 
 import collections
 import fnmatch
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,25 +62,30 @@ def upstreams_in(doc: Any, asked: str, via: str) -> list[Upstream]:
     return list(dict.fromkeys(exact + wild))
 
 
-_INFO: dict[str, tuple[Any, str] | None] = {}     # base -> (its /model/info answer, where); asked once per run
-                                                  # (LiteLLM's answer can be 2 MB)
+# base -> (when asked, (its /model/info answer, where) or None): asked once while a run detects, counts and
+# measures (LiteLLM's answer can be 2 MB), and again after INFO_TTL_S (another server may hold the port by then)
+_INFO: dict[str, tuple[float, tuple[Any, str] | None]] = {}
+INFO_TTL_S = 30.0
 
 
 def _info(client: Any, base: str, headers: dict[str, str] | None = None) -> tuple[Any, str] | None:
     import httpx
 
-    if base not in _INFO:
-        _INFO[base] = None
-        for path in INFO_PATHS:
-            try:
-                r = client.get(base + path, headers=headers or {})
-                doc = r.json() if r.status_code == 200 else None
-            except (httpx.HTTPError, ValueError):
-                continue
-            if isinstance(doc, dict) and isinstance(doc.get("data"), list):
-                _INFO[base] = (doc, f"GET {path} at {base}")
-                break
-    return _INFO[base]
+    seen = _INFO.get(base)
+    if seen is not None and time.monotonic() - seen[0] < INFO_TTL_S:
+        return seen[1]
+    found: tuple[Any, str] | None = None
+    for path in INFO_PATHS:
+        try:
+            r = client.get(base + path, headers=headers or {})
+            doc = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("data"), list):
+            found = (doc, f"GET {path} at {base}")
+            break
+    _INFO[base] = (time.monotonic(), found)
+    return found
 
 
 def published_upstreams(client: Any, base: str, asked: str, headers: dict[str, str] | None = None) -> list[Upstream]:
