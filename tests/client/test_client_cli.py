@@ -77,3 +77,16 @@ def test_an_anthropic_target_given_with_its_v1_is_asked_at_v1_messages(scripted:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["data"]["text"] == "hello there"
     assert [s.path for s in scripted.seen] == ["/v1/messages"]
+
+
+def test_a_bare_url_is_asked_for_the_model_it_lists_without_a_request_beforehand(tmp_path: Path) -> None:
+    from replay_servers import running
+
+    with running("openai-only", "served-model") as url:        # 404 for any other model, as vLLM
+        proc = zgtool("client", "ask", url, "hi", "--api", "openai", "--json", cwd=tmp_path)
+        named = zgtool("client", "ask", url, "hi", "--api", "openai", "--model", "other", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["data"]["ok"] and doc["data"]["num_attempts"] == 1 and doc["target"]["model"] == "served-model"
+    assert doc["target"]["detected"].startswith("model 'served-model' (GET /v1/models lists 'served-model')")
+    assert named.returncode == 2 and "The model `other` does not exist" in named.stderr     # --model is kept

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zgtool.client.retry import NEVER_RETRIED_STATUSES
 from zgtool.errors import MissingCapability, TargetUnreachable, UsageError
@@ -31,6 +32,25 @@ class AskOptions:
     verify: bool | str = True  # TLS: system CAs, False (--insecure) or a CA bundle path (--cacert)
 
 
+DETECT_TIMEOUT_S = 10.0
+
+
+def _detected(opts: AskOptions, target: Any) -> tuple[Any, str | None]:
+    """A bare URL without --model: the model it lists (zgtool.latency.wire.detect.listed_model, GET /v1/models
+    only: no request that would change what the server answers the ask), so that `ask http://vllm:8000` asks
+    for the model vLLM serves, not "default"; how it was found, for stderr."""
+    if "://" not in opts.target or opts.model is not None:
+        return target, None
+    from dataclasses import replace
+
+    from zgtool.latency.wire.detect import listed_model
+
+    found = listed_model(target, timeout_s=min(opts.timeout_s, DETECT_TIMEOUT_S), verify=opts.verify)
+    if found is None:
+        return target, None
+    return replace(target, model=found[0]), f"model {found[0]!r} ({found[1]}); --model overrides"
+
+
 def run_ask(opts: AskOptions) -> None:
     from zgtool.client.client import Client, RequestFailed
     from zgtool.client.policy import AutoFallbackPolicy, FallbackConfig
@@ -42,7 +62,9 @@ def run_ask(opts: AskOptions) -> None:
 
     if opts.api is not None and opts.api not in APIS:
         raise UsageError(f"--api must be one of {', '.join(APIS)}, not {opts.api!r}")
-    target = resolve(opts.target, opts.config, api=opts.api, model=opts.model)
+    target, found = _detected(opts, resolve(opts.target, opts.config, api=opts.api, model=opts.model))
+    if found is not None and not opts.as_json:
+        err_console.print(found, highlight=False)
     try:
         retry = RetryConfig(max_attempts=opts.max_attempts, max_wait_s=opts.max_wait_s)
         policy = None
@@ -70,8 +92,8 @@ def run_ask(opts: AskOptions) -> None:
         console.print()
     elif not opts.as_json and result.ok:
         console.print(result.text, markup=False, highlight=False)
-    emit_result(make_result("client.ask", result_data(result), target=target.public()),
-                as_json=opts.as_json, out=opts.out)
+    public = target.public() | ({"detected": found} if found is not None else {})
+    emit_result(make_result("client.ask", result_data(result), target=public), as_json=opts.as_json, out=opts.out)
     if not opts.as_json:
         render(result, err_console if failed else console)
     if failed is not None:

@@ -351,6 +351,26 @@ def detect(target: Target, *, api_known: bool, model_known: bool, timeout_s: flo
     return replace(target, api=api, model=model), found
 
 
+def listed_model(target: Target, *, timeout_s: float = 10.0, verify: bool | str = True) -> tuple[str, str] | None:
+    """The model a bare URL lists (GET /v1/models; through a gateway that publishes its engine, the engine's
+    own first), and how it was found, without sending a request that could change what the server does next
+    (`client ask`, whose retries and fall-backs are what it shows); None when it lists nothing usable or
+    already lists the target's model."""
+    base = _base(target)
+    notes: list[str] = []
+    with httpx.Client(timeout=timeout_s, verify=verify, trust_env=False) as client:
+        try:
+            r, ids = _get_models(client, base, target, timeout_s)
+        except TargetUnreachable:
+            return None
+        usable = usable_models(ids)
+        if not usable or target.model in usable:
+            return None
+        if len(ids) > 1 or any("*" in i for i in ids):
+            usable = _engine_first(client, base, target, ids, usable, notes, verify, timeout_s)
+    return usable[0], "; ".join([_listing_note(ids, r, target.model), *notes])
+
+
 def check_serves(target: Target, model: str, *, timeout_s: float = 10.0, verify: bool | str = True
                  ) -> tuple[bool, str, list[str]]:
     """Whether `target` answers a 1-token request for `model` (on its API), what it answered, and what its
