@@ -19,7 +19,8 @@ previous iteration's baseline vs this one's candidate.
 iteration's A/A, A/B2 and A/B10 results are gated against the previous iteration's A/A result, by the
 policy's [regression] method "intervals" (zgtool/gate/acrossruns.py, the default: these two-path runs are
 judged by the hop's paired tax), the same with paths = "always" (each path's own medians judged too) and
-"percentile" (p95 by percentage, the old rule). An A/B result's candidate is relabelled with the A/A candidate's URL, as if the
+"percentile" (p95 by percentage, the old rule); and `zgtool compare STORED THIS --fail-on-regression` on the
+same pairs. An A/B result's candidate is relabelled with the A/A candidate's URL, as if the
 same gateway had slowed down since the stored run; a breach of a [regression] row (the stored-run comparison's
 own, not the run's [paired] rows) is a false alarm for an A/A pair, a detection for an A/B pair.
 Prints a table and, as the LAST line, one JSON object: rates with Wilson 95% intervals.
@@ -95,6 +96,16 @@ def relabelled(result: dict, url: str, as_url: str) -> dict:
     return json.loads(json.dumps(result).replace(json.dumps(url)[1:-1], json.dumps(as_url)[1:-1]))
 
 
+def compare_fails(stored: Path, now: dict, tmp: Path) -> bool:
+    """`zgtool compare STORED NOW --fail-on-regression` would exit 1 (zgtool.compare, in process)."""
+    from zgtool.compare.runs import load_runs
+    from zgtool.compare.stats import changes
+
+    mine = tmp / "compare-now.json"
+    mine.write_text(json.dumps(now))
+    return any(c.verdict == "regression" and c.counted for c in changes(load_runs([stored, mine], None)))
+
+
 def burners(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
@@ -142,7 +153,7 @@ def main() -> None:
                 naive_fa = naive_n = 0
                 prev_base_p95: float | None = None
                 prev_aa: LoadedResult | None = None
-                vs_stored = {m: {s: 0 for s in SCENARIOS} for m in across}
+                vs_stored = {m: {s: 0 for s in SCENARIOS} for m in [*across, "compare"]}
                 stored_n = 0
                 try:
                     for i in range(args.runs):
@@ -156,6 +167,7 @@ def main() -> None:
                                     own = [r for r in evaluate(pol, [now], baseline=prev_aa).breaches
                                            if r.group == "regression"]
                                     vs_stored[m][s] += bool(own)
+                                vs_stored["compare"][s] += compare_fails(Path(prev_aa.label), now.result, Path(tmp))
                             fails[s] += report.verdict == "fail"
                             for row in report.breaches:    # which check fired, and why, in words
                                 why = f"{row.rule}: {row.why}"
@@ -171,7 +183,8 @@ def main() -> None:
                                     naive_fa += (cand_p95 > prev_base_p95 * 1.10 and cand_p95 - prev_base_p95 > 1.0)
                                 prev_base_p95 = percentile(a, 95)
                         stored_n += prev_aa is not None
-                        prev_aa = LoadedResult("stored", json.loads((Path(tmp) / f"{cond}-aa-{i}.json").read_text()))
+                        stored = Path(tmp) / f"{cond}-aa-{i}.json"
+                        prev_aa = LoadedResult(str(stored), json.loads(stored.read_text()))
                         print(f"  {cond} {i + 1}/{args.runs}: fails {fails}; against the stored run {vs_stored}",
                               flush=True)
                 finally:
