@@ -1,8 +1,8 @@
 """`gate --baseline FILE` on latency_split results, judged by intervals (the [regression] method "intervals").
 
 Two separate runs drift apart on a shared machine, and a p95 of 50 requests carries no interval: the old rule
-(this run's p95 over the baseline's by more than 10%) failed 37-47% of A/A run pairs of the same stack
-(bench/gate_calibration.py). So, for each result against the baseline run:
+(this run's p95 over the baseline's by more than 10%) failed 4 to 10 of 11 A/A pairs of runs of the same stack
+(bench/gate_calibration.py, quiet and busy, two runs of it here). So, for each result against the baseline run:
 
 - a path's phase X (each target both runs measured; by default only in a run of one path, [regression]
   paths = "auto"): this run's 95% interval of the median (median_lo to
@@ -85,10 +85,12 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
     if not _judge_paths(spec, res.result):
         theirs = {}
         rows.append(GateRow(
-            "each path's own medians", "paths = \"auto\": judged in a run of one path", res.label, SKIP,
-            detail="not judged in a run of two or more paths: a path's own median moves with the machine between "
-                   "runs (in 1-2 of 11 A/A pairs of runs, quiet or busy, in bench/gate_calibration.py); the hops' "
-                   "taxes do not. [regression] paths = \"always\" judges them too", group=GROUP))
+            "each path's own medians", f"paths = \"{spec.paths}\"" + (": judged in a run of one path"
+                                                                      if spec.paths == "auto" else ""), res.label,
+            SKIP, detail="not judged in a run of two or more paths: a path's own median moves with the machine "
+                         "between runs (0-3 of 11 A/A pairs of runs failed by it in bench/gate_calibration.py, quiet "
+                         "or busy); the hops' taxes do not. [regression] paths = \"always\" judges them too",
+            group=GROUP))
     for (target, phase), (b_med, b_lo, b_hi) in theirs.items():
         if (target, phase) not in mine or not _selected(spec, target, phase):
             continue

@@ -78,7 +78,7 @@ class RegressionSpec:
     method: str = "intervals"
     # under "intervals", each path's own median: "auto" judges it only in a run of one path (a run of two or
     # more is judged by its hops' taxes, which the machine's drift between runs does not move: a path's own
-    # median moved past its allowance in 1-2 of 11 A/A pairs of runs per condition, the taxes in none);
+    # median moved past its allowance in 0-3 of 11 A/A pairs of runs per condition, the taxes in none);
     # "always"; "never"
     paths: str = "auto"
 
