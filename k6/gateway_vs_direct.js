@@ -37,6 +37,7 @@ import http from 'k6/http';
 import { check } from 'k6';
 import { SharedArray } from 'k6/data';
 import exec from 'k6/execution';
+import { Counter } from 'k6/metrics';
 
 const DIRECT_URL = (__ENV.DIRECT_URL || 'http://127.0.0.1:8000').replace(/\/$/, '');
 const GATEWAY_URL = (__ENV.GATEWAY_URL || 'http://127.0.0.1:8080').replace(/\/$/, '');
@@ -53,6 +54,13 @@ const SEQUENTIAL = (__ENV.SEQUENTIAL || '1') !== '0';
 const SELECTED = (__ENV.SCENARIOS || 'gateway,direct,direct_stream').split(',').map((s) => s.trim()).filter(Boolean);
 const PHASES = ['http_req_blocked', 'http_req_connecting', 'http_req_tls_handshaking', 'http_req_sending',
   'http_req_waiting', 'http_req_receiving', 'http_req_duration'];
+
+// Requests that went out on a new TCP connection although their VU had already sent one to the
+// same target: the server (or a hop) closed the kept-alive connection after its answer (llama-server
+// does after every streamed answer), so their durations include a connect. A VU's first request
+// always connects and is not counted.
+const RECONNECTS = new Counter('zg_reconnects');
+const sentBefore = {};   // per VU: targets it has sent to
 
 // One body, or an array of them: parsed and encoded (plain, stream) once, shared read-only by every VU.
 const BODIES = new SharedArray('bodies', () => {
@@ -115,6 +123,7 @@ function buildThresholds() {
     t[`checks{path:${name}}`] = ['rate>=0'];
     t[`dropped_iterations{scenario:${name}}`] = ['count>=0'];
     t[`iterations{path:${name}}`] = ['count>=0'];
+    t[`zg_reconnects{path:${name}}`] = ['count>=0'];
   }
   return t;
 }
@@ -134,6 +143,8 @@ export function hit() {
   const body = BODIES.length > 1
     ? BODIES[exec.scenario.iterationInTest % BODIES.length][target.stream ? 1 : 0] : target.body;
   const res = http.post(target.url, body, { headers: target.headers, timeout: REQUEST_TIMEOUT });
+  if (sentBefore[__ENV.TARGET] && res.timings.connecting > 0) RECONNECTS.add(1);
+  sentBefore[__ENV.TARGET] = true;
   const done = IS_OPENAI ? '[DONE]' : 'message_stop';
   const ok = check(res, {
     'status is 200': (r) => r.status === 200,

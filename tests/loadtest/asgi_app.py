@@ -2,7 +2,9 @@
 
 Not the engine: it lets the k6 plumbing be tested without the model stack. A request
 whose body contains "fail-me" gets a 500 so failure counting can be checked; "slow-me"
-waits 300 ms, so a small VU pool cannot keep an arrival rate.
+waits 300 ms, so a small VU pool cannot keep an arrival rate; "close-me" is answered with
+`connection: close`, so uvicorn closes the kept-alive connection after the answer (as llama-server
+closes after every streamed answer).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ async def app(scope, receive, send):
         await asyncio.sleep(0.3)
     req = json.loads(body)
     if not req.get("stream"):
-        await _json(send, 200, MESSAGE)
+        await _json(send, 200, MESSAGE, close=b"close-me" in body)
         return
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/event-stream")]})
@@ -62,8 +64,8 @@ async def app(scope, receive, send):
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _json(send, status: int, obj) -> None:
+async def _json(send, status: int, obj, close: bool = False) -> None:
     raw = json.dumps(obj).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json")]})
+                "headers": [(b"content-type", b"application/json")] + ([(b"connection", b"close")] if close else [])})
     await send({"type": "http.response.body", "body": raw})

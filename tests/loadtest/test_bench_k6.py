@@ -28,6 +28,15 @@ def test_bench_cli_writes_a_bench_k6_result_with_every_phase_per_scenario(asgi_u
             assert s[phase]["p50"] <= s[phase]["p95"] <= s[phase]["max"]
     assert data["failure_rate"] == 0 and data["load_generator_saturated"] is False
     assert data["ttft_ms"] is None and any("not time to first token" in n for n in data["notes"])
+    # uvicorn keeps its connections alive: no VU had to reconnect, and nothing is said about it
+    assert all(s["reconnects"] == 0 for s in data["scenarios"].values())
+    assert not any("new TCP connection" in n for n in data["notes"])
+    # what each path adds to direct's median, with an interval over its requests (k6's raw points)
+    for name in ("gateway", "direct_stream"):
+        d = data["differences"][name]
+        assert d["vs"] == "direct" and d["n"] >= 10 and d["lo_ms"] <= d["p50_ms"] <= d["hi_ms"], d
+        assert "unpaired" in d["method"]
+    assert "interval [" in proc.stdout.splitlines()[0] or "interval [" in proc.stdout
     assert (tmp_path / "run" / "summary.json").exists()
     # the table shows each phase for each path
     assert "duration" in proc.stdout and "direct_stream" in proc.stdout
@@ -52,6 +61,24 @@ def test_failed_requests_are_counted_per_scenario(asgi_url, tmp_path):
     said = [n for n in result.notes if n.startswith("direct: a failed request: ")]
     assert said == [f'direct: a failed request: POST {asgi_url}/v1/messages -> HTTP 500: {{"type": "error", '
                     '"error": {"type": "api_error", "message": "asked to fail"}}'], result.notes
+
+
+def test_requests_that_find_their_kept_alive_connection_closed_are_counted_and_named(asgi_url, tmp_path):
+    """llama-server closes its connection after every streamed answer: k6 then connects anew for the next
+    request of that VU, and the duration includes the connect. A VU's first request is not counted."""
+    payload = tmp_path / "close.json"
+    payload.write_text(json.dumps({"model": "default", "max_tokens": 4,
+                                   "messages": [{"role": "user", "content": "close-me"}]}))
+    cfg = BenchConfig(rate_rps=10, duration_s=1.0, pre_allocated_vus=2, max_vus=2, scenarios=("direct",),
+                      payload=payload)
+    result = run_bench(cfg, direct=Target("direct", asgi_url), gateway=None, k6=find_k6(),
+                       run_dir=tmp_path / "run", progress=False)
+    s = result.scenarios["direct"]
+    assert s.failures == 0 and s.requests >= 8, result.notes
+    assert s.requests - 2 <= s.reconnects <= s.requests - 1, (s.reconnects, s.requests)
+    said = [n for n in result.notes if "new TCP connection" in n]
+    assert len(said) == 1 and said[0].startswith(f"direct: {s.reconnects} of {s.requests} requests went out on a "
+                                                 "new TCP connection"), result.notes
 
 
 def test_a_target_given_with_its_v1_is_asked_at_v1_messages_not_v1_v1(asgi_url, cli, tmp_path):

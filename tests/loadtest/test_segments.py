@@ -150,3 +150,37 @@ def test_a_bench_without_run_dir_leaves_no_folder_behind(asgi_url, cli, tmp_path
     data = json.loads(out.read_text())["data"]
     assert data["requests"] >= 5 and data["config"]["run_dir"] is None    # it names no folder that is gone
 
+
+
+def test_merged_segments_sum_their_reconnects_and_take_the_p50_interval_from_the_pooled_points():
+    """Each segment says its own reconnects; the merged result says the sum once, and its p50 difference
+    is computed over every segment's points, not one segment's."""
+    from dataclasses import asdict
+
+    from zgtool.loadtest.differences import RECONNECT_MARK, reconnect_notes
+    from zgtool.loadtest.merge import merge_segments, trend_of
+    from zgtool.loadtest.summary import PHASES, ScenarioStats
+
+    def segment(i: int, shift_ms: float, reconnects: int) -> dict:
+        pts = {"direct": [10.0 + 0.1 * k + i for k in range(20)]}
+        pts["gateway"] = [v + shift_ms for v in pts["direct"]]
+        scen = {name: ScenarioStats(name=name, url="http://x", stream=False, rate_rps=10, requests=20, failures=0,
+                                    failure_rate=0.0, achieved_rps=10.0, dropped_iterations=0, checks_failed=0,
+                                    reconnects=reconnects if name == "gateway" else 0,
+                                    **{ph: trend_of(v) for ph in PHASES})
+                for name, v in pts.items()}
+        notes = reconnect_notes(scen)
+        assert len(notes) == 1 and f"gateway: {reconnects} of 20" in notes[0]
+        return {"kind": "bench.k6", "data": {
+            "segment": f"{i}/2", "k6_version": "v1.1.0", "script": "gateway_vs_direct.js", "test_run_s": 2.0,
+            "config": {"rate_rps": 10, "duration_s": 2.0, "api": "anthropic", "arrivals": "constant",
+                       "sequential": True, "endpoint": "/v1/messages"},
+            "scenarios": {n: asdict(s) for n, s in scen.items()}, "notes": notes,
+            "points": {n: {"http_req_duration": v} for n, v in pts.items()}}}
+
+    merged = merge_segments([("a.json", segment(1, 3.0, 4)), ("b.json", segment(2, 3.0, 5))])
+    assert merged.scenarios["gateway"].reconnects == 9 and merged.scenarios["direct"].reconnects == 0
+    said = [n for n in merged.notes if RECONNECT_MARK in n]
+    assert len(said) == 1 and said[0].startswith("gateway: 9 of 40 requests"), merged.notes
+    d = merged.differences["gateway"]
+    assert d["n"] == 40 and d["p50_ms"] == pytest.approx(3.0) and d["lo_ms"] > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,33 @@ def test_bench_verdict_names_failures_and_a_run_where_nothing_succeeded():
     assert "gateway: 3 of 11 failed" in bench_verdict(_bench(summary, {"gateway": 3}))
     summary = _load("k6_summary_gateway_vs_direct.json")
     assert bench_verdict(_bench(summary, {"direct": 11, "gateway": 11})).startswith("No request succeeded")
+
+
+def test_the_verdict_gives_the_p50_difference_its_interval_and_says_when_it_holds_zero():
+    summary = _load("k6_summary_gateway_vs_direct.json")
+    res = _bench(summary)
+    g = {"vs": "direct", "p50_ms": 1.0, "lo_ms": 0.4, "hi_ms": 1.9, "confidence": 0.95, "verdict": "higher", "n": 11}
+    line = bench_verdict(replace(res, differences={"gateway": g}))
+    assert "; 95% interval [+0.40, +1.90])" in line and "not significant" not in line
+    assert "intervals over requests; separate k6 runs, so a drift between them is not covered" in line
+    line = bench_verdict(replace(res, differences={"gateway": {**g, "lo_ms": -0.2}}))
+    assert "; 95% interval [-0.20, +1.90], not significant)" in line
+    # an interval of too few requests is not printed
+    assert "interval" not in bench_verdict(replace(res, differences={"gateway": {**g, "lo_ms": None}})).split("(")[1]
+
+
+def test_p50_differences_are_each_path_against_direct_from_the_raw_durations():
+    from zgtool.loadtest.differences import p50_differences
+
+    direct = [10.0 + i * 0.1 for i in range(40)]
+    points = {"direct": {"http_req_duration": direct},
+              "gateway": {"http_req_duration": [v + 5.0 for v in direct]},
+              "direct_stream": {"http_req_duration": [v + 0.01 * (-1) ** i for i, v in enumerate(direct)]}}
+    out = p50_differences(points, ["gateway", "direct", "direct_stream"])
+    assert set(out) == {"gateway", "direct_stream"}
+    assert out["gateway"]["p50_ms"] == pytest.approx(5.0) and out["gateway"]["lo_ms"] > 0
+    assert out["gateway"]["verdict"] == "higher"
+    assert out["direct_stream"]["lo_ms"] <= 0 <= out["direct_stream"]["hi_ms"]
+    assert out["direct_stream"]["verdict"] == "not significant"
+    assert p50_differences(points, ["gateway"]) == {}                 # no direct run: nothing to compare with
+    assert p50_differences({"gateway": points["gateway"]}, ["gateway", "direct"]) == {}

@@ -88,8 +88,22 @@ def test_only_a_k6_result_gives_the_k6_section_and_says_why_the_rest_is_missing(
     html = render_files([data_dir / "verify" / "bench.k6.json"])
     k6 = section(html, "k6")
     assert "Not in this report" not in k6 and "<svg" in k6 and "direct_stream" in k6
+    # a result recorded before the p50 differences were kept: no interval is made up
+    assert "p50 vs direct" in k6 and "<td class=num>-</td></tr>" in k6
     assert "no latency_split result among the inputs" in absent(html, "waterfall")
     assert "no probe.stream / probe.all result among the inputs" in absent(html, "stream")
+
+
+def test_the_k6_table_gives_each_path_its_p50_against_direct_with_the_interval(data_dir: Path, tmp_path: Path) -> None:
+    doc = json.loads((data_dir / "verify" / "bench.k6.json").read_text())
+    doc["data"]["differences"] = {
+        "gateway": {"vs": "direct", "p50_ms": 2.5, "lo_ms": 1.25, "hi_ms": 3.75, "n": 40},
+        "direct_stream": {"vs": "direct", "p50_ms": 0.5, "lo_ms": -0.25, "hi_ms": 1.0, "n": 40}}
+    path = tmp_path / "bench.k6.json"
+    path.write_text(json.dumps(doc))
+    k6 = section(render_files([path]), "k6")
+    assert "<td class=num>+2.50 [+1.25, +3.75]</td>" in k6
+    assert "<td class=num>+0.50 [-0.25, +1.00] n.s.</td>" in k6
 
 
 def test_a_skipped_verify_stage_is_the_reason_its_section_gives(data_dir: Path, tmp_path: Path) -> None:

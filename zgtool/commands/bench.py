@@ -163,7 +163,7 @@ def _bench_in(opts: BenchOptions, run_dir: Path, scratch: bool) -> None:
             cfg, token_note = refit_for_bench(cfg, opts.workload, opts.tokenizer, direct, run_dir)
         assert opts.k6 is not None, "k6 was found by parse_bench_options"
         result = run_bench(cfg, direct=direct, gateway=gateway, k6=opts.k6, run_dir=run_dir,
-                           progress=opts.progress, segment=opts.segment, keep_points=opts.otlp_endpoint is not None)
+                           progress=opts.progress, segment=opts.segment)
     from zgtool.results import make_result
 
     if token_note is not None:

@@ -12,6 +12,7 @@ from typing import Any
 from zgtool.errors import TargetUnreachable, UsageError
 from zgtool.loadtest import scripts
 from zgtool.loadtest.config import BenchConfig, RampConfig, k6_duration
+from zgtool.loadtest.differences import p50_differences, reconnect_notes
 from zgtool.loadtest.k6bin import k6_version
 from zgtool.loadtest.points import read_points
 from zgtool.loadtest.runner import K6Run, run_k6
@@ -73,10 +74,9 @@ def k8s_manifests(config: BenchConfig, *, direct: Target, gateway: Target | None
 
 
 def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6: Path,
-              run_dir: Path | None = None, progress: bool = True, segment: Segment | None = None,
-              keep_points: bool = False) -> BenchResult:
-    """One k6 run; `keep_points`: k6 also writes every request's points to run_dir/points.csv.gz (a segment
-    always does, for `bench merge`; --otlp-endpoint reads them)."""
+              run_dir: Path | None = None, progress: bool = True, segment: Segment | None = None) -> BenchResult:
+    """One k6 run. k6 also writes every request's points to run_dir/points.csv.gz: the p50 differences'
+    intervals read them, a segment carries them for `bench merge`, --otlp-endpoint reads them."""
     if "gateway" in config.scenarios and gateway is None:
         raise UsageError("the gateway scenario needs --gateway TARGET (or --start, or --scenarios direct,...)")
     needs_direct = any(s.startswith("direct") for s in config.scenarios)
@@ -85,9 +85,8 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="zgtool-bench-"))
     payload = Path(config.payload or scripts.payload(config.api)).resolve()
     env = bench_env(config, direct, gateway, payload)
-    points_file = run_dir.resolve() / "points.csv.gz"
-    extra = (*(segment.k6_args() if segment else ()), "--out", f"csv={points_file}") \
-        if segment or keep_points else ()
+    points_file = run_dir.resolve() / "points.csv.gz"   # always: the p50 differences' intervals read it
+    extra = (*(segment.k6_args() if segment else ()), "--out", f"csv={points_file}")
     run = K6Run(k6=k6, script=scripts.script(scripts.GATEWAY_VS_DIRECT), env=env, run_dir=run_dir,
                 expected_s=config.expected_s, timeout_s=config.expected_s + 120, extra_args=extra)
     label = "k6 " + " → ".join(config.scenarios) + (f" (segment {segment.label})" if segment else "")
@@ -106,8 +105,10 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
     if dropped:
         notes.append(f"the load generator could not keep the rate: {dropped} iterations dropped "
                      f"(raise --max-vus, lower --rate, or give k6 its own machine)")
+    notes.extend(reconnect_notes(stats))
     notes.extend(f"k6: {w}" for w in out.warnings[:5])
     notes.extend(first_failures(out.log_path))
+    points = read_points(points_file)
     return BenchResult(
         k6_version=k6_version(k6), script=run.script.name,
         config={"rate_rps": config.rate_rps, "duration_s": config.duration_s,
@@ -120,7 +121,8 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
         dropped_iterations=dropped, load_generator_saturated=dropped > 0,
         test_run_s=run_duration_s(out.summary), notes=notes,
         segment=segment.label if segment else None,
-        points=read_points(points_file) if segment else None,
+        points=points if segment else None,
+        differences=p50_differences(points, list(stats)),
     )
 
 

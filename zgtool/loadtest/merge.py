@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from zgtool.errors import UsageError
+from zgtool.loadtest.differences import RECONNECT_MARK, p50_differences, reconnect_notes
 from zgtool.loadtest.summary import PHASES, BenchResult, ScenarioStats, Trend
 from zgtool.stats import percentile
 
@@ -81,16 +82,21 @@ def merge_segments(labelled: list[tuple[str, dict[str, Any]]]) -> BenchResult:
             achieved_rps=requests / duration_s if duration_s > 0 else math.nan,
             dropped_iterations=sum(int(p["dropped_iterations"]) for p in parts),
             checks_failed=sum(int(p["checks_failed"]) for p in parts), arrivals=base.get("arrivals", "constant"),
-            **trends)
+            reconnects=sum(int(p.get("reconnects", 0)) for p in parts), **trends)
     requests = sum(s.requests for s in scenarios.values())
     failures = sum(s.failures for s in scenarios.values())
     dropped = sum(s.dropped_iterations for s in scenarios.values())
     notes = [f"merged from {count} k6 execution segments ({', '.join(label for label, _ in labelled)}): counts "
              "summed, every trend recomputed from the pooled raw points (linear percentiles)"]
-    notes += [n for d in datas for n in d.get("notes", []) if n not in notes]
+    notes += [n for d in datas for n in d.get("notes", []) if n not in notes and RECONNECT_MARK not in n]
+    notes += reconnect_notes(scenarios)     # the segments' counts summed, not one line per segment
+    pooled = {name: {"http_req_duration": [v for d in datas
+                                           for v in (d["points"].get(name) or {}).get("http_req_duration", [])]}
+              for name in scenarios}
     merged = BenchResult(
         k6_version=first["k6_version"], script=first["script"],
         config={**first["config"], "segments": count}, scenarios=scenarios, requests=requests, failures=failures,
         failure_rate=failures / requests if requests else math.nan, dropped_iterations=dropped,
-        load_generator_saturated=dropped > 0, test_run_s=max(float(d["test_run_s"]) for d in datas), notes=notes)
+        load_generator_saturated=dropped > 0, test_run_s=max(float(d["test_run_s"]) for d in datas), notes=notes,
+        differences=p50_differences(pooled, list(scenarios)))
     return replace(merged, segment=None, points=None)

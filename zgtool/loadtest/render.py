@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -16,9 +17,10 @@ def _ms(v: float | None) -> str:
 
 
 def bench_verdict(result: BenchResult) -> str:
-    """The first line: what the gateway scenario adds to direct's request latency (p50, p95), or, with one
-    scenario, its latency; the failures when there are any. k6's scenarios are separate, unpaired runs:
-    no interval is claimed (latency-split gives the paired tax with one)."""
+    """The first line: what the gateway scenario adds to direct's request latency (p50 with its interval,
+    p95), or, with one scenario, its latency; the failures when there are any. k6's scenarios are separate,
+    unpaired runs: the p50's interval is over requests only (differences.py), and latency-split gives the
+    paired tax."""
     s = result.scenarios
     failed = [f"{n}: {s[n].failures} of {s[n].requests} failed" for n in s if s[n].failures]
     tail = ("; " + ", ".join(failed)) if failed else ""
@@ -36,13 +38,24 @@ def bench_verdict(result: BenchResult) -> str:
             d = s[n].http_req_duration
             if any(math.isnan(v) for v in (d.p50, d.p95, base.p50, base.p95)):
                 continue
-            parts.append(f"{n} adds {d.p50 - base.p50:+.2f} ms at p50 ({_ms(base.p50)} -> {_ms(d.p50)}) and "
-                         f"{d.p95 - base.p95:+.2f} ms at p95 per request over direct{at}")
+            parts.append(f"{n} adds {d.p50 - base.p50:+.2f} ms at p50 ({_ms(base.p50)} -> {_ms(d.p50)}"
+                         f"{_interval(result.differences.get(n))}) and {d.p95 - base.p95:+.2f} ms at p95 per "
+                         f"request over direct{at}")
         if parts:
-            return ("; ".join(parts) + " (separate k6 runs, no interval: `zgtool latency-split` gives the paired "
-                    "tax with one)" + tail + ".")
+            how = ("intervals over requests; separate k6 runs, so a drift between them is not covered: "
+                   if result.differences else "separate k6 runs, no interval: ")
+            return "; ".join(parts) + f" ({how}`zgtool latency-split` gives the paired tax)" + tail + "."
     lines = [f"{n}: p50 {_ms(s[n].http_req_duration.p50)} ms, p95 {_ms(s[n].http_req_duration.p95)} ms" for n in ok]
     return "; ".join(lines) + at + tail + "."
+
+
+def _interval(d: dict[str, Any] | None) -> str:
+    """'; 95% interval [+1.20, +3.40]', with ', not significant' when it holds 0; '' without one."""
+    if not d or d.get("lo_ms") is None or d.get("hi_ms") is None:
+        return ""
+    lo, hi = float(d["lo_ms"]), float(d["hi_ms"])
+    return (f"; {float(d.get('confidence', 0.95)):.0%} interval [{lo:+.2f}, {hi:+.2f}]"
+            + (", not significant" if lo <= 0 <= hi else ""))
 
 
 def render_bench(result: BenchResult, console: Console) -> None:

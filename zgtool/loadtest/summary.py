@@ -54,6 +54,9 @@ class ScenarioStats:
     http_req_receiving: Trend
     http_req_duration: Trend
     arrivals: str = "constant"  # constant | poisson
+    # requests sent on a new TCP connection though their VU had sent on one to the same target before:
+    # the server closed its kept-alive connection (k6/gateway_vs_direct.js's zg_reconnects)
+    reconnects: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
     segment: str | None = None  # "i/N" when this run was one k6 execution segment of N
     points: dict[str, dict[str, list[float]]] | None = None  # segments: raw ms per path and phase, for merge
+    # what each scenario adds to direct's median duration, with an unpaired interval (differences.py)
+    differences: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _metric(summary: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -117,7 +122,7 @@ def scenario_stats(summary: dict[str, Any], name: str, *, url: str, stream: bool
         dropped_iterations=_count(summary, f"dropped_iterations{{scenario:{name}}}"),
         checks_failed=int(checks.get("fails", 0)),
         **{phase: trend(summary, phase + sel) for phase in PHASES},
-        arrivals=arrivals,
+        arrivals=arrivals, reconnects=_count(summary, f"zg_reconnects{sel}"),
     )
 
 

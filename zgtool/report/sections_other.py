@@ -131,9 +131,12 @@ def k6_section(rs: ResultSet) -> Section:
         rows = "".join(f"<tr><td>{escape(n)}</td><td class=num>{s.get('requests')}</td><td class=num>{s.get('failures')}</td>"
                        f"<td class=num>{svg.fmt(s.get('achieved_rps') or 0)}</td><td class=num>{s.get('dropped_iterations')}</td>"
                        + "".join(f"<td class=num>{svg.fmt((s.get('http_req_duration') or {}).get(k) or 0)}</td>"
-                                 for k in ("p50", "p95", "p99", "max")) + "</tr>" for n, s in sc.items())
+                                 for k in ("p50", "p95", "p99", "max"))
+                       + f"<td class=num>{escape(_vs_direct((d.get('differences') or {}).get(n)))}</td></tr>"
+                       for n, s in sc.items())
         parts.append('<table class="t"><thead><tr><th>scenario</th><th>requests</th><th>failed</th><th>req/s</th>'
-                     '<th>dropped</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th><th>max ms</th></tr></thead>'
+                     '<th>dropped</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th><th>max ms</th>'
+                     '<th>p50 vs direct, ms [95% interval over requests]</th></tr></thead>'
                      f'<tbody>{rows}</tbody></table>')
         cfg = d.get("config") or {}
         parts.append(f'<p class="note">k6 {escape(str(d.get("k6_version")))}, {escape(str(d.get("script")))}: '
@@ -141,6 +144,16 @@ def k6_section(rs: ResultSet) -> Section:
                      + " ".join(escape(n) for n in d.get("notes") or []) + "</p>")
     sec.body = "".join(parts)
     return sec
+
+
+def _vs_direct(d: dict[str, Any] | None) -> str:
+    """'+1.20 [+0.40, +1.90]' ('n.s.' when the interval holds 0); '-' for direct and older results."""
+    if not d or d.get("p50_ms") is None:
+        return "-"
+    lo, hi = d.get("lo_ms"), d.get("hi_ms")
+    if lo is None or hi is None:
+        return f"{d['p50_ms']:+.2f} (no interval)"
+    return f"{d['p50_ms']:+.2f} [{lo:+.2f}, {hi:+.2f}]" + (" n.s." if lo <= 0 <= hi else "")
 
 
 def intermediaries_section(rs: ResultSet) -> Section:

@@ -1,0 +1,54 @@
+"""What each scenario adds to direct's median request duration, with an unpaired interval, and the
+scenarios whose server closed kept-alive connections: read from k6's raw points and counters.
+
+k6's scenarios are separate runs, so the paths cannot be paired round by round as `zgtool
+latency-split` pairs them: the interval is a bootstrap over requests, each path resampled on its own.
+It covers the spread of requests within the runs, not a drift of the machine between them; a
+difference whose interval holds 0 is called not significant rather than printed as a fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from zgtool.bootstrap import median_difference
+from zgtool.loadtest.summary import ScenarioStats
+
+BASELINE = "direct"
+METHOD = "unpaired bootstrap over requests (separate k6 runs)"
+RECONNECT_MARK = "went out on a new TCP connection"
+
+
+def p50_differences(points: Mapping[str, Mapping[str, Sequence[float]]],
+                    scenarios: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """name -> {vs, p50_ms, lo_ms, hi_ms, verdict, n, method} for every scenario beside direct, from
+    each path's raw http_req_duration points (every request, as k6's own trend counts them)."""
+    base = list((points.get(BASELINE) or {}).get("http_req_duration", []))
+    out: dict[str, dict[str, Any]] = {}
+    if BASELINE not in scenarios or not base:
+        return out
+    for name in scenarios:
+        cand = list((points.get(name) or {}).get("http_req_duration", []))
+        if name == BASELINE or not cand:
+            continue
+        d = median_difference(base, cand)
+        iv = d.interval
+        out[name] = {"vs": BASELINE, "p50_ms": iv.estimate, "lo_ms": iv.lo, "hi_ms": iv.hi,
+                     "confidence": iv.confidence, "verdict": d.verdict, "n": iv.n, "method": METHOD}
+    return out
+
+
+def reconnect_notes(scenarios: Mapping[str, ScenarioStats]) -> list[str]:
+    """One line per scenario in which requests found their VU's kept-alive connection closed."""
+    notes = []
+    for name, s in scenarios.items():
+        if s.reconnects <= 0:
+            continue
+        notes.append(
+            f"{name}: {s.reconnects} of {s.requests} requests {RECONNECT_MARK} although their k6 VU had sent "
+            f"on one to the same server before: the server (or a hop in front of it) closed the kept-alive "
+            f"connection after its answer (llama-server does after every streamed answer), so these "
+            f"durations include a TCP connect (connecting p95 {s.http_req_connecting.p95:.2f} ms); a gateway "
+            f"that keeps its upstream connections alive meets the same closes")
+    return notes
