@@ -5,7 +5,9 @@ where tcp/tls/headers/stream hold each probe's data (or None), errors {probe: me
 for probes that failed, skipped {probe: reason} (tls on a plain-http target), and summary
 {intermediaries [names], origin [names], hop_estimate, buffering verdict, handshake/rtt figures,
 verdict (identified | likely | none: never "direct"), verdict_summary, evidence [str]}: the headers'
-verdict, raised to "likely" when the stream probe finds the events held back and no header named a hop.
+verdict, raised to "likely" when the stream probe finds the events held back and no header named a hop;
+published_engines [{base, model, via, tax_command}] where the target is a gateway that publishes the engine
+behind the model (LiteLLM's GET /model/info).
 """
 
 from __future__ import annotations
@@ -52,7 +54,27 @@ def probe_all(target: Target, *, timeout_s: float = 10.0, insecure: bool = False
     _run(res, "stream", lambda: probe_stream(target, timeout_s=max(timeout_s, 30.0), insecure=insecure,
                                              max_tokens=max_tokens))
     res.summary = summarise(res)
+    engines = published_engines(target, timeout_s=timeout_s, insecure=insecure)
+    if engines:
+        res.summary["published_engines"] = engines
     return res
+
+
+def published_engines(target: Target, *, timeout_s: float, insecure: bool) -> list[dict[str, str]]:
+    """The engines a gateway publishes behind the target's model (LiteLLM's GET /model/info:
+    zgtool.workload.upstream), each {base, model, via, tax_command}; [] when it publishes none."""
+    import httpx
+
+    from zgtool.workload.upstream import published_upstreams, strip_v1
+
+    base = strip_v1(target.base_url)
+    try:
+        with httpx.Client(timeout=timeout_s, verify=not insecure, trust_env=False) as client:
+            ups = published_upstreams(client, base, target.model, target.auth_headers())
+    except httpx.HTTPError:
+        return []
+    return [{"base": u.base, "model": u.model, "via": u.via,
+             "tax_command": f"zgtool latency-split {u.base}/v1 {base}/v1"} for u in ups]
 
 
 def _run(res: AllResult, name: str, fn: Any) -> None:

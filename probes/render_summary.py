@@ -21,6 +21,9 @@ def _who(d: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [("verdict", str(s.get("verdict_summary") or s.get("verdict") or "no verdict")),
             ("origin", ", ".join(s.get("origin") or []) or "not identified"),
             ("in between", ", ".join(s.get("intermediaries") or []) or "nothing identified")]
+    for e in s.get("published_engines") or []:
+        rows.append(("behind it", f"{e.get('base')} serves {e.get('model')!r} (published: {e.get('via')}); "
+                                  f"`{e.get('tax_command')}` measures the gateway's tax, paired"))
     hops = s.get("hop_estimate")
     by_ttl = s.get("server_hops_by_ttl")
     hop_text = "unknown" if hops is None else f"{hops} (from the evidence below)"

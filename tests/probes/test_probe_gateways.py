@@ -161,6 +161,31 @@ def test_litellm_is_identified_and_its_origin_is_not_the_anthropic_api(litellm_p
         assert any("answered by uvicorn" in e for e in a.hop_evidence)
 
 
+@pytest.mark.slow
+def test_probe_names_the_engine_a_gateway_publishes_and_the_command_that_measures_its_tax(
+        litellm_paths: dict[str, str]) -> None:
+    """LiteLLM lists its deployments' api_base on GET /model/info: the one-screen summary says which engine
+    stands behind the model, and the direct engine (which publishes nothing) gets no such row."""
+    import io
+
+    from rich.console import Console
+
+    from zgtool.probes.combined import probe_all
+    from zgtool.probes.render_summary import render_summary
+
+    direct, gw = litellm_paths["direct"], litellm_paths["litellm"]
+    res = probe_all(resolve(gw, api="openai", model="null"), timeout_s=10.0)
+    (engine,) = res.summary["published_engines"]
+    assert engine["base"] == direct.rstrip("/") and engine["model"] == "null"
+    assert engine["via"] == f"GET /model/info at {gw.rstrip('/')}"
+    assert engine["tax_command"] == f"zgtool latency-split {direct.rstrip('/')}/v1 {gw.rstrip('/')}/v1"
+    out = io.StringIO()
+    render_summary(res, Console(file=out, width=400))
+    (row,) = [line for line in out.getvalue().splitlines() if "behind it" in line]
+    assert f"{direct.rstrip('/')} serves 'null'" in row and engine["tax_command"] in row
+    assert "published_engines" not in probe_all(resolve(direct, api="openai", model="null"), timeout_s=10.0).summary
+
+
 # ---- probe stream through the gateways, in front of a paced origin with emission times -----------
 
 
