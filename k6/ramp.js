@@ -11,7 +11,8 @@
 //   WARMUP         time at the first rate before measuring (default 2s; its requests are
 //                  tagged step=warmup and left out of every step)
 //   ENDPOINT       /v1/messages (default) or /v1/chat/completions
-//   PAYLOAD        request body JSON file, relative to this script
+//   PAYLOAD        request body JSON file, relative to this script (zgtool bench --ramp writes a copy
+//                  with the detected model for bare URLs)
 //   STREAM         1: ask for SSE (k6 reads it whole; waiting = time to headers)
 //   PRE_VUS, MAX_VUS, SUMMARY (JSON output path)
 //   HEADERS        JSON object of extra headers for every path (e.g. an API key)
@@ -94,13 +95,22 @@ export const options = {
   summaryTrendStats: ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'count'],
 };
 
+let failureSaid = false;    // per VU
+
 export function hit() {
   if (TICKS > 1 && Math.random() * TICKS >= 1) return; // Poisson thinning
   const elapsedS = (Date.now() - exec.scenario.startTime) / 1000 - WARMUP_S;
   const step = elapsedS < 0 ? 'warmup' : String(Math.min(RATES.length - 1, Math.floor(elapsedS / STEP_S)));
   const res = http.post(TARGETS[__ENV.TARGET].replace(/\/$/, '') + ENDPOINT, PAYLOAD,
     { headers: Object.assign({}, HEADERS, HEADERS_BY_PATH[__ENV.TARGET] || {}), tags: { step }, timeout: __ENV.REQUEST_TIMEOUT || '60s' });
-  check(res, { 'status is 200': (r) => r.status === 200 }, { step });
+  const ok = check(res, { 'status is 200': (r) => r.status === 200 }, { step });
+  if (!ok && !failureSaid) {
+    // each VU says its first failure once (k6.log): zgtool names one per path beside its count
+    failureSaid = true;
+    const what = res.status ? `HTTP ${res.status}` : `${res.error_code || 'no answer'} ${res.error || ''}`.trim();
+    console.log(`zgtool-failure ${__ENV.TARGET} POST ${TARGETS[__ENV.TARGET].replace(/\/$/, '')}${ENDPOINT} -> ` +
+      `${what}: ${String(res.body || '').replace(/\s+/g, ' ').slice(0, 160)}`);
+  }
 }
 
 export function handleSummary(data) {

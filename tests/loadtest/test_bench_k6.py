@@ -141,3 +141,30 @@ def test_ramp_reports_p95_per_rate_step_for_each_path(asgi_url, tmp_path):
         assert [s.rate_rps for s in path.steps] == [5, 10]
         assert all(s.requests > 0 and s.failures == 0 and s.p95_ms > 0 for s in path.steps)
         assert path.knee_reason  # either a knee or "stayed under"
+
+
+def test_a_ramp_on_a_bare_url_asks_for_the_model_the_engine_serves(null_engine, cli, tmp_path):
+    """The ramp sent the payload's placeholder model "default": every request of every step was a 404 and the
+    command still exited 0. Like bench, it now asks for the model the engine serves."""
+    out = tmp_path / "ramp.json"
+    proc = cli("bench", "--ramp", "--direct", null_engine, "--rates", "4", "--step", "1s", "--warmup", "0",
+               "--ttft-at-knee", "0", "--no-progress", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "detected model 'null'" in proc.stderr
+    (path,) = json.loads(out.read_text())["data"]["paths"]
+    assert path["steps"][0]["requests"] >= 3 and path["steps"][0]["failures"] == 0, path
+
+
+def test_a_ramp_whose_every_request_failed_exits_unreliable_and_says_what_failed(asgi_url, cli, tmp_path):
+    payload = tmp_path / "fail.json"
+    payload.write_text(json.dumps({"model": "default", "max_tokens": 4,
+                                   "messages": [{"role": "user", "content": "fail-me"}]}))
+    out = tmp_path / "ramp.json"
+    proc = cli("bench", "--ramp", "--direct", asgi_url, "--payload", payload, "--rates", "4", "--step", "1s",
+               "--warmup", "0", "--ttft-at-knee", "2s", "--no-progress", "-o", out)
+    assert proc.returncode == ExitCode.UNRELIABLE, proc.stderr
+    said = f"direct: a failed request: POST {asgi_url}/v1/messages -> HTTP 500"
+    assert "all" in proc.stderr and said in proc.stderr
+    data = json.loads(out.read_text())["data"]       # the result is still written, with the failure named
+    assert any(n.startswith(said) for n in data["notes"])
+    assert data["ttft_at_knee"] == []                 # no knee to measure TTFT at: not measured

@@ -8,12 +8,17 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from zgtool.commands import bench_options as o
 from zgtool.commands import vocabulary as vocab
 from zgtool.commands.bench_options import BenchOptions
+
+if TYPE_CHECKING:
+    from zgtool.loadtest.config import RampConfig
+    from zgtool.targets import Target
 
 GATEWAY_KINDS = ("pygw", "nginx", "stack")
 
@@ -264,17 +269,43 @@ def _ramp_in(opts: BenchOptions, run_dir: Path, scratch: bool) -> None:
         if st is not None:
             targets = {name: Target(name, st.urls[name], cfg.api) for name in ("direct", "pygw", "stack")}
         else:
-            targets = {}
-            if opts.direct:
-                targets["direct"] = _resolve(opts.direct, opts.config, cfg.api)
-            if opts.gateway:
-                targets["gateway"] = _resolve(opts.gateway, opts.config, cfg.api)
+            cfg, targets = _ramp_targets(opts, cfg, run_dir)
         assert opts.k6 is not None, "k6 was found by parse_bench_options"
         result = run_ramp(cfg, targets, k6=opts.k6, run_dir=run_dir, progress=opts.progress)
-    _forget_scratch(result.config, scratch, failed=False)
+    failed = all(s.requests <= s.failures for p in result.paths for s in p.steps)
+    _forget_scratch(result.config, scratch, failed=failed)
     emit_result(make_result("bench.k6.ramp", result), as_json=opts.as_json, out=opts.out,
                 render=lambda: render_ramp(result, err_console if opts.as_json else console))
     _write_csv(make_result("bench.k6.ramp", result), opts.csv_dir)
+    if failed:                  # every request of every step failed: the knee measures nothing
+        from zgtool.errors import MeasurementUnreliable
+
+        total = sum(s.requests for p in result.paths for s in p.steps)
+        said = [n for n in result.notes if ": a failed request: " in n][:3]
+        raise MeasurementUnreliable(f"bench --ramp: all {total} requests failed; the knee measures nothing "
+                                    f"({'; '.join(said) + '; ' if said else ''}see {run_dir / 'k6.log'})")
+
+
+def _ramp_targets(opts: BenchOptions, cfg: RampConfig, run_dir: Path) -> tuple[RampConfig, dict[str, Target]]:
+    """--direct/--gateway resolved; bare URLs with the payload's placeholder model get the model the direct
+    target (or the gateway alone) serves, as bench does, and the config a payload with that model."""
+    from zgtool.loadtest.config import RampConfig
+    from zgtool.loadtest.detected import detect_for_bench, names_placeholder
+    from zgtool.output import err_console
+
+    given = [(name, spec) for name, spec in (("direct", opts.direct), ("gateway", opts.gateway)) if spec]
+    targets = {name: _resolve(spec, opts.config, cfg.api) for name, spec in given}
+    if not names_placeholder(cfg):
+        return cfg, targets
+    asked = [(targets[name], "://" in spec) for name, spec in given]
+    detected_cfg, first, second, found = detect_for_bench(cfg, asked[0], asked[1] if len(asked) > 1 else None,
+                                                          run_dir)
+    assert isinstance(detected_cfg, RampConfig)
+    for f in found:
+        engine = f"; engine {f.engine.label()} ({f.engine.evidence})" if f.engine else ""
+        err_console.print(f"detected model {f.model!r} ({f.how}){engine}", highlight=False)
+    resolved = [first] + ([second] if second is not None else [])
+    return detected_cfg, dict(zip([name for name, _ in given], resolved, strict=True))
 
 
 def _write_csv(result: dict, csv_dir: Path | None) -> None:

@@ -115,7 +115,7 @@ def _load(*, ramp: bool, rate: int, duration: str, pre_vus: int, max_vus: int, s
     ttft_s = 0.0 if ttft_at_knee.strip() in ("0", "0s") else parse_duration_s(ttft_at_knee, what="--ttft-at-knee")
     return RampConfig(rates=parse_rates(rates), step_s=parse_duration_s(step, what="--step"), warmup_s=warmup_s,
                       pre_allocated_vus=pre_vus, max_vus=max(max_vus, pre_vus), api=api, arrivals=arrivals,
-                      ttft_at_knee_s=ttft_s, request_timeout_s=timeout_s)
+                      ttft_at_knee_s=ttft_s, request_timeout_s=timeout_s, payload=payload)
 
 
 def parse_bench_options(

@@ -174,7 +174,7 @@ def run_ramp(config: RampConfig, targets: dict[str, Target], *, k6: Path, run_di
         "STEP": k6_duration(config.step_s),
         "WARMUP": k6_duration(config.warmup_s) if config.warmup_s else "0s",
         "ENDPOINT": scripts.ENDPOINTS[config.api],
-        "PAYLOAD": str(scripts.payload(config.api).resolve()),
+        "PAYLOAD": str(Path(config.payload or scripts.payload(config.api)).resolve()),
         "STREAM": "1" if config.stream else "0",
         "ARRIVALS": config.arrivals,
         "REQUEST_TIMEOUT": k6_duration(config.request_timeout_s),
@@ -193,9 +193,11 @@ def run_ramp(config: RampConfig, targets: dict[str, Target], *, k6: Path, run_di
              "(the lower of the first two steps), or >1% of requests fail, or <90% of them start; "
              f"{config.warmup_s:g} s of warm-up at the first rate are not counted"]
     notes.extend(f"k6: {w}" for w in out.warnings[:5])
+    notes.extend(first_failures(out.log_path))
     if config.arrivals == "poisson":
         notes.append("arrivals: Poisson (k6 Bernoulli thinning, 20 ticks per request; see k6/ramp.js)")
-    ttft = ttft_at_knee(config, targets, paths) if config.ttft_at_knee_s > 0 else []
+    answered = [p for p in paths if any(s.requests > s.failures for s in p.steps)]   # a knee to measure TTFT at
+    ttft = ttft_at_knee(config, targets, answered) if config.ttft_at_knee_s > 0 else []
     if ttft:
         notes.append(f"TTFT at the knee: zgtool's own streaming client, Poisson arrivals, "
                      f"{config.ttft_at_knee_s:g} s per rate, TTFT from the scheduled arrival")

@@ -103,6 +103,7 @@ class RampConfig:
     arrivals: str = "constant"
     ttft_at_knee_s: float = 0.0  # > 0: measure streaming TTFT with zgtool's client at the knee for this long
     request_timeout_s: float = 60.0  # k6's per-request timeout
+    payload: Path | None = None  # default: k6/payloads/<api>.json (a copy with the detected model for bare URLs)
 
     def __post_init__(self) -> None:
         _check_arrivals(self.arrivals)
@@ -119,6 +120,8 @@ class RampConfig:
             raise UsageError(f"--api must be one of {', '.join(APIS)}, not {self.api!r}")
         if self.knee_factor <= 1:
             raise UsageError("the knee factor must be > 1")
+        if self.payload is not None and not Path(self.payload).is_file():
+            raise UsageError(f"--payload file not found: {self.payload}")
 
     def expected_s(self, num_paths: int) -> float:
         return num_paths * (self.warmup_s + self.step_s * len(self.rates)) + (num_paths - 1) * 1.0

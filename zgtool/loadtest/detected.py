@@ -12,7 +12,7 @@ from typing import Any
 
 from zgtool.latency.wire.detect import Detection
 from zgtool.latency.wire.same_model import Detect, detect_targets
-from zgtool.loadtest.config import BenchConfig
+from zgtool.loadtest.config import BenchConfig, RampConfig
 from zgtool.loadtest.scripts import payload as default_payload
 from zgtool.targets import Target
 from zgtool.workload.model import Workload
@@ -27,11 +27,14 @@ def _with_model(doc: Any, model: str) -> Any:
 PLACEHOLDER = "default"      # the model of k6/payloads/*.json and of dataset payloads (zgtool.workload.k6)
 
 
-def _payload_path(cfg: BenchConfig) -> Path:
+LoadConfig = BenchConfig | RampConfig     # both carry api and payload
+
+
+def _payload_path(cfg: LoadConfig) -> Path:
     return Path(cfg.payload) if cfg.payload is not None else default_payload(cfg.api)
 
 
-def names_placeholder(cfg: BenchConfig) -> bool:
+def names_placeholder(cfg: LoadConfig) -> bool:
     """Whether every body of the payload asks for the placeholder model (detection may replace it)."""
     try:
         doc = json.loads(_payload_path(cfg).read_text())
@@ -41,9 +44,9 @@ def names_placeholder(cfg: BenchConfig) -> bool:
     return all(isinstance(b, dict) and b.get("model") == PLACEHOLDER for b in bodies)
 
 
-def detect_for_bench(cfg: BenchConfig, direct: tuple[Target, bool], gateway: tuple[Target, bool] | None,
+def detect_for_bench(cfg: LoadConfig, direct: tuple[Target, bool], gateway: tuple[Target, bool] | None,
                      run_dir: Path | None, timeout_s: float = 10.0
-                     ) -> tuple[BenchConfig, Target, Target | None, list[Detection]]:
+                     ) -> tuple[LoadConfig, Target, Target | None, list[Detection]]:
     """The config with its payload's model set to the detected one, and the targets as detected (unchanged,
     with no detection, when neither is a bare URL or no model was served)."""
     asked = [direct] + ([gateway] if gateway is not None else [])

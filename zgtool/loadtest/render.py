@@ -106,6 +106,9 @@ def render_ramp(result: RampResult, console: Console) -> None:
     console.print(table)
     for path in result.paths:
         console.print(f"[dim]{path.name}: {path.knee_reason}[/dim]")
+    for note in result.notes:
+        if ": a failed request: " in note:     # what failed, beside the counts in the table
+            console.print(f"note: {note}", highlight=False, markup=False)
     for t in result.ttft_at_knee:  # zgtool's streaming client at the knee (k6 cannot see TTFT)
         lim = " [yellow](client-limited)[/]" if t.client_limited else ""
         console.print(f"TTFT {t.path} at {t.rate_rps:g} req/s (Poisson): p50 {_ms(t.ttft_p50_ms)} / p95 "
