@@ -93,11 +93,15 @@ def test_runs_of_different_workloads_are_refused_in_one_line(tmp_path: Path) -> 
 
 def test_a_result_of_another_kind_or_a_single_file_is_a_usage_error(tmp_path: Path) -> None:
     other = json.loads(TWO_MS[1].read_text())
-    other["kind"] = "bench.k6"
-    bad = tmp_path / "k6.json"
+    other["kind"] = "probe.all"
+    bad = tmp_path / "probe.json"
     bad.write_text(json.dumps(other))
     done = run_zgtool("compare", TWO_MS[0], bad)
-    assert done.returncode == 2 and "latency-split results" in done.stderr
+    assert done.returncode == 2 and "compare reads latency-split and bench (k6) results" in done.stderr
+    other["kind"] = "bench.k6"                      # a bench result without its scenarios
+    bad.write_text(json.dumps(other))
+    done = run_zgtool("compare", TWO_MS[0], bad)
+    assert done.returncode == 2 and "a bench result with no scenarios" in done.stderr
     single = run_zgtool("compare", TWO_MS[0])
     assert single.returncode == 2 and "at least two" in single.stderr
 

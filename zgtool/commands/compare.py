@@ -1,4 +1,4 @@
-"""`zgtool compare`: latency-split runs side by side, with between-run intervals and regressions."""
+"""`zgtool compare`: latency-split (or k6 bench) runs side by side, with between-run intervals and regressions."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import typer
 
 from zgtool.commands import vocabulary as v
 
-HELP = """Compare latency-split results across runs (nightly runs, before/after a change).
+HELP = """Compare latency-split results across runs (nightly runs, before/after a change), or k6 bench results.
 
-Each path's medians per run with the between-run 95% t-interval (over the runs' medians), the tax of every hop per run (its own paired interval) and across runs, and each run against the baseline (the first file, or --baseline). Runs must measure the same workload and the same number of paths (matched by position); otherwise one line names the difference, exit 2.
+Each path's medians per run with the between-run 95% t-interval (over the runs' medians), the tax of every hop per run (its own paired interval) and across runs, and each run against the baseline (the first file, or --baseline). Runs must measure the same workload and the same number of paths (matched by position); otherwise one line names the difference, exit 2. Bench results: each scenario's median duration with its interval over requests, direct first; a hop's tax is its scenario's median minus direct's, unpaired (separate k6 runs).
 """
 EXAMPLES = """
 Examples:
@@ -38,7 +38,7 @@ def run(opts: CompareOptions) -> dict:
     import shutil
 
     from zgtool.compare import render, stats
-    from zgtool.compare.runs import load_runs
+    from zgtool.compare.runs import BENCH_KIND, load_runs
     from zgtool.errors import VerdictFailed
     from zgtool.output import emit_result, err_console
     from zgtool.results import make_result
@@ -53,7 +53,9 @@ def run(opts: CompareOptions) -> dict:
         lines = [sentence, "", "Each path per run (medians, ms; req/s and tok/s for throughput):"]
         lines += render.metric_table(labels, metrics, width)
         if taxes:
-            lines += ["", "Tax per hop (candidate minus path 1, paired within each run):"]
+            how = ("within each run: separate k6 scenarios, unpaired; total_ms is k6's http_req_duration"
+                   if runs[0].kind == BENCH_KIND else "paired within each run")
+            lines += ["", f"Tax per hop (candidate minus path 1, {how}):"]
             lines += render.tax_table(labels, taxes, width)
         lines += ["", f"Against the baseline {labels[0]} (* or n.s.: whether the interval excludes 0):"]
         lines += render.change_table(changed, width, every=opts.every)
@@ -84,7 +86,7 @@ def run(opts: CompareOptions) -> dict:
 def register(app: typer.Typer) -> None:
     @app.command("compare", help=HELP, epilog=EXAMPLES)
     def compare(
-        files: list[Path] = typer.Argument(..., help="latency-split result files (-o of each run)."),
+        files: list[Path] = typer.Argument(..., help="latency-split or bench result files (-o of each run)."),
         baseline: Path | None = typer.Option(None, "--baseline", help="The run the others are compared with "
                                              "(default: the first file)."),
         plots_dir: Path | None = typer.Option(None, "--plots", metavar="DIR",

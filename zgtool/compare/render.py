@@ -105,7 +105,7 @@ def change_table(rows: list[Change], width: int, every: bool = False) -> list[st
     out = layout(headers, body, width) if body else ["no regression or improvement"]
     if any(c.verdict == "regression" and not c.counted for c in shown):
         out.append("(not counted): a path's own median in runs of two or more paths moves with the machine "
-                   "between runs; what counts are the hops' taxes, paired within each run")
+                   "between runs; what counts are the hops' taxes, measured within each run")
     rest = len(rows) - len(shown)
     if rest:
         unjudged = sum(1 for c in rows if c.verdict == "no interval")

@@ -1,4 +1,4 @@
-"""Read latency-split result files and check they measured the same thing.
+"""Read latency-split (or k6 bench) result files and check they measured the same thing.
 
 Runs are compared path by path *by position* (the first target of every run is path 1, ...): the
 same stack measured on different nights usually has the same URLs, but `verify` and tests start
@@ -18,9 +18,12 @@ from zgtool.errors import UsageError
 from zgtool.results import load_result
 
 KIND = "latency_split"
+BENCH_KIND = "bench.k6"
 # config fields that define the workload: a difference in any of them makes runs incomparable
 WORKLOAD_FIELDS = ("stream", "prompt", "prompt_chars", "max_tokens", "concurrency", "new_connection",
                    "workload", "open_loop")
+# a k6 bench's: the load and what each request asks (the payload's file differs when its model was detected)
+BENCH_WORKLOAD_FIELDS = ("rate_rps", "arrivals", "api", "endpoint", "sequential")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class Run:
     config: dict[str, Any]
     targets: tuple[dict[str, Any], ...]
     differences: tuple[dict[str, Any], ...]
+    kind: str = KIND
 
     @property
     def path_names(self) -> tuple[str, ...]:
@@ -40,8 +44,10 @@ class Run:
 def load_run(path: Path) -> Run:
     result = load_result(path)
     kind = result.get("kind")
+    if kind == BENCH_KIND:
+        return bench_run(path, result)
     if kind != KIND:
-        raise UsageError(f"{path}: compare reads latency-split results, this one is {kind!r}")
+        raise UsageError(f"{path}: compare reads latency-split and bench (k6) results, this one is {kind!r}")
     data = result.get("data") or {}
     targets = data.get("targets")
     if not isinstance(targets, list) or not targets:
@@ -51,6 +57,32 @@ def load_run(path: Path) -> Run:
                differences=tuple(data.get("differences") or ()))
 
 
+def bench_run(path: Path, result: dict[str, Any]) -> Run:
+    """A k6 bench as compare's paths: direct first (the baseline path), then the other scenarios in their
+    order, each with its median duration as total_ms and that median's interval over its requests; each
+    scenario's p50 difference from direct (unpaired: separate k6 runs) as its hop's total_ms tax."""
+    data = result.get("data") or {}
+    sc = data.get("scenarios")
+    if not isinstance(sc, dict) or not sc:
+        raise UsageError(f"{path}: a bench result with no scenarios")
+    order = (["direct"] if "direct" in sc else []) + [n for n in sc if n != "direct"]
+    targets = []
+    for name in order:
+        s, dur = sc[name], sc[name].get("http_req_duration") or {}
+        ok = int(s.get("requests", 0)) - int(s.get("failures", 0))
+        targets.append({"name": name, "url": s.get("url"), "phases": {"total_ms": {
+            "count": ok, "summary": {"p50": dur.get("p50")},
+            "median_lo": s.get("p50_lo_ms"), "median_hi": s.get("p50_hi_ms")}} if ok > 0 and dur.get("p50") is not None
+            else {}})
+    differences = tuple({"phase": "total_ms", "baseline": d.get("vs", "direct"), "candidate": name,
+                         "diff_ms": d.get("p50_ms"), "lo_ms": d.get("lo_ms"), "hi_ms": d.get("hi_ms"),
+                         "verdict": d.get("verdict")}
+                        for name, d in (data.get("differences") or {}).items() if isinstance(d, dict))
+    config = {k: (data.get("config") or {}).get(k) for k in BENCH_WORKLOAD_FIELDS}
+    return Run(path=path, label=path.stem, created=str(result.get("created", "")), config=config,
+               targets=tuple(targets), differences=differences, kind=BENCH_KIND)
+
+
 def _unique_labels(runs: list[Run]) -> list[Run]:
     seen: dict[str, int] = {}
     out = []
@@ -58,7 +90,8 @@ def _unique_labels(runs: list[Run]) -> list[Run]:
         n = seen.get(run.label, 0)
         seen[run.label] = n + 1
         if n:
-            run = Run(run.path, f"{run.label}#{n + 1}", run.created, run.config, run.targets, run.differences)
+            run = Run(run.path, f"{run.label}#{n + 1}", run.created, run.config, run.targets, run.differences,
+                      run.kind)
         out.append(run)
     return out
 
@@ -67,10 +100,16 @@ def check_comparable(runs: list[Run]) -> None:
     """UsageError naming the first difference that makes the runs incomparable."""
     first = runs[0]
     for run in runs[1:]:
+        if run.kind != first.kind:
+            raise UsageError(f"{run.path} is a {run.kind} result and {first.path} a {first.kind} one: compare "
+                             "reads runs of one kind")
         if len(run.targets) != len(first.targets):
             raise UsageError(f"{run.path} measured {len(run.targets)} path(s), {first.path} {len(first.targets)}: "
                              "compare needs the same paths in every run")
-        for field in WORKLOAD_FIELDS:
+        if run.kind == BENCH_KIND and run.path_names != first.path_names:
+            raise UsageError(f"{run.path} ran the scenarios {', '.join(run.path_names)} and {first.path} "
+                             f"{', '.join(first.path_names)}: compare needs the same scenarios in every run")
+        for field in (BENCH_WORKLOAD_FIELDS if run.kind == BENCH_KIND else WORKLOAD_FIELDS):
             a, b = first.config.get(field), run.config.get(field)
             if a != b:
                 raise UsageError(f"{run.path} and {first.path} measured different workloads: "

@@ -12,7 +12,7 @@ from typing import Any
 from zgtool.errors import TargetUnreachable, UsageError
 from zgtool.loadtest import scripts
 from zgtool.loadtest.config import BenchConfig, RampConfig, k6_duration
-from zgtool.loadtest.differences import p50_differences, reconnect_notes
+from zgtool.loadtest.differences import p50_differences, reconnect_notes, with_p50_intervals
 from zgtool.loadtest.k6bin import k6_version
 from zgtool.loadtest.points import read_points
 from zgtool.loadtest.runner import K6Run, run_k6
@@ -109,6 +109,7 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
     notes.extend(f"k6: {w}" for w in out.warnings[:5])
     notes.extend(first_failures(out.log_path))
     points = read_points(points_file)
+    stats = with_p50_intervals(stats, points)
     return BenchResult(
         k6_version=k6_version(k6), script=run.script.name,
         config={"rate_rps": config.rate_rps, "duration_s": config.duration_s,

@@ -10,9 +10,10 @@ difference whose interval holds 0 is called not significant rather than printed 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from zgtool.bootstrap import median_difference
+from zgtool.bootstrap import median_ci, median_difference
 from zgtool.loadtest.summary import ScenarioStats
 
 BASELINE = "direct"
@@ -36,6 +37,18 @@ def p50_differences(points: Mapping[str, Mapping[str, Sequence[float]]],
         iv = d.interval
         out[name] = {"vs": BASELINE, "p50_ms": iv.estimate, "lo_ms": iv.lo, "hi_ms": iv.hi,
                      "confidence": iv.confidence, "verdict": d.verdict, "n": iv.n, "method": METHOD}
+    return out
+
+
+def with_p50_intervals(scenarios: Mapping[str, ScenarioStats],
+                       points: Mapping[str, Mapping[str, Sequence[float]]]) -> dict[str, ScenarioStats]:
+    """Each scenario with the 95% bootstrap interval of its median duration over its requests (what `compare`
+    reads to judge a path's median across runs); unchanged where its points are missing or too few."""
+    out = {}
+    for name, s in scenarios.items():
+        values = list((points.get(name) or {}).get("http_req_duration", []))
+        iv = median_ci(values) if values else None
+        out[name] = replace(s, p50_lo_ms=iv.lo, p50_hi_ms=iv.hi) if iv is not None and iv.lo is not None else s
     return out
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from zgtool.errors import UsageError
-from zgtool.loadtest.differences import RECONNECT_MARK, p50_differences, reconnect_notes
+from zgtool.loadtest.differences import RECONNECT_MARK, p50_differences, reconnect_notes, with_p50_intervals
 from zgtool.loadtest.summary import PHASES, BenchResult, ScenarioStats, Trend
 from zgtool.stats import percentile
 
@@ -74,7 +74,7 @@ def merge_segments(labelled: list[tuple[str, dict[str, Any]]]) -> BenchResult:
         parts = [d["scenarios"][name] for d in datas]
         requests = sum(int(p["requests"]) for p in parts)
         failures = sum(int(p["failures"]) for p in parts)
-        trends = {phase: trend_of([v for d in datas for v in (d["points"].get(name) or {}).get(phase, [])])
+        trends: dict[str, Any] = {phase: trend_of([v for d in datas for v in (d["points"].get(name) or {}).get(phase, [])])
                   for phase in PHASES}
         scenarios[name] = ScenarioStats(
             name=name, url=base["url"], stream=bool(base["stream"]), rate_rps=float(base["rate_rps"]),
@@ -93,6 +93,7 @@ def merge_segments(labelled: list[tuple[str, dict[str, Any]]]) -> BenchResult:
     pooled = {name: {"http_req_duration": [v for d in datas
                                            for v in (d["points"].get(name) or {}).get("http_req_duration", [])]}
               for name in scenarios}
+    scenarios = with_p50_intervals(scenarios, pooled)
     merged = BenchResult(
         k6_version=first["k6_version"], script=first["script"],
         config={**first["config"], "segments": count}, scenarios=scenarios, requests=requests, failures=failures,

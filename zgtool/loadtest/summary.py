@@ -57,6 +57,9 @@ class ScenarioStats:
     # requests sent on a new TCP connection though their VU had sent on one to the same target before:
     # the server closed its kept-alive connection (k6/gateway_vs_direct.js's zg_reconnects)
     reconnects: int = 0
+    # the 95% bootstrap interval of http_req_duration's median over this scenario's requests (k6's raw points)
+    p50_lo_ms: float | None = None
+    p50_hi_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -115,14 +118,14 @@ def scenario_stats(summary: dict[str, Any], name: str, *, url: str, stream: bool
     requests = _count(summary, f"http_reqs{sel}")
     failures = _fails(summary, f"http_req_failed{sel}")
     checks = _metric(summary, f"checks{sel}") or {}
+    trends: dict[str, Any] = {phase: trend(summary, phase + sel) for phase in PHASES}
     return ScenarioStats(
         name=name, url=url, stream=stream, rate_rps=rate_rps, requests=requests, failures=failures,
         failure_rate=failures / requests if requests else math.nan,
         achieved_rps=requests / duration_s if duration_s > 0 else math.nan,
         dropped_iterations=_count(summary, f"dropped_iterations{{scenario:{name}}}"),
         checks_failed=int(checks.get("fails", 0)),
-        **{phase: trend(summary, phase + sel) for phase in PHASES},
-        arrivals=arrivals, reconnects=_count(summary, f"zg_reconnects{sel}"),
+        **trends, arrivals=arrivals, reconnects=_count(summary, f"zg_reconnects{sel}"),
     )
 
 

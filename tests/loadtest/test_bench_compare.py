@@ -1,0 +1,84 @@
+"""`zgtool compare` on k6 bench results: two real runs on an unchanged server, and a stored pair in which the
+gateway's tax grew; runs of other kinds or other scenarios are refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zgtool.errors import ExitCode
+
+
+@pytest.fixture(scope="module")
+def two_runs(asgi_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from zgtest import run_zgtool
+
+    tmp = tmp_path_factory.mktemp("bench-compare")
+    outs = []
+    for i in (1, 2):
+        out = tmp / f"run{i}.json"
+        proc = run_zgtool("bench", "--direct", asgi_url, "--gateway", asgi_url, "--scenarios", "direct,gateway",
+                          "--rate", "20", "--duration", "1s", "--no-progress", "-o", str(out), timeout_s=120)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out)
+    return outs[0], outs[1]
+
+
+def test_compare_reads_two_bench_runs_direct_first_with_each_median_and_the_gateways_tax(two_runs, cli):
+    a, b = two_runs
+    for path in (a, b):      # what compare reads: each scenario's median with its interval over requests
+        for s in json.loads(path.read_text())["data"]["scenarios"].values():
+            assert s["p50_lo_ms"] <= s["http_req_duration"]["p50"] <= s["p50_hi_ms"], s
+    proc = cli("compare", a, b, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    assert data["runs"][0]["paths"] == ["direct", "gateway"]
+    (tax,) = data["tax"]
+    assert tax["candidate_name"] == "gateway" and tax["phase"] == "total_ms"
+    assert all(d is not None for d in tax["per_run"])
+    text = cli("compare", a, b).stdout
+    assert "within each run: separate k6 scenarios, unpaired" in text
+
+
+def test_a_gateway_tax_grown_past_its_interval_fails_compare_and_drift_of_both_paths_does_not(two_runs, cli,
+                                                                                             tmp_path):
+    a, _ = two_runs
+    doc = json.loads(a.read_text())
+
+    def shifted(direct_ms: float, gateway_ms: float) -> Path:
+        d = json.loads(json.dumps(doc))
+        for name, by in (("direct", direct_ms), ("gateway", gateway_ms)):
+            s = d["data"]["scenarios"][name]
+            s["http_req_duration"]["p50"] += by
+            s["p50_lo_ms"] += by
+            s["p50_hi_ms"] += by
+        g = d["data"]["differences"]["gateway"]
+        for k in ("p50_ms", "lo_ms", "hi_ms"):
+            g[k] += gateway_ms - direct_ms
+        out = tmp_path / f"shift_{direct_ms:g}_{gateway_ms:g}.json"
+        out.write_text(json.dumps(d))
+        return out
+
+    grown = cli("compare", a, shifted(0.0, 50.0), "--fail-on-regression")
+    assert grown.returncode == ExitCode.VERDICT_FAILED, grown.stdout + grown.stderr
+    assert "total_ms tax" in grown.stdout and "regression" in grown.stdout
+    drift = cli("compare", a, shifted(50.0, 50.0), "--fail-on-regression")   # the machine slowed both paths
+    assert drift.returncode == 0, drift.stdout + drift.stderr
+    assert "regression (not counted)" in drift.stdout
+
+
+def test_compare_refuses_a_bench_beside_a_latency_split_and_other_scenarios(two_runs, cli, tmp_path):
+    a, _ = two_runs
+    split = Path(__file__).parents[1] / "compare" / "data"
+    other = next(iter(sorted(split.glob("*.json"))))
+    proc = cli("compare", a, other)
+    assert proc.returncode == ExitCode.USAGE and "compare reads runs of one kind" in proc.stderr
+    d = json.loads(a.read_text())
+    del d["data"]["scenarios"]["gateway"]
+    d["data"]["scenarios"]["direct_stream"] = d["data"]["scenarios"]["direct"]
+    fewer = tmp_path / "other.json"
+    fewer.write_text(json.dumps(d))
+    proc = cli("compare", a, fewer)
+    assert proc.returncode == ExitCode.USAGE and "same scenarios" in proc.stderr, proc.stderr
