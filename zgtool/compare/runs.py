@@ -58,29 +58,18 @@ def load_run(path: Path) -> Run:
 
 
 def bench_run(path: Path, result: dict[str, Any]) -> Run:
-    """A k6 bench as compare's paths: direct first (the baseline path), then the other scenarios in their
-    order, each with its median duration as total_ms and that median's interval over its requests; each
-    scenario's p50 difference from direct (unpaired: separate k6 runs) as its hop's total_ms tax."""
+    """A k6 bench as compare's paths (zgtool.loadtest.differences.split_shape): direct first, each scenario's
+    median duration as total_ms with that median's interval over its requests, and each scenario's p50
+    difference from direct (unpaired: separate k6 runs) as its hop's total_ms tax."""
+    from zgtool.loadtest.differences import split_shape
+
     data = result.get("data") or {}
-    sc = data.get("scenarios")
-    if not isinstance(sc, dict) or not sc:
+    if not isinstance(data.get("scenarios"), dict) or not data["scenarios"]:
         raise UsageError(f"{path}: a bench result with no scenarios")
-    order = (["direct"] if "direct" in sc else []) + [n for n in sc if n != "direct"]
-    targets = []
-    for name in order:
-        s, dur = sc[name], sc[name].get("http_req_duration") or {}
-        ok = int(s.get("requests", 0)) - int(s.get("failures", 0))
-        targets.append({"name": name, "url": s.get("url"), "phases": {"total_ms": {
-            "count": ok, "summary": {"p50": dur.get("p50")},
-            "median_lo": s.get("p50_lo_ms"), "median_hi": s.get("p50_hi_ms")}} if ok > 0 and dur.get("p50") is not None
-            else {}})
-    differences = tuple({"phase": "total_ms", "baseline": d.get("vs", "direct"), "candidate": name,
-                         "diff_ms": d.get("p50_ms"), "lo_ms": d.get("lo_ms"), "hi_ms": d.get("hi_ms"),
-                         "verdict": d.get("verdict")}
-                        for name, d in (data.get("differences") or {}).items() if isinstance(d, dict))
+    targets, differences = split_shape(data, "total_ms")
     config = {k: (data.get("config") or {}).get(k) for k in BENCH_WORKLOAD_FIELDS}
     return Run(path=path, label=path.stem, created=str(result.get("created", "")), config=config,
-               targets=tuple(targets), differences=differences, kind=BENCH_KIND)
+               targets=tuple(targets), differences=tuple(differences), kind=BENCH_KIND)
 
 
 def _unique_labels(runs: list[Run]) -> list[Run]:

@@ -1,4 +1,5 @@
-"""`gate --baseline FILE` on latency_split results, judged by intervals (the [regression] method "intervals").
+"""`gate --baseline FILE` on latency_split and k6 bench results, judged by intervals (the [regression] method
+"intervals"; a bench's scenarios read as paths, direct first, each hop's tax its median minus direct's).
 
 Two separate runs drift apart on a shared machine, and a p95 of 50 requests carries no interval: the old rule
 (this run's p95 over the baseline's by more than 10%) failed 4 to 10 of 11 A/A pairs of runs of the same stack
@@ -28,6 +29,28 @@ from zgtool.gate.records import FAIL, PASS, SKIP, GateRow, LoadedResult
 
 GROUP = "regression"
 TAX_PHASES = ("outside_engine_ms", "total_ms", "ttft_ms")   # a hop's cost; engine phases differ by noise alone
+BENCH_PHASE = "http_req_duration"     # a k6 bench's figure, named as its rules name it (direct.http_req_duration.p95)
+KINDS = ("latency_split", "bench.k6")
+
+
+def _shape(result: dict[str, Any]) -> dict[str, Any]:
+    """A bench.k6 result in latency-split's shape (zgtool.loadtest.differences.split_shape); others unchanged."""
+    if result.get("kind") != "bench.k6":
+        return result
+    from zgtool.loadtest.differences import split_shape
+
+    targets, differences = split_shape(result.get("data") or {}, BENCH_PHASE)
+    return {**result, "data": {"targets": targets, "differences": differences}}
+
+
+def judged_by_intervals(result: dict[str, Any]) -> bool:
+    """Whether the intervals method can read this result: a latency_split, or a bench.k6 whose scenarios carry
+    their medians' intervals (results written before they were kept are read by percentile)."""
+    if result.get("kind") == "latency_split":
+        return True
+    return result.get("kind") == "bench.k6" and any(
+        isinstance(s, dict) and s.get("p50_lo_ms") is not None
+        for s in ((result.get("data") or {}).get("scenarios") or {}).values())
 
 
 def _num(v: Any) -> float | None:
@@ -81,8 +104,10 @@ def _judge_paths(spec: RegressionSpec, result: dict[str, Any]) -> bool:
 def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResult) -> list[GateRow]:
     pct = f"{spec.max_ratio:.0%}"
     rows: list[GateRow] = []
-    mine, theirs = _phases(res.result), _phases(baseline.result)
-    if not _judge_paths(spec, res.result):
+    bench = res.result.get("kind") == "bench.k6"
+    current, base = _shape(res.result), _shape(baseline.result)
+    mine, theirs = _phases(current), _phases(base)
+    if not _judge_paths(spec, current):
         theirs = {}
         rows.append(GateRow(
             "each path's own medians", f"paths = \"{spec.paths}\"" + (": judged in a run of one path"
@@ -108,9 +133,11 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
             FAIL if breached else PASS, (f"{phase} median_lo", f"baseline median_hi * (1 + {pct})"), ("<=",),
             (lo, limit), f"95% intervals of the medians; allowance +{pct} and {spec.noise_floor:g} ms beyond the "
             "baseline's", group=GROUP, why=f"median {med:.4g} {_iv(lo, hi)} vs baseline {b_med:.4g} {_iv(b_lo, b_hi)}: {verdict}"))
-    mine_tax, their_tax = _taxes(res.result), _taxes(baseline.result)
+    mine_tax, their_tax = _taxes(current), _taxes(base)
+    how = ("each scenario's median minus direct's within each run (separate k6 scenarios, unpaired)" if bench
+           else "paired within each run (the machine's drift cancels)")
     for (base_path, cand, phase), (b_est, b_lo, b_hi) in their_tax.items():
-        if phase not in TAX_PHASES or (base_path, cand, phase) not in mine_tax or not _selected(spec, cand, phase):
+        if phase not in (*TAX_PHASES, BENCH_PHASE) or (base_path, cand, phase) not in mine_tax or not _selected(spec, cand, phase):
             continue
         est, lo, hi = mine_tax[(base_path, cand, phase)]
         allowance = max(spec.noise_floor, spec.max_ratio * abs(b_est))
@@ -121,6 +148,6 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
         rows.append(GateRow(
             f"{cand} - {base_path}: {phase} tax", f"tax lo <= baseline tax hi + {allowance:.3g} ms",
             res.label, FAIL if breached else PASS, ("tax lo", "baseline tax hi + allowance"), ("<=",),
-            (lo, b_hi + allowance), f"paired within each run (the machine's drift cancels); allowance "
+            (lo, b_hi + allowance), f"{how}; allowance "
             f"max({spec.noise_floor:g} ms, {pct} of the baseline run's tax)", group=GROUP, why=said))
     return rows

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from zgtool.errors import UsageError
-from zgtool.gate.acrossruns import interval_rows
+from zgtool.gate.acrossruns import interval_rows, judged_by_intervals
 from zgtool.gate.derived import with_derived
 from zgtool.gate.expr import MissingField
 from zgtool.gate.fields import lookup, matching_leaves
@@ -81,8 +81,9 @@ def _is_literal(side: str) -> bool:
 def evaluate_regression(
     spec: RegressionSpec, results: list[LoadedResult], baseline: LoadedResult
 ) -> list[GateRow]:
-    """Each result against the baseline run: latency_split results by intervals (zgtool/gate/acrossruns.py) unless
-    the policy says method = "percentile"; otherwise current <= baseline * (1 + max) for every matched field
+    """Each result against the baseline run: latency_split and bench.k6 results by intervals
+    (zgtool/gate/acrossruns.py) unless the policy says method = "percentile" or a bench result predates its
+    medians' intervals; otherwise current <= baseline * (1 + max) for every matched field
     (lower is better)."""
     rows: list[GateRow] = []
     same_kind = [r for r in results if r.kind == baseline.kind]
@@ -106,7 +107,7 @@ def evaluate_regression(
         )
     pct = f"{spec.max_ratio:.0%}"
     for res in same_kind:
-        if spec.method == "intervals" and res.kind == "latency_split":
+        if spec.method == "intervals" and judged_by_intervals(res.result) and judged_by_intervals(baseline.result):
             rows.extend(interval_rows(spec, res, baseline))
             continue
         current = matching_leaves(res.result, spec.fields)

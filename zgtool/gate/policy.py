@@ -71,10 +71,10 @@ class RegressionSpec:
     max_ratio: float = 0.10
     fields: tuple[str, ...] = DEFAULT_REGRESSION_FIELDS
     noise_floor: float = 1.0
-    # intervals: a latency_split field breaches when this run's median interval lies above the baseline
-    # run's by more than the allowance, and a hop's paired tax when its interval lies above the baseline
+    # intervals: a latency_split or bench.k6 field breaches when this run's median interval lies above the
+    # baseline run's by more than the allowance, and a hop's tax when its interval lies above the baseline
     # run's (zgtool/gate/acrossruns.py); percentile: the field's p95 against the baseline's by percentage
-    # alone (k6 results, which carry no intervals, are always read so)
+    # alone (k6 results written before they kept their medians' intervals are always read so)
     method: str = "intervals"
     # under "intervals", each path's own median: "auto" judges it only in a run of one path (a run of two or
     # more is judged by its hops' taxes, which the machine's drift between runs does not move: a path's own

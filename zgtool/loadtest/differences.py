@@ -65,3 +65,24 @@ def reconnect_notes(scenarios: Mapping[str, ScenarioStats]) -> list[str]:
             f"durations include a TCP connect (connecting p95 {s.http_req_connecting.p95:.2f} ms); a gateway "
             f"that keeps its upstream connections alive meets the same closes")
     return notes
+
+
+def split_shape(data: Mapping[str, Any], phase: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A bench result's data in latency-split's shape, for `compare` and `gate --baseline`: its targets (direct
+    first, then the other scenarios in order; each with its median duration under `phase`, that median's interval
+    over its requests, and no phase where no request succeeded) and its differences (each scenario's median minus
+    direct's under `phase`, unpaired)."""
+    sc = data.get("scenarios") or {}
+    order = ([BASELINE] if BASELINE in sc else []) + [n for n in sc if n != BASELINE]
+    targets = []
+    for name in order:
+        s = sc[name]
+        dur = s.get("http_req_duration") or {}
+        ok = int(s.get("requests", 0)) - int(s.get("failures", 0))
+        phases = {phase: {"count": ok, "summary": {"p50": dur.get("p50")}, "median_lo": s.get("p50_lo_ms"),
+                          "median_hi": s.get("p50_hi_ms")}} if ok > 0 and dur.get("p50") is not None else {}
+        targets.append({"name": name, "url": s.get("url"), "phases": phases})
+    differences = [{"phase": phase, "baseline": d.get("vs", BASELINE), "candidate": name, "diff_ms": d.get("p50_ms"),
+                    "lo_ms": d.get("lo_ms"), "hi_ms": d.get("hi_ms"), "verdict": d.get("verdict")}
+                   for name, d in (data.get("differences") or {}).items() if isinstance(d, dict)]
+    return targets, differences

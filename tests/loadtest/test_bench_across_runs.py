@@ -1,5 +1,6 @@
-"""`zgtool compare` on k6 bench results: two real runs on an unchanged server, and a stored pair in which the
-gateway's tax grew; runs of other kinds or other scenarios are refused in one line."""
+"""`zgtool compare` and `gate --baseline` on k6 bench results: two real runs on an unchanged server, and the
+first run with the gateway's tax grown or both paths slowed; runs of other kinds or other scenarios are refused
+in one line."""
 
 from __future__ import annotations
 
@@ -26,6 +27,24 @@ def two_runs(asgi_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     return outs[0], outs[1]
 
 
+def shifted(run: Path, folder: Path, direct_ms: float, gateway_ms: float) -> Path:
+    """A copy of `run` whose direct and gateway medians (with their intervals) moved by these amounts, its
+    gateway-minus-direct difference by the change of the two."""
+    d = json.loads(run.read_text())
+    for name, by in (("direct", direct_ms), ("gateway", gateway_ms)):
+        s = d["data"]["scenarios"][name]
+        for key in ("p50", "p95"):
+            s["http_req_duration"][key] += by
+        s["p50_lo_ms"] += by
+        s["p50_hi_ms"] += by
+    g = d["data"]["differences"]["gateway"]
+    for k in ("p50_ms", "lo_ms", "hi_ms"):
+        g[k] += gateway_ms - direct_ms
+    out = folder / f"shift_{direct_ms:g}_{gateway_ms:g}.json"
+    out.write_text(json.dumps(d))
+    return out
+
+
 def test_compare_reads_two_bench_runs_direct_first_with_each_median_and_the_gateways_tax(two_runs, cli):
     a, b = two_runs
     for path in (a, b):      # what compare reads: each scenario's median with its interval over requests
@@ -45,26 +64,10 @@ def test_compare_reads_two_bench_runs_direct_first_with_each_median_and_the_gate
 def test_a_gateway_tax_grown_past_its_interval_fails_compare_and_drift_of_both_paths_does_not(two_runs, cli,
                                                                                              tmp_path):
     a, _ = two_runs
-    doc = json.loads(a.read_text())
-
-    def shifted(direct_ms: float, gateway_ms: float) -> Path:
-        d = json.loads(json.dumps(doc))
-        for name, by in (("direct", direct_ms), ("gateway", gateway_ms)):
-            s = d["data"]["scenarios"][name]
-            s["http_req_duration"]["p50"] += by
-            s["p50_lo_ms"] += by
-            s["p50_hi_ms"] += by
-        g = d["data"]["differences"]["gateway"]
-        for k in ("p50_ms", "lo_ms", "hi_ms"):
-            g[k] += gateway_ms - direct_ms
-        out = tmp_path / f"shift_{direct_ms:g}_{gateway_ms:g}.json"
-        out.write_text(json.dumps(d))
-        return out
-
-    grown = cli("compare", a, shifted(0.0, 50.0), "--fail-on-regression")
+    grown = cli("compare", a, shifted(a, tmp_path, 0.0, 50.0), "--fail-on-regression")
     assert grown.returncode == ExitCode.VERDICT_FAILED, grown.stdout + grown.stderr
     assert "total_ms tax" in grown.stdout and "regression" in grown.stdout
-    drift = cli("compare", a, shifted(50.0, 50.0), "--fail-on-regression")   # the machine slowed both paths
+    drift = cli("compare", a, shifted(a, tmp_path, 50.0, 50.0), "--fail-on-regression")   # the machine slowed both paths
     assert drift.returncode == 0, drift.stdout + drift.stderr
     assert "regression (not counted)" in drift.stdout
 
@@ -82,3 +85,25 @@ def test_compare_refuses_a_bench_beside_a_latency_split_and_other_scenarios(two_
     fewer.write_text(json.dumps(d))
     proc = cli("compare", a, fewer)
     assert proc.returncode == ExitCode.USAGE and "same scenarios" in proc.stderr, proc.stderr
+
+
+def test_gate_baseline_judges_a_bench_by_the_gateways_tax_and_reads_an_older_result_by_percentile(two_runs, cli,
+                                                                                              tmp_path):
+    a, b = two_runs
+    aa = cli("gate", b, "--baseline", a)
+    assert aa.returncode == 0, aa.stdout + aa.stderr
+    assert "gateway - direct: http_req_duration tax vs baseline" in aa.stdout
+    assert "separate k6 scenarios, unpaired" in cli("gate", b, "--baseline", a, "--json").stdout
+    grown = cli("gate", shifted(a, tmp_path, 0.0, 50.0), "--baseline", a)
+    assert grown.returncode == 1 and "FAIL gateway - direct: http_req_duration tax" in grown.stdout, grown.stdout
+    drift = cli("gate", shifted(a, tmp_path, 50.0, 50.0), "--baseline", a)   # the machine slowed both paths
+    assert drift.returncode == 0, drift.stdout
+    # a result written before the medians' intervals were kept: the percentile rule, as before
+    old = json.loads(a.read_text())
+    for s in old["data"]["scenarios"].values():
+        s.pop("p50_lo_ms"), s.pop("p50_hi_ms")
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(old))
+    proc = cli("gate", b, "--baseline", older)
+    assert proc.returncode == 0 and "gateway.http_req_duration.p95 vs baseline" in proc.stdout, proc.stdout
+    assert "tax vs baseline" not in proc.stdout
