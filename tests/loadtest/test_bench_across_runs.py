@@ -70,6 +70,20 @@ def test_a_gateway_tax_grown_past_its_interval_fails_compare_and_drift_of_both_p
     drift = cli("compare", a, shifted(a, tmp_path, 50.0, 50.0), "--fail-on-regression")   # the machine slowed both paths
     assert drift.returncode == 0, drift.stdout + drift.stderr
     assert "regression (not counted)" in drift.stdout
+    # k6's scenarios are unpaired and run one after another: a tax that moved by less than 1 ms is no regression
+    small = shifted(a, tmp_path, 0.0, 0.6)
+    every = cli("compare", a, small, "--fail-on-regression", "--every")
+    (tax,) = [line for line in every.stdout.splitlines() if "total_ms tax" in line]
+    assert every.returncode == 0 and tax.endswith("no change"), every.stdout
+    assert "no change beyond max(1 ms, 10%)" in cli("compare", a, small).stdout
+
+
+def test_a_bench_change_counts_from_1_ms_or_10_percent_and_a_latency_split_one_from_0_2_ms_or_2_percent():
+    from zgtool.compare.runs import BENCH_KIND, KIND
+    from zgtool.compare.stats import smallest_effect
+
+    assert smallest_effect(6.0, BENCH_KIND) == 1.0 and smallest_effect(40.0, BENCH_KIND) == pytest.approx(4.0)
+    assert smallest_effect(6.0, KIND) == 0.2 and smallest_effect(40.0, KIND) == pytest.approx(0.8)
 
 
 def test_compare_refuses_a_bench_beside_a_latency_split_and_other_scenarios(two_runs, cli, tmp_path):

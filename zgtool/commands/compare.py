@@ -49,6 +49,7 @@ def run(opts: CompareOptions) -> dict:
     regressions = sum(1 for c in changed if c.verdict == "regression" and c.counted)
     sentence = render.verdict(labels, metrics, taxes, regressions)
     width = shutil.get_terminal_size((100, 24)).columns
+    effect = "max(1 ms, 10%)" if runs[0].kind == BENCH_KIND else "max(0.2 ms, 2%)"    # stats.smallest_effect
     if not opts.as_json:
         lines = [sentence, "", "Each path per run (medians, ms; req/s and tok/s for throughput):"]
         lines += render.metric_table(labels, metrics, width)
@@ -58,10 +59,10 @@ def run(opts: CompareOptions) -> dict:
             lines += ["", f"Tax per hop (candidate minus path 1, {how}):"]
             lines += render.tax_table(labels, taxes, width)
         lines += ["", f"Against the baseline {labels[0]} (* or n.s.: whether the interval excludes 0):"]
-        lines += render.change_table(changed, width, every=opts.every)
+        lines += render.change_table(changed, width, every=opts.every, effect=effect)
         typer.echo("\n".join(lines))
     if opts.summary_md is not None:
-        opts.summary_md.write_text(render.summary_markdown(sentence, labels, taxes, changed))
+        opts.summary_md.write_text(render.summary_markdown(sentence, labels, taxes, changed, effect))
         err_console.print(f"[dim]summary written to {opts.summary_md}[/dim]", highlight=False)
     if opts.plots_dir is not None:
         from zgtool.compare.plots import write_plots
@@ -75,7 +76,7 @@ def run(opts: CompareOptions) -> dict:
             "definitions": {"across": "t-interval over the runs' medians, mean +/- t(0.975, k-1) sd/sqrt(k)",
                             "changes": "this run's median minus the baseline's, interval from both medians' "
                                        "bootstrap intervals (normal approximation); a change counts above "
-                                       "max(0.2 ms, 2% of the baseline)"}}
+                                       f"{effect} of the baseline"}}
     result = make_result("compare", data)
     emit_result(result, as_json=opts.as_json, out=opts.out)
     if opts.fail_on_regression and regressions:

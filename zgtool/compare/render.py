@@ -94,7 +94,7 @@ def tax_table(labels: Sequence[str], rows: list[TaxRow], width: int) -> list[str
     return out[:-1]
 
 
-def change_table(rows: list[Change], width: int, every: bool = False) -> list[str]:
+def change_table(rows: list[Change], width: int, every: bool = False, effect: str = "max(0.2 ms, 2%)") -> list[str]:
     """The regressions and improvements (every comparison with `every`), then a count of the rest."""
     shown = rows if every else [c for c in rows if c.verdict in ("regression", "improvement")]
     headers = ["run", "path", "metric", "baseline", "change [95%]", "verdict"]
@@ -109,13 +109,14 @@ def change_table(rows: list[Change], width: int, every: bool = False) -> list[st
     rest = len(rows) - len(shown)
     if rest:
         unjudged = sum(1 for c in rows if c.verdict == "no interval")
-        out.append(f"{rest} other comparison(s): no change beyond max(0.2 ms, 2%) or an interval containing 0"
+        out.append(f"{rest} other comparison(s): no change beyond {effect} or an interval containing 0"
                    + (f"; {unjudged} without an interval (throughput: one figure per run)" if unjudged else "")
                    + " (--every lists them)")
     return out
 
 
-def summary_markdown(sentence: str, labels: Sequence[str], taxes: list[TaxRow], changed: list[Change]) -> str:
+def summary_markdown(sentence: str, labels: Sequence[str], taxes: list[TaxRow], changed: list[Change],
+                     effect: str = "max(0.2 ms, 2%)") -> str:
     """A CI comment: the sentence, the tax per hop across runs, and the regressions/improvements."""
     out = [f"**{sentence}**", ""]
     if taxes:
@@ -133,5 +134,5 @@ def summary_markdown(sentence: str, labels: Sequence[str], taxes: list[TaxRow], 
                 f"[{c.lo:+.2f}, {c.hi:+.2f}] | {c.verdict}"
                 f"{'' if c.counted or c.verdict != 'regression' else ' (not counted)'} |" for c in flagged]
     else:
-        out.append("No regression or improvement beyond the smallest effect that matters (max(0.2 ms, 2%)).")
+        out.append(f"No regression or improvement beyond the smallest effect that matters ({effect}).")
     return "\n".join(out) + "\n"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from statistics import NormalDist, fmean, stdev
 
 from zgtool.bootstrap import t_quantile
-from zgtool.compare.runs import Run
+from zgtool.compare.runs import BENCH_KIND, KIND, Run
 
 LATENCY_METRICS = ("ttfb_ms", "ttft_ms", "itl_ms", "tpot_ms", "total_ms", "outside_engine_ms")
 THROUGHPUT_METRICS = ("request_rps", "output_tok_s")       # higher is better
@@ -136,16 +136,26 @@ class Change:
     counted: bool = True       # counts toward --fail-on-regression (a path's own median in a multi-path run: no)
 
 
-def _smallest_effect(baseline: float) -> float:
+# k6 bench runs: a scenario's median minus direct's is unpaired, the scenarios run one after another, and the
+# machine's drift between them is in no interval: A/A taxes of one stack moved by about +-1 ms between runs here
+# (bench/k6_gate_calibration.py), so a change counts from gate's default [regression] allowances on
+BENCH_FLOOR_MS, BENCH_RATIO = 1.0, 0.10
+
+
+def smallest_effect(baseline: float, kind: str = KIND) -> float:
+    """The smallest change that counts: latency-split's rule, max(0.2 ms, 2%); for k6 bench runs max(1 ms, 10%)."""
+    if kind == BENCH_KIND:
+        return max(BENCH_FLOOR_MS, BENCH_RATIO * abs(baseline))
     return max(0.2, 0.02 * abs(baseline))
 
 
-def _verdict(diff: float, lo: float | None, hi: float | None, baseline: float, higher_is_better: bool) -> str:
+def _verdict(diff: float, lo: float | None, hi: float | None, baseline: float, higher_is_better: bool,
+             kind: str = KIND) -> str:
     if lo is None or hi is None:
         return "no interval"
     worse = (lo > 0) if not higher_is_better else (hi < 0)
     better = (hi < 0) if not higher_is_better else (lo > 0)
-    big = abs(diff) >= _smallest_effect(baseline)
+    big = abs(diff) >= smallest_effect(baseline, kind)
     if worse and big:
         return "regression"
     if better and big:
@@ -173,7 +183,7 @@ def tax_changes(runs: list[Run]) -> list[Change]:
                 diff = v[0] - b[0]
                 lo, hi = _apart(b[1], b[2], v[1], v[2], diff)
                 out.append(Change(run.label, j, base.path_names[j], f"{phase} tax", b[0], v[0], diff, lo, hi,
-                                  _verdict(diff, lo, hi, ref, False)))
+                                  _verdict(diff, lo, hi, ref, False, base.kind)))
     return out
 
 
@@ -194,5 +204,6 @@ def changes(runs: list[Run]) -> list[Change]:
                 if b_lo is not None and b_hi is not None and v_lo is not None and v_hi is not None:
                     lo, hi = _apart(b_lo, b_hi, v_lo, v_hi, diff)
                 out.append(Change(run.label, i, name, metric, b, v, diff, lo, hi,
-                                  _verdict(diff, lo, hi, b, metric in THROUGHPUT_METRICS), counted=alone))
+                                  _verdict(diff, lo, hi, b, metric in THROUGHPUT_METRICS, base.kind),
+                                  counted=alone))
     return out + tax_changes(runs)
