@@ -17,6 +17,8 @@
 //   SCENARIOS                 comma list out of gateway,direct,direct_stream
 //   SEQUENTIAL                1 (default): scenarios run one after another so they do not
 //                             compete for the same CPUs; 0: all at once
+//   ROUNDS                    with SEQUENTIAL: the scenarios take turns in this many rounds, each
+//                             a slice of DURATION (default 1: each scenario once, whole)
 //   DIRECT_HEADERS, GATEWAY_HEADERS   JSON objects of extra request headers (API keys)
 //   SUMMARY                   where handleSummary writes the JSON summary
 //
@@ -51,6 +53,7 @@ const REQUEST_TIMEOUT = __ENV.REQUEST_TIMEOUT || '60s';   // k6's per-request ti
 const PRE_VUS = parseInt(__ENV.PRE_VUS || '10', 10);
 const MAX_VUS = parseInt(__ENV.MAX_VUS || '50', 10);
 const SEQUENTIAL = (__ENV.SEQUENTIAL || '1') !== '0';
+const ROUNDS = Math.max(1, parseInt(__ENV.ROUNDS || '1', 10));
 const SELECTED = (__ENV.SCENARIOS || 'gateway,direct,direct_stream').split(',').map((s) => s.trim()).filter(Boolean);
 const PHASES = ['http_req_blocked', 'http_req_connecting', 'http_req_tls_handshaking', 'http_req_sending',
   'http_req_waiting', 'http_req_receiving', 'http_req_duration'];
@@ -91,24 +94,34 @@ function seconds(d) {
   return parseFloat(m[1]) * { ms: 0.001, s: 1, m: 60, h: 3600 }[m[2]];
 }
 
+// Sequential scenarios take turns in ROUNDS rounds (direct, gateway, direct_stream, direct, gateway, ...), each
+// round a 1/ROUNDS slice of DURATION: a drift of the machine (or the first scenario's warm-up) then falls on every
+// path alike instead of on whichever ran first, and each request's round (its `round` tag) lets zgtool pair the
+// paths round by round as latency-split does. ROUNDS=1 is the old one-after-another order.
 function buildScenarios() {
   const out = {};
-  const gapS = 1; // a pause between sequential scenarios lets the previous one's connections drain
-  SELECTED.forEach((name, i) => {
-    if (!TARGETS[name]) throw new Error(`unknown scenario ${name}; choose from ${Object.keys(TARGETS)}`);
-    out[name] = {
-      executor: 'constant-arrival-rate',
-      exec: 'hit',
-      rate: RATE * TICKS,
-      timeUnit: '1s',
-      duration: DURATION,
-      preAllocatedVUs: PRE_VUS,
-      maxVUs: MAX_VUS,
-      startTime: SEQUENTIAL ? `${i * (seconds(DURATION) + gapS)}s` : '0s',
-      tags: { path: name },
-      env: { TARGET: name },
-    };
-  });
+  const rounds = SEQUENTIAL ? ROUNDS : 1;
+  const sliceS = seconds(DURATION) / rounds;
+  const gapS = rounds > 1 ? 0.25 : 1; // a pause between turns lets the previous one's connections drain
+  let slot = 0;
+  for (let r = 0; r < rounds; r++) {
+    SELECTED.forEach((name) => {
+      if (!TARGETS[name]) throw new Error(`unknown scenario ${name}; choose from ${Object.keys(TARGETS)}`);
+      out[rounds > 1 ? `${name}_r${r}` : name] = {
+        executor: 'constant-arrival-rate',
+        exec: 'hit',
+        rate: RATE * TICKS,
+        timeUnit: '1s',
+        duration: rounds > 1 ? `${Math.round(sliceS * 1000)}ms` : DURATION,
+        preAllocatedVUs: PRE_VUS,
+        maxVUs: MAX_VUS,
+        startTime: SEQUENTIAL ? `${Math.round(slot * (sliceS + gapS) * 1000)}ms` : '0s',
+        tags: { path: name, round: String(r) },
+        env: { TARGET: name },
+      };
+      slot += 1;
+    });
+  }
   return out;
 }
 
@@ -121,15 +134,17 @@ function buildThresholds() {
     t[`http_reqs{path:${name}}`] = ['count>=0'];
     t[`http_req_failed{path:${name}}`] = ['rate>=0'];
     t[`checks{path:${name}}`] = ['rate>=0'];
-    t[`dropped_iterations{scenario:${name}}`] = ['count>=0'];
     t[`iterations{path:${name}}`] = ['count>=0'];
     t[`zg_reconnects{path:${name}}`] = ['count>=0'];
   }
+  for (const scenario of Object.keys(SCENARIO_SET)) t[`dropped_iterations{scenario:${scenario}}`] = ['count>=0'];
   return t;
 }
 
+const SCENARIO_SET = buildScenarios();
+
 export const options = {
-  scenarios: buildScenarios(),
+  scenarios: SCENARIO_SET,
   thresholds: buildThresholds(),
   summaryTrendStats: ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'count'],
   discardResponseBodies: false,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from zgtool.errors import ExitCode
 from zgtool.loadtest import BenchConfig, RampConfig, find_k6, run_bench, run_ramp
+from zgtool.loadtest.render import bench_verdict
 from zgtool.loadtest.summary import PHASES
 from zgtool.targets import Target
 
@@ -168,3 +170,29 @@ def test_a_ramp_whose_every_request_failed_exits_unreliable_and_says_what_failed
     data = json.loads(out.read_text())["data"]       # the result is still written, with the failure named
     assert any(n.startswith(said) for n in data["notes"])
     assert data["ttft_at_knee"] == []                 # no knee to measure TTFT at: not measured
+
+
+def test_scenarios_take_turns_in_rounds_and_the_gateway_is_paired_with_direct_round_by_round(asgi_url, tmp_path):
+    """Run one after another whole, the first scenario took the machine's drift (or its warm-up) alone: an A/A
+    gateway came out 1.6 ms faster than direct in a run here. In rounds, every path runs in every turn."""
+    cfg = BenchConfig(rate_rps=10, duration_s=3.0, scenarios=("direct", "gateway"), rounds=3)
+    result = run_bench(cfg, direct=Target("direct", asgi_url), gateway=Target("gw", asgi_url), k6=find_k6(),
+                       run_dir=tmp_path / "run", progress=False)
+    assert result.config["rounds"] == 3
+    for s in result.scenarios.values():
+        assert 27 <= s.requests <= 36 and s.failures == 0 and s.dropped_iterations == 0, s
+        assert s.p50_lo_ms is not None and s.p50_lo_ms <= s.http_req_duration.p50 <= s.p50_hi_ms
+    from zgtool.loadtest.points import ROUND_KEY, read_points
+
+    points = read_points(tmp_path / "run" / "points.csv.gz")
+    for path in ("direct", "gateway"):     # every request carries its turn: three per path
+        assert sorted(set(points[path][ROUND_KEY])) == [0.0, 1.0, 2.0]
+        assert len(points[path][ROUND_KEY]) == len(points[path]["http_req_duration"])
+    g = result.differences["gateway"]
+    assert g["rounds"] == 3 and g["method"].startswith("paired by rounds")
+    assert "paired by 3 rounds in which the k6 scenarios took turns" in bench_verdict(result)
+    # one turn each (the old order): the interval is over requests and says what it does not cover
+    one = run_bench(replace(cfg, rounds=1), direct=Target("direct", asgi_url), gateway=Target("gw", asgi_url),
+                    k6=find_k6(), run_dir=tmp_path / "one", progress=False)
+    assert one.config["rounds"] == 1 and one.differences["gateway"]["method"].startswith("unpaired")
+    assert "a drift between them is not covered" in bench_verdict(one)

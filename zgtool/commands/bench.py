@@ -59,7 +59,7 @@ def bench(
     ctx: typer.Context, direct: str | None = o.DIRECT, gateway: str | None = o.GATEWAY, start: bool = o.START,
     via: str = o.VIA, model: str = o.MODEL, rate: int = o.RATE, arrivals: str = o.ARRIVALS,
     duration: str = o.DURATION, pre_vus: int = o.PRE_VUS, max_vus: int = o.MAX_VUS, scenarios: str = o.SCENARIOS,
-    together: bool = o.TOGETHER, api: str = o.API, payload: Path | None = o.PAYLOAD, dataset: str | None = o.DATASET,
+    together: bool = o.TOGETHER, rounds: int = o.ROUNDS, api: str = o.API, payload: Path | None = o.PAYLOAD, dataset: str | None = o.DATASET,
     ramp: bool = o.RAMP, rates: str = o.RATES, step: str = o.STEP, warmup: str = o.WARMUP,
     ttft_at_knee: str = o.TTFT_AT_KNEE, k6: Path | None = o.K6, run_dir: Path | None = o.RUN_DIR,
     no_progress: bool = o.NO_PROGRESS, quiet: bool = o.QUIET, timeout_s: float = o.TIMEOUT_S,

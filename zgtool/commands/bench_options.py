@@ -37,6 +37,9 @@ PRE_VUS = typer.Option(10, "--pre-vus", help="Pre-allocated k6 VUs per scenario.
 MAX_VUS = typer.Option(100, "--max-vus", help="Maximum k6 VUs per scenario.")
 SCENARIOS = typer.Option("gateway,direct,direct_stream", "--scenarios", help="Comma list.")
 TOGETHER = typer.Option(False, "--together", help="Run the scenarios at once, not in turn.")
+ROUNDS = typer.Option(5, "--rounds", help="Scenarios in turn take turns in this many rounds, each a slice of "
+                                          "--duration (at least 1 s): drift falls on every path alike and "
+                                          "the paths are paired round by round; 1: each scenario once, whole.")
 API = typer.Option("anthropic", vocab.API, help="anthropic (/v1/messages) or openai.")
 PAYLOAD = typer.Option(None, "--payload", help="Request body JSON file.")
 DATASET = typer.Option(None, "--dataset", help="Prompts and max_tokens per request (sent in turn at --rate; a "
@@ -101,7 +104,7 @@ class BenchOptions:
         return isinstance(self.load, RampConfig)
 
 
-def _load(*, ramp: bool, rate: int, duration: str, pre_vus: int, max_vus: int, scenarios: str, together: bool,
+def _load(*, ramp: bool, rate: int, duration: str, pre_vus: int, max_vus: int, scenarios: str, together: bool, rounds: int,
           api: str, payload: Path | None, arrivals: str, timeout_s: float, rates: str, step: str, warmup: str,
           ttft_at_knee: str) -> BenchConfig | RampConfig:
     from zgtool.loadtest.config import BenchConfig, RampConfig, parse_duration_s, parse_rates
@@ -109,7 +112,7 @@ def _load(*, ramp: bool, rate: int, duration: str, pre_vus: int, max_vus: int, s
     if not ramp:
         return BenchConfig(rate_rps=rate, duration_s=parse_duration_s(duration), pre_allocated_vus=pre_vus,
                            max_vus=max_vus, scenarios=tuple(s.strip() for s in scenarios.split(",") if s.strip()),
-                           sequential=not together, api=api, payload=payload, arrivals=arrivals,
+                           sequential=not together, rounds=rounds, api=api, payload=payload, arrivals=arrivals,
                            request_timeout_s=timeout_s)
     warmup_s = 0.0 if warmup.strip() in ("0", "0s") else parse_duration_s(warmup, what="--warmup")
     ttft_s = 0.0 if ttft_at_knee.strip() in ("0", "0s") else parse_duration_s(ttft_at_knee, what="--ttft-at-knee")
@@ -122,7 +125,7 @@ def parse_bench_options(
         *, direct: str | None = None, gateway: str | None = None, start: bool = False, via: str = "pygw",
         model: str = "null", rate: int = 10, arrivals: str = "constant", duration: str = "10s", pre_vus: int = 10,
         max_vus: int = 100, scenarios: str = "gateway,direct,direct_stream", together: bool = False,
-        api: str = "anthropic", payload: Path | None = None, dataset: str | None = None, ramp: bool = False,
+        rounds: int = 5, api: str = "anthropic", payload: Path | None = None, dataset: str | None = None, ramp: bool = False,
         rates: str = "5,10,20,40,80", step: str = "5s", warmup: str = "2s", ttft_at_knee: str = "3s",
         k6: Path | None = None, run_dir: Path | None = None, no_progress: bool = False, quiet: bool = False,
         timeout_s: float = 60.0, csv_dir: Path | None = None, otlp_endpoint: str | None = None,
@@ -138,7 +141,7 @@ def parse_bench_options(
 
         if payload is not None or ramp:
             raise UsageError("--dataset gives the request bodies: not with --payload, nor with --ramp "
-                             "(the ramp sends the stock payload)")
+                             "(the ramp sends one body: --payload)")
         workload = load_for_bench(dataset)
         payload = write_payload(workload, api, run_dir)
     seg = Segment.parse(segment) if segment is not None else None
@@ -146,7 +149,7 @@ def parse_bench_options(
         raise UsageError("--segment and --k8s split a constant-rate run against --direct/--gateway targets; "
                          "not with --ramp or --start")
     load = _load(ramp=ramp and k8s is None, rate=rate, duration=duration, pre_vus=pre_vus, max_vus=max_vus,
-                 scenarios=scenarios, together=together, api=api, payload=payload, arrivals=arrivals,
+                 scenarios=scenarios, together=together, rounds=rounds, api=api, payload=payload, arrivals=arrivals,
                  timeout_s=timeout_s, rates=rates, step=step, warmup=warmup, ttft_at_knee=ttft_at_knee)
     where = BenchOptions(load=load, direct=direct, gateway=gateway, start=start, via=via, model=model, config=config,
                          run_dir=run_dir, progress=not (no_progress or quiet), as_json=as_json, out=out,

@@ -54,7 +54,7 @@ def run(opts: CompareOptions) -> dict:
         lines = [sentence, "", "Each path per run (medians, ms; req/s and tok/s for throughput):"]
         lines += render.metric_table(labels, metrics, width)
         if taxes:
-            how = ("within each run: separate k6 scenarios, unpaired; total_ms is k6's http_req_duration"
+            how = (f"within each run: {runs[0].pairing}; total_ms is k6's http_req_duration"
                    if runs[0].kind == BENCH_KIND else "paired within each run")
             lines += ["", f"Tax per hop (candidate minus path 1, {how}):"]
             lines += render.tax_table(labels, taxes, width)

@@ -35,6 +35,7 @@ class Run:
     targets: tuple[dict[str, Any], ...]
     differences: tuple[dict[str, Any], ...]
     kind: str = KIND
+    pairing: str = "paired within each run"     # a bench's: how its differences were measured, in words
 
     @property
     def path_names(self) -> tuple[str, ...]:
@@ -61,7 +62,7 @@ def bench_run(path: Path, result: dict[str, Any]) -> Run:
     """A k6 bench as compare's paths (zgtool.loadtest.differences.split_shape): direct first, each scenario's
     median duration as total_ms with that median's interval over its requests, and each scenario's p50
     difference from direct (unpaired: separate k6 runs) as its hop's total_ms tax."""
-    from zgtool.loadtest.differences import split_shape
+    from zgtool.loadtest.differences import how_paired, split_shape
 
     data = result.get("data") or {}
     if not isinstance(data.get("scenarios"), dict) or not data["scenarios"]:
@@ -69,7 +70,8 @@ def bench_run(path: Path, result: dict[str, Any]) -> Run:
     targets, differences = split_shape(data, "total_ms")
     config = {k: (data.get("config") or {}).get(k) for k in BENCH_WORKLOAD_FIELDS}
     return Run(path=path, label=path.stem, created=str(result.get("created", "")), config=config,
-               targets=tuple(targets), differences=tuple(differences), kind=BENCH_KIND)
+               targets=tuple(targets), differences=tuple(differences), kind=BENCH_KIND,
+               pairing=how_paired(data.get("differences") or {}))
 
 
 def _unique_labels(runs: list[Run]) -> list[Run]:
@@ -80,7 +82,7 @@ def _unique_labels(runs: list[Run]) -> list[Run]:
         seen[run.label] = n + 1
         if n:
             run = Run(run.path, f"{run.label}#{n + 1}", run.created, run.config, run.targets, run.differences,
-                      run.kind)
+                      run.kind, run.pairing)
         out.append(run)
     return out
 

@@ -43,6 +43,12 @@ def _shape(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "data": {"targets": targets, "differences": differences}}
 
 
+def _bench_pairing(result: dict[str, Any]) -> str:
+    from zgtool.loadtest.differences import how_paired
+
+    return how_paired((result.get("data") or {}).get("differences") or {})
+
+
 def judged_by_intervals(result: dict[str, Any]) -> bool:
     """Whether the intervals method can read this result: a latency_split, or a bench.k6 whose scenarios carry
     their medians' intervals (results written before they were kept are read by percentile)."""
@@ -134,7 +140,7 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
             (lo, limit), f"95% intervals of the medians; allowance +{pct} and {spec.noise_floor:g} ms beyond the "
             "baseline's", group=GROUP, why=f"median {med:.4g} {_iv(lo, hi)} vs baseline {b_med:.4g} {_iv(b_lo, b_hi)}: {verdict}"))
     mine_tax, their_tax = _taxes(current), _taxes(base)
-    how = ("each scenario's median minus direct's within each run (separate k6 scenarios, unpaired)" if bench
+    how = (f"each scenario's median minus direct's within each run ({_bench_pairing(res.result)})" if bench
            else "paired within each run (the machine's drift cancels)")
     for (base_path, cand, phase), (b_est, b_lo, b_hi) in their_tax.items():
         if phase not in (*TAX_PHASES, BENCH_PHASE) or (base_path, cand, phase) not in mine_tax or not _selected(spec, cand, phase):

@@ -52,6 +52,7 @@ def bench_env(config: BenchConfig, direct: Target, gateway: Target | None, paylo
         "MAX_VUS": str(config.max_vus),
         "SCENARIOS": ",".join(config.scenarios),
         "SEQUENTIAL": "1" if config.sequential else "0",
+        "ROUNDS": str(config.turns),
         # keys travel in the environment, never on k6's command line
         "ARRIVALS": config.arrivals,
         "REQUEST_TIMEOUT": k6_duration(config.request_timeout_s),
@@ -94,7 +95,7 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
     urls = {"gateway": gateway.base_url if gateway else "", "direct": direct.base_url,
             "direct_stream": direct.base_url}
     stats = {
-        name: scenario_stats(out.summary, name, url=urls[name], stream=name == "direct_stream",
+        name: scenario_stats(out.summary, name, url=urls[name], stream=name == "direct_stream", rounds=config.turns,
                              rate_rps=config.rate_rps, duration_s=config.duration_s, arrivals=config.arrivals)
         for name in config.scenarios
     }
@@ -114,7 +115,7 @@ def run_bench(config: BenchConfig, *, direct: Target, gateway: Target | None, k6
         k6_version=k6_version(k6), script=run.script.name,
         config={"rate_rps": config.rate_rps, "duration_s": config.duration_s,
                 "pre_allocated_vus": config.pre_allocated_vus, "max_vus": config.max_vus,
-                "sequential": config.sequential, "api": config.api, "payload": str(payload),
+                "sequential": config.sequential, "rounds": config.turns, "api": config.api, "payload": str(payload),
                 "arrivals": config.arrivals,
                 "endpoint": env["ENDPOINT"], "run_dir": str(run_dir)},
         scenarios=stats, requests=requests, failures=failures,

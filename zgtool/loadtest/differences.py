@@ -1,10 +1,12 @@
-"""What each scenario adds to direct's median request duration, with an unpaired interval, and the
-scenarios whose server closed kept-alive connections: read from k6's raw points and counters.
+"""What each scenario adds to direct's median request duration, with its interval, and the scenarios whose
+server closed kept-alive connections: read from k6's raw points and counters.
 
-k6's scenarios are separate runs, so the paths cannot be paired round by round as `zgtool
-latency-split` pairs them: the interval is a bootstrap over requests, each path resampled on its own.
-It covers the spread of requests within the runs, not a drift of the machine between them; a
-difference whose interval holds 0 is called not significant rather than printed as a fact.
+Scenarios in turn take turns in rounds (k6/gateway_vs_direct.js ROUNDS, `bench --rounds`, 5 by default): the
+difference is then paired as `zgtool latency-split` pairs its paths, the rounds resampled together (a paired
+cluster bootstrap), so a drift of the machine, or the first turn's warm-up, falls on both paths and out of the
+difference. In one round (--rounds 1, or scenarios at once, or under 3 rounds) the interval is a bootstrap over
+requests, each path resampled on its own: it covers the spread of requests, not a drift between the scenarios.
+A difference whose interval holds 0 is called not significant rather than printed as a fact.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from zgtool.bootstrap import median_ci, median_difference
+from zgtool.bootstrap import BY_ROUNDS, median_ci, median_difference
+from zgtool.loadtest.points import ROUND_KEY
 from zgtool.loadtest.summary import ScenarioStats
 
 BASELINE = "direct"
 METHOD = "unpaired bootstrap over requests (separate k6 runs)"
+PAIRED = "paired by rounds: the scenarios took turns, and the rounds are resampled together"
 RECONNECT_MARK = "went out on a new TCP connection"
 
 
@@ -25,29 +29,42 @@ def p50_differences(points: Mapping[str, Mapping[str, Sequence[float]]],
                     scenarios: Sequence[str]) -> dict[str, dict[str, Any]]:
     """name -> {vs, p50_ms, lo_ms, hi_ms, verdict, n, method} for every scenario beside direct, from
     each path's raw http_req_duration points (every request, as k6's own trend counts them)."""
-    base = list((points.get(BASELINE) or {}).get("http_req_duration", []))
+    base, base_rounds = _durations(points, BASELINE)
     out: dict[str, dict[str, Any]] = {}
     if BASELINE not in scenarios or not base:
         return out
     for name in scenarios:
-        cand = list((points.get(name) or {}).get("http_req_duration", []))
+        cand, cand_rounds = _durations(points, name)
         if name == BASELINE or not cand:
             continue
-        d = median_difference(base, cand)
+        paired = base_rounds is not None and cand_rounds is not None
+        d = median_difference(base, cand, baseline_groups=base_rounds if paired else None,
+                              candidate_groups=cand_rounds if paired else None)
         iv = d.interval
         out[name] = {"vs": BASELINE, "p50_ms": iv.estimate, "lo_ms": iv.lo, "hi_ms": iv.hi,
-                     "confidence": iv.confidence, "verdict": d.verdict, "n": iv.n, "method": METHOD}
+                     "confidence": iv.confidence, "verdict": d.verdict, "n": iv.n,
+                     "method": PAIRED if iv.method == BY_ROUNDS else METHOD, "rounds": iv.rounds}
     return out
+
+
+def _durations(points: Mapping[str, Mapping[str, Sequence[float]]], name: str
+               ) -> tuple[list[float], list[float] | None]:
+    """A path's durations and, where every one carries it, the round each ran in."""
+    got = points.get(name) or {}
+    values = list(got.get("http_req_duration", []))
+    rounds = list(got.get(ROUND_KEY, []))
+    return values, (rounds if rounds and len(rounds) == len(values) else None)
 
 
 def with_p50_intervals(scenarios: Mapping[str, ScenarioStats],
                        points: Mapping[str, Mapping[str, Sequence[float]]]) -> dict[str, ScenarioStats]:
-    """Each scenario with the 95% bootstrap interval of its median duration over its requests (what `compare`
-    reads to judge a path's median across runs); unchanged where its points are missing or too few."""
+    """Each scenario with the 95% bootstrap interval of its median duration (over its rounds where it took turns,
+    else over its requests: what `compare` reads to judge a path's median across runs); unchanged where its
+    points are missing or too few."""
     out = {}
     for name, s in scenarios.items():
-        values = list((points.get(name) or {}).get("http_req_duration", []))
-        iv = median_ci(values) if values else None
+        values, rounds = _durations(points, name)
+        iv = median_ci(values, groups=rounds) if values else None
         out[name] = replace(s, p50_lo_ms=iv.lo, p50_hi_ms=iv.hi) if iv is not None and iv.lo is not None else s
     return out
 
@@ -86,3 +103,12 @@ def split_shape(data: Mapping[str, Any], phase: str) -> tuple[list[dict[str, Any
                     "lo_ms": d.get("lo_ms"), "hi_ms": d.get("hi_ms"), "verdict": d.get("verdict")}
                    for name, d in (data.get("differences") or {}).items() if isinstance(d, dict)]
     return targets, differences
+
+
+def how_paired(differences: Mapping[str, Any]) -> str:
+    """How a bench's differences were measured, in words, for the tables that show them."""
+    methods = {d.get("method") for d in differences.values() if isinstance(d, dict)}
+    if methods and methods <= {PAIRED}:
+        rounds = max((int(d.get("rounds") or 0) for d in differences.values() if isinstance(d, dict)), default=0)
+        return f"paired by {rounds} rounds in which the k6 scenarios took turns"
+    return "separate k6 scenarios, unpaired"

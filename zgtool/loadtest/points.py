@@ -12,6 +12,8 @@ from zgtool.errors import UsageError
 from zgtool.loadtest.summary import PHASES
 
 Points = dict[str, dict[str, list[float]]]  # path -> phase (k6 metric name) -> values, ms
+# beside http_req_duration: each value's round (k6/gateway_vs_direct.js ROUNDS), aligned with it
+ROUND_KEY = "http_req_duration_round"
 
 
 def read_points(path: Path) -> Points:
@@ -27,6 +29,8 @@ def read_points(path: Path) -> Points:
                 tags = dict(parse_qsl(row.get("extra_tags") or ""))
                 where = tags.get("path") or row.get("scenario") or ""
                 out[where][name].append(float(row["metric_value"]))
+                if name == "http_req_duration" and "round" in tags:    # the turn it ran in (ROUNDS > 1)
+                    out[where][ROUND_KEY].append(float(tags["round"]))
     except (OSError, EOFError, ValueError, KeyError, csv.Error) as exc:
         raise UsageError(f"cannot read k6 points {path}: {exc}") from exc
     return {p: dict(phases) for p, phases in out.items()}

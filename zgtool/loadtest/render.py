@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zgtool.loadtest.bench import RampResult
+from zgtool.loadtest.differences import how_paired
 from zgtool.loadtest.summary import PHASES, BenchResult
 
 
@@ -42,11 +43,20 @@ def bench_verdict(result: BenchResult) -> str:
                          f"{_interval(result.differences.get(n))}) and {d.p95 - base.p95:+.2f} ms at p95 per "
                          f"request over direct{at}")
         if parts:
-            how = ("intervals over requests; separate k6 runs, so a drift between them is not covered: "
-                   if result.differences else "separate k6 runs, no interval: ")
-            return "; ".join(parts) + f" ({how}`zgtool latency-split` gives the paired tax)" + tail + "."
+            return "; ".join(parts) + f" ({_how(result.differences)})" + tail + "."
     lines = [f"{n}: p50 {_ms(s[n].http_req_duration.p50)} ms, p95 {_ms(s[n].http_req_duration.p95)} ms" for n in ok]
     return "; ".join(lines) + at + tail + "."
+
+
+def _how(differences: dict[str, dict[str, Any]]) -> str:
+    """How the verdict's intervals were measured, and what pairs the paths closer."""
+    if not differences:
+        return "separate k6 runs, no interval: `zgtool latency-split` gives the paired tax"
+    if how_paired(differences).startswith("paired"):
+        return (f"95% intervals {how_paired(differences)}, so a drift of the machine falls on both paths; "
+                "`zgtool latency-split` pairs them request by request")
+    return ("95% intervals over requests; separate k6 runs, so a drift between them is not covered: "
+            "`bench --rounds N` pairs them by turns, `zgtool latency-split` request by request")
 
 
 def _interval(d: dict[str, Any] | None) -> str:

@@ -113,7 +113,9 @@ def _fails(summary: dict[str, Any], name: str) -> int:
 
 
 def scenario_stats(summary: dict[str, Any], name: str, *, url: str, stream: bool, rate_rps: float,
-                   duration_s: float, arrivals: str = "constant") -> ScenarioStats:
+                   duration_s: float, arrivals: str = "constant", rounds: int = 1) -> ScenarioStats:
+    """One path's figures; with rounds > 1 its k6 scenarios are NAME_r0 ... (k6/gateway_vs_direct.js ROUNDS),
+    its requests tagged path:NAME in each."""
     sel = f"{{path:{name}}}"
     requests = _count(summary, f"http_reqs{sel}")
     failures = _fails(summary, f"http_req_failed{sel}")
@@ -123,7 +125,8 @@ def scenario_stats(summary: dict[str, Any], name: str, *, url: str, stream: bool
         name=name, url=url, stream=stream, rate_rps=rate_rps, requests=requests, failures=failures,
         failure_rate=failures / requests if requests else math.nan,
         achieved_rps=requests / duration_s if duration_s > 0 else math.nan,
-        dropped_iterations=_count(summary, f"dropped_iterations{{scenario:{name}}}"),
+        dropped_iterations=sum(_count(summary, f"dropped_iterations{{scenario:{scenario}}}")
+                               for scenario in ([name] if rounds <= 1 else [f"{name}_r{r}" for r in range(rounds)])),
         checks_failed=int(checks.get("fails", 0)),
         **trends, arrivals=arrivals, reconnects=_count(summary, f"zg_reconnects{sel}"),
     )
