@@ -159,6 +159,7 @@ def test_merged_segments_sum_their_reconnects_and_take_the_p50_interval_from_the
 
     from zgtool.loadtest.differences import RECONNECT_MARK, reconnect_notes
     from zgtool.loadtest.merge import merge_segments, trend_of
+    from zgtool.loadtest.points import ROUND_KEY
     from zgtool.loadtest.summary import PHASES, ScenarioStats
 
     def segment(i: int, shift_ms: float, reconnects: int) -> dict:
@@ -176,7 +177,8 @@ def test_merged_segments_sum_their_reconnects_and_take_the_p50_interval_from_the
             "config": {"rate_rps": 10, "duration_s": 2.0, "api": "anthropic", "arrivals": "constant",
                        "sequential": True, "endpoint": "/v1/messages"},
             "scenarios": {n: asdict(s) for n, s in scen.items()}, "notes": notes,
-            "points": {n: {"http_req_duration": v} for n, v in pts.items()}}}
+            "points": {n: {"http_req_duration": v, ROUND_KEY: [float(k % 4) for k in range(len(v))]}
+                       for n, v in pts.items()}}}
 
     merged = merge_segments([("a.json", segment(1, 3.0, 4)), ("b.json", segment(2, 3.0, 5))])
     assert merged.scenarios["gateway"].reconnects == 9 and merged.scenarios["direct"].reconnects == 0
@@ -184,3 +186,4 @@ def test_merged_segments_sum_their_reconnects_and_take_the_p50_interval_from_the
     assert len(said) == 1 and said[0].startswith("gateway: 9 of 40 requests"), merged.notes
     d = merged.differences["gateway"]
     assert d["n"] == 40 and d["p50_ms"] == pytest.approx(3.0) and d["lo_ms"] > 0
+    assert d["rounds"] == 4 and d["method"].startswith("paired by rounds")   # the segments' turns, pooled

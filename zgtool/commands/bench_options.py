@@ -37,7 +37,7 @@ PRE_VUS = typer.Option(10, "--pre-vus", help="Pre-allocated k6 VUs per scenario.
 MAX_VUS = typer.Option(100, "--max-vus", help="Maximum k6 VUs per scenario.")
 SCENARIOS = typer.Option("gateway,direct,direct_stream", "--scenarios", help="Comma list.")
 TOGETHER = typer.Option(False, "--together", help="Run the scenarios at once, not in turn.")
-ROUNDS = typer.Option(5, "--rounds", help="Scenarios in turn take turns in this many rounds, each a slice of "
+ROUNDS = typer.Option(10, "--rounds", help="Scenarios in turn take turns in this many rounds, each a slice of "
                                           "--duration (at least 1 s): drift falls on every path alike and "
                                           "the paths are paired round by round; 1: each scenario once, whole.")
 API = typer.Option("anthropic", vocab.API, help="anthropic (/v1/messages) or openai.")
@@ -125,7 +125,7 @@ def parse_bench_options(
         *, direct: str | None = None, gateway: str | None = None, start: bool = False, via: str = "pygw",
         model: str = "null", rate: int = 10, arrivals: str = "constant", duration: str = "10s", pre_vus: int = 10,
         max_vus: int = 100, scenarios: str = "gateway,direct,direct_stream", together: bool = False,
-        rounds: int = 5, api: str = "anthropic", payload: Path | None = None, dataset: str | None = None, ramp: bool = False,
+        rounds: int = 10, api: str = "anthropic", payload: Path | None = None, dataset: str | None = None, ramp: bool = False,
         rates: str = "5,10,20,40,80", step: str = "5s", warmup: str = "2s", ttft_at_knee: str = "3s",
         k6: Path | None = None, run_dir: Path | None = None, no_progress: bool = False, quiet: bool = False,
         timeout_s: float = 60.0, csv_dir: Path | None = None, otlp_endpoint: str | None = None,

@@ -65,7 +65,7 @@ class BenchConfig:
     request_timeout_s: float = 60.0  # k6's per-request timeout
     # sequential scenarios take turns in this many rounds (k6/gateway_vs_direct.js ROUNDS): drift falls on every
     # path alike and the paths are paired round by round; fewer where a round would be under a second
-    rounds: int = 5
+    rounds: int = 10
 
     def __post_init__(self) -> None:
         _check_arrivals(self.arrivals)

@@ -1,7 +1,7 @@
 """What each scenario adds to direct's median request duration, with its interval, and the scenarios whose
 server closed kept-alive connections: read from k6's raw points and counters.
 
-Scenarios in turn take turns in rounds (k6/gateway_vs_direct.js ROUNDS, `bench --rounds`, 5 by default): the
+Scenarios in turn take turns in rounds (k6/gateway_vs_direct.js ROUNDS, `bench --rounds`, 10 by default): the
 difference is then paired as `zgtool latency-split` pairs its paths, the rounds resampled together (a paired
 cluster bootstrap), so a drift of the machine, or the first turn's warm-up, falls on both paths and out of the
 difference. In one round (--rounds 1, or scenarios at once, or under 3 rounds) the interval is a bootstrap over

@@ -13,10 +13,11 @@ from typing import Any
 
 from zgtool.errors import UsageError
 from zgtool.loadtest.differences import RECONNECT_MARK, p50_differences, reconnect_notes, with_p50_intervals
+from zgtool.loadtest.points import ROUND_KEY
 from zgtool.loadtest.summary import PHASES, BenchResult, ScenarioStats, Trend
 from zgtool.stats import percentile
 
-_SAME_CONFIG = ("rate_rps", "duration_s", "api", "arrivals", "sequential", "endpoint")
+_SAME_CONFIG = ("rate_rps", "duration_s", "api", "arrivals", "sequential", "endpoint", "rounds")
 
 
 def trend_of(values: list[float]) -> Trend:
@@ -90,8 +91,8 @@ def merge_segments(labelled: list[tuple[str, dict[str, Any]]]) -> BenchResult:
              "summed, every trend recomputed from the pooled raw points (linear percentiles)"]
     notes += [n for d in datas for n in d.get("notes", []) if n not in notes and RECONNECT_MARK not in n]
     notes += reconnect_notes(scenarios)     # the segments' counts summed, not one line per segment
-    pooled = {name: {"http_req_duration": [v for d in datas
-                                           for v in (d["points"].get(name) or {}).get("http_req_duration", [])]}
+    pooled = {name: {key: [v for d in datas for v in (d["points"].get(name) or {}).get(key, [])]
+                     for key in ("http_req_duration", ROUND_KEY)}      # a segment's rounds are the same turns
               for name in scenarios}
     scenarios = with_p50_intervals(scenarios, pooled)
     merged = BenchResult(
