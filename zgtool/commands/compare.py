@@ -11,7 +11,7 @@ from zgtool.commands import vocabulary as v
 
 HELP = """Compare latency-split results across runs (nightly runs, before/after a change), or k6 bench results.
 
-Each path's medians per run with the between-run 95% t-interval (over the runs' medians), the tax of every hop per run (its own paired interval) and across runs, and each run against the baseline (the first file, or --baseline). Runs must measure the same workload and the same number of paths (matched by position); otherwise one line names the difference, exit 2. Bench results: each scenario's median duration with its interval over requests, direct first; a hop's tax is its scenario's median minus direct's, unpaired (separate k6 runs).
+Each path's medians per run with the between-run 95% t-interval (over the runs' medians), the tax of every hop per run (its own paired interval) and across runs, and each run against the baseline (the first file, or --baseline). Runs must measure the same workload and the same number of paths (matched by position); otherwise one line names the difference, exit 2. Bench results: each scenario's median duration with its interval, direct first; a hop's tax is its scenario's median minus direct's, paired by the scenarios' turns (bench --rounds); a change counts from max(1 ms, 10%).
 """
 EXAMPLES = """
 Examples:

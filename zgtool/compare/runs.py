@@ -60,8 +60,8 @@ def load_run(path: Path) -> Run:
 
 def bench_run(path: Path, result: dict[str, Any]) -> Run:
     """A k6 bench as compare's paths (zgtool.loadtest.differences.split_shape): direct first, each scenario's
-    median duration as total_ms with that median's interval over its requests, and each scenario's p50
-    difference from direct (unpaired: separate k6 runs) as its hop's total_ms tax."""
+    median duration as total_ms with that median's interval, and each scenario's p50 difference from direct
+    (paired by the scenarios' turns, or unpaired for a bench run in one turn) as its hop's total_ms tax."""
     from zgtool.loadtest.differences import how_paired, split_shape
 
     data = result.get("data") or {}

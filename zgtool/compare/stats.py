@@ -136,9 +136,9 @@ class Change:
     counted: bool = True       # counts toward --fail-on-regression (a path's own median in a multi-path run: no)
 
 
-# k6 bench runs: a scenario's median minus direct's is unpaired, the scenarios run one after another, and the
-# machine's drift between them is in no interval: A/A taxes of one stack moved by about +-1 ms between runs here
-# (bench/k6_gate_calibration.py), so a change counts from gate's default [regression] allowances on
+# k6 bench runs: a scenario's median minus direct's is paired by the scenarios' turns at best (1 s slices, not
+# request by request; unpaired with --rounds 1): A/A taxes of one stack moved by about +-1 ms between runs here
+# before the turns (bench/k6_gate_calibration.py), so a change counts from gate's default [regression] allowances
 BENCH_FLOOR_MS, BENCH_RATIO = 1.0, 0.10
 
 

@@ -30,7 +30,6 @@ from zgtool.gate.records import FAIL, PASS, SKIP, GateRow, LoadedResult
 GROUP = "regression"
 TAX_PHASES = ("outside_engine_ms", "total_ms", "ttft_ms")   # a hop's cost; engine phases differ by noise alone
 BENCH_PHASE = "http_req_duration"     # a k6 bench's figure, named as its rules name it (direct.http_req_duration.p95)
-KINDS = ("latency_split", "bench.k6")
 
 
 def _shape(result: dict[str, Any]) -> dict[str, Any]:

@@ -78,9 +78,10 @@ def reconnect_notes(scenarios: Mapping[str, ScenarioStats]) -> list[str]:
         notes.append(
             f"{name}: {s.reconnects} of {s.requests} requests {RECONNECT_MARK} although their k6 VU had sent "
             f"on one to the same server before: the server (or a hop in front of it) closed the kept-alive "
-            f"connection after its answer (llama-server does after every streamed answer), so these "
-            f"durations include a TCP connect (connecting p95 {s.http_req_connecting.p95:.2f} ms); a gateway "
-            f"that keeps its upstream connections alive meets the same closes")
+            f"connection, after its answer (llama-server does after every streamed answer) or idle between "
+            f"the scenarios' turns, so these durations include a TCP connect (connecting p95 "
+            f"{s.http_req_connecting.p95:.2f} ms); a gateway that keeps its upstream connections alive meets "
+            f"the same closes")
     return notes
 
 
@@ -88,7 +89,7 @@ def split_shape(data: Mapping[str, Any], phase: str) -> tuple[list[dict[str, Any
     """A bench result's data in latency-split's shape, for `compare` and `gate --baseline`: its targets (direct
     first, then the other scenarios in order; each with its median duration under `phase`, that median's interval
     over its requests, and no phase where no request succeeded) and its differences (each scenario's median minus
-    direct's under `phase`, unpaired)."""
+    direct's under `phase`, paired by turns where the scenarios took them)."""
     sc = data.get("scenarios") or {}
     order = ([BASELINE] if BASELINE in sc else []) + [n for n in sc if n != BASELINE]
     targets = []

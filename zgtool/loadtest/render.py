@@ -19,9 +19,9 @@ def _ms(v: float | None) -> str:
 
 def bench_verdict(result: BenchResult) -> str:
     """The first line: what the gateway scenario adds to direct's request latency (p50 with its interval,
-    p95), or, with one scenario, its latency; the failures when there are any. k6's scenarios are separate,
-    unpaired runs: the p50's interval is over requests only (differences.py), and latency-split gives the
-    paired tax."""
+    p95), or, with one scenario, its latency; the failures when there are any. The p50's interval is paired by
+    the scenarios' turns, or over requests only for a run in one turn (differences.py); latency-split pairs
+    request by request."""
     s = result.scenarios
     failed = [f"{n}: {s[n].failures} of {s[n].requests} failed" for n in s if s[n].failures]
     tail = ("; " + ", ".join(failed)) if failed else ""

@@ -80,7 +80,7 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
     segment: str | None = None  # "i/N" when this run was one k6 execution segment of N
     points: dict[str, dict[str, list[float]]] | None = None  # segments: raw ms per path and phase, for merge
-    # what each scenario adds to direct's median duration, with an unpaired interval (differences.py)
+    # what each scenario adds to direct's median duration, with its interval (differences.py)
     differences: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
