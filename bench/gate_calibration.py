@@ -106,6 +106,24 @@ def compare_fails(stored: Path, now: dict, tmp: Path) -> bool:
     return any(c.verdict == "regression" and c.counted for c in changes(load_runs([stored, mine], None)))
 
 
+def start_engine(model: str) -> tuple[subprocess.Popen, str]:
+    """`zgtool serve --model MODEL` on a free port, in its own session; (process, URL), not yet healthy."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", model, "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def burners(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
@@ -123,11 +141,9 @@ def main() -> None:
     across = {"intervals": policy,       # the shipped default: the hops' taxes (each path's medians: one-path runs)
               "intervals, paths always": replace(policy, regression=replace(policy.regression, paths="always")),
               "percentile": replace(policy, regression=replace(policy.regression, method="percentile"))}
-    port = free_port()
-    engine = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", args.model, "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    engine, direct = start_engine(args.model)
+    port = int(direct.rsplit(":", 1)[1])
     procs: list[subprocess.Popen] = [engine]
-    direct = f"http://127.0.0.1:{port}"
     summary: dict[str, dict] = {}
     try:
         wait_health(direct, engine)
@@ -210,13 +226,7 @@ def main() -> None:
                                       for m, v in vs_stored.items()},
                 }
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
     print(f"\n{'condition':<10}{'false alarm (A/A)':>22}{'detect 2 ms':>16}{'detect 10%':>16}{'old way FA':>14}")
     for cond, r in summary.items():
         old = r["separate_runs_p95_10pct_false_alarm_rate"]

@@ -31,12 +31,19 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from gate_calibration import burners, start_proxy, wait_health
+from gate_calibration import (
+    burners,
+    compare_fails,
+    relabelled,
+    start_engine,
+    start_proxy,
+    stop_all,
+    wait_health,
+)
 from peerlib.machine import cpu_model
 from peerlib.rates import fmt_rate, rate
 
 from zgtool.gate import DEFAULT_POLICY, LoadedResult, evaluate, load_policy
-from zgtool.http.net import free_port
 
 SCENARIOS = ("aa", "ab2ms", "ab10")
 
@@ -50,19 +57,6 @@ def bench(direct: str, gateway: str, rate_rps: int, duration_s: float, out: Path
     return json.loads(out.read_text())
 
 
-def relabelled(result: dict, url: str, as_url: str) -> dict:
-    return json.loads(json.dumps(result).replace(json.dumps(url)[1:-1], json.dumps(as_url)[1:-1]))
-
-
-def compare_fails(stored: Path, now: dict, tmp: Path) -> bool:
-    from zgtool.compare.runs import load_runs
-    from zgtool.compare.stats import changes
-
-    mine = tmp / "compare-now.json"
-    mine.write_text(json.dumps(now))
-    return any(c.verdict == "regression" and c.counted for c in changes(load_runs([stored, mine], None)))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="dummy:tiny")
@@ -74,11 +68,9 @@ def main() -> None:
     policy = load_policy(str(DEFAULT_POLICY))
     methods = {"gate, intervals": policy,
                "gate, percentile": replace(policy, regression=replace(policy.regression, method="percentile"))}
-    port = free_port()
-    engine = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", args.model, "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    engine, direct = start_engine(args.model)
+    port = int(direct.rsplit(":", 1)[1])
     procs: list[subprocess.Popen] = [engine]
-    direct = f"http://127.0.0.1:{port}"
     summary: dict[str, dict] = {}
     try:
         wait_health(direct, engine)
@@ -127,13 +119,7 @@ def main() -> None:
                                  **{m: {"false_alarm": rate(h["aa"], pairs), "detect_2ms": rate(h["ab2ms"], pairs),
                                         "detect_10pct": rate(h["ab10"], pairs)} for m, h in hits.items()}}
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
     print(f"\n{'against the stored run':<34}{'false alarm (A/A)':>34}{'detect 2 ms':>34}{'detect 10%':>34}")
     for cond, r in summary.items():
         for m in [*methods, "compare"]:
