@@ -184,3 +184,34 @@ def test_listen_spec(spec: str, want: tuple[str, int]) -> None:
 def test_bad_listen_spec_is_refused(spec: str) -> None:
     with pytest.raises(ValueError):
         parse_listen(spec)
+
+
+def test_a_closed_receiver_keeps_no_exporters_connection_so_the_next_one_on_its_port_gets_the_spans() -> None:
+    """An exporter keeps its HTTP connection alive between batches (the OpenTelemetry SDK's and vLLM's do). A
+    receiver closed while that connection was open kept answering on it from its handler thread, so the next
+    receiver on the same port (the next latency-split run against the same engine) never saw a span."""
+    import http.client
+
+    body = (FIX / "otel_python_export.json").read_bytes()
+    headers = {"Content-Type": "application/json"}
+    tid = EXPECTED["spans"][0]["trace_id"]
+    first = OtlpReceiver().start()
+    port = first.port
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/v1/traces", body, headers)
+        assert conn.getresponse().read() == b"{}"
+        assert len(first.store.spans(tid)) == 1
+        first.close()
+        with OtlpReceiver(port=port) as second:
+            try:                 # the old connection is gone: an exporter's retry connects anew, to the new one
+                conn.request("POST", "/v1/traces", body, headers)
+                conn.getresponse().read()
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()
+                conn.request("POST", "/v1/traces", body, headers)
+                assert conn.getresponse().read() == b"{}"
+            assert len(second.store.spans(tid)) == 1
+        assert len(first.store.spans(tid)) == 1
+    finally:
+        conn.close()

@@ -83,3 +83,27 @@ def test_20_requests_joined_to_their_vllm_spans(traced_vllm: tuple[str, int]) ->
         scheduler = e["queue_ms"] + e["prefill_ms"] + e["decode_ms"]
         assert scheduler <= e["total_ms"] + 1.0, e
         assert abs(scheduler + e["other_ms"]["frontend"] - e["total_ms"]) <= 1.0, e
+
+
+def test_streams_through_a_litellm_told_to_forward_are_timed_by_vllms_spans_at_a_rate(
+        traced_vllm: tuple[str, int], tmp_path: Path) -> None:
+    """LiteLLM drops vLLM's per-request metrics from a stream, and as it comes its traceparent too; told to forward
+    it (`zgtool gateway --kind litellm --forward-traceparent`), vLLM's span of every streamed request comes back
+    under the client's trace id on both paths, so the hop's tax is measured outside the engine, open loop."""
+    from zgtool.commands.latency import run
+    from zgtool.commands.latency_options import parse_split_options
+    from zgtool.gateway.kinds import start_gateway
+
+    url, otlp_port = traced_vllm
+    with start_gateway("litellm", url, tmp_path, model="smollm2", forward_traceparent=True) as gw:
+        result = run(parse_split_options([url, gw.url], requests=12, warmup=1, stream=True, max_tokens="8",
+                                         api="openai", model="smollm2", rate="2", as_json=True,
+                                         otlp_listen=str(otlp_port)))
+    data = result["data"]
+    for t in data["targets"]:
+        ok = [s for s in t["samples"] if s["ok"]]
+        assert len(ok) == 12, t["errors"]
+        assert all(s["engine"] and s["engine"]["source"] == "vLLM OTLP span" for s in ok), t["name"]
+        assert t["trace_context"] == {"verdict": "survived", "came_back": 12, "sent": 12}
+    (tax,) = [d for d in data["differences"] if d["phase"] == "outside_engine_ms"]
+    assert tax["candidate"] == gw.url and tax["diff_ms"] is not None and tax["lo_ms"] is not None

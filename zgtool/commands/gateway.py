@@ -22,6 +22,10 @@ def gateway(
     policy: str = typer.Option("default", "--policy", help="pygw moderation policy: TOML file, default or none."),
     redis: str = typer.Option(None, "--redis", help="redis://host:port/db: pygw's limits and cache, LiteLLM's cache."),
     run_dir: Path = typer.Option(None, "--run-dir", help="Where logs and generated configs go (default runs/)."),
+    forward_traceparent: bool = typer.Option(
+        False, "--forward-traceparent",
+        help="LiteLLM: pass the client's W3C traceparent on to the engine (its otel callback and "
+             "forward_traceparent_to_llm_provider), so the engine's spans join the client's requests."),
 ) -> None:
     """Run a gateway in front of UPSTREAM until Ctrl-C (its config and logs in --run-dir)."""
     from zgtool.errors import UsageError
@@ -33,7 +37,7 @@ def gateway(
     cfg = StackConfig.for_gateway(
         kind, upstream=upstream, gateway_port=port, host=host, nginx_mode=nginx_mode, tls=tls,
         basic_auth=parse_basic_auth(basic_auth), pygw_keys=keys, pygw_policy=policy, redis_url=redis,
-        run_dir=run_dir,
+        run_dir=run_dir, forward_traceparent=forward_traceparent,
     )
     serve_with_gateway(cfg)
 

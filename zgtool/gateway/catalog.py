@@ -70,6 +70,7 @@ class LaunchRequest:
     keys_file: Path | None = None
     redis_url: str | None = None
     model: str | None = None  # the model name clients send (LiteLLM routes by it; others ignore it)
+    forward_traceparent: bool = False  # LiteLLM: pass the client's traceparent on (the others do as is)
 
     @property
     def buffered(self) -> bool:

@@ -20,7 +20,14 @@ Config (`<run>/litellm.yaml`), what maps from the pygw side:
   as LiteLLM's per-key `rpm_limit` (LiteLLM's own virtual keys need Postgres; the token
   bucket's `burst` has no LiteLLM equivalent); a master key is generated for the admin API.
   Without a keys file the proxy is open, like pygw;
-- `redis_url`: LiteLLM's response cache in Redis (and its rate-limit counters with it).
+- `redis_url`: LiteLLM's response cache in Redis (and its rate-limit counters with it);
+- `forward_traceparent` (`zgtool gateway --kind litellm --forward-traceparent`): LiteLLM passes the client's W3C
+  `traceparent` on to the engine. By default it does not (an engine's spans then start a trace of their own and
+  cannot be joined to the client's request); it forwards it only with its OpenTelemetry callback loaded
+  (`callbacks: ["otel"]`, which needs `opentelemetry-sdk` in its environment: the venv has it) and
+  `forward_traceparent_to_llm_provider: true` (litellm/proxy/litellm_pre_call_utils.py
+  `_add_otel_traceparent_to_data`, 1.110). Its own spans are not wanted here: `OTEL_TRACES_SAMPLER=always_off`
+  keeps them unrecorded and unexported (the SDK's TracerProvider reads it), so the forward costs next to nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from zgtool.errors import MissingCapability, UsageError
 from zgtool.gateway.catalog import Launch, LaunchRequest
 
 LITELLM_SPEC = "litellm==1.110.*"
+# LiteLLM's OpenTelemetry callback, without which it forwards no traceparent (its wheel needs only the API)
+OTEL_SDK_SPEC = "opentelemetry-sdk"
+VENV_SPEC = f"{LITELLM_SPEC} {OTEL_SDK_SPEC}"     # what the marker file names
 NETWORK_HINT = "zgtool will create the LiteLLM venv on first use: needs network access to PyPI"
 _MARKER = ".zgtool-ok"
 
@@ -102,7 +112,7 @@ def litellm_bin(venv: Path | None = None) -> Path:
 def venv_ready(venv: Path | None = None) -> bool:
     venv = venv or venv_dir()
     marker = venv / _MARKER
-    return litellm_bin(venv).exists() and marker.exists() and marker.read_text().strip() == LITELLM_SPEC
+    return litellm_bin(venv).exists() and marker.exists() and marker.read_text().strip() == VENV_SPEC
 
 
 def _say(msg: str) -> None:
@@ -143,9 +153,9 @@ def ensure_venv(say: Callable[[str], None] = _say) -> Path:
         deps = _run([py, "-c", _PROXY_DEPS], log, "reading litellm's proxy requirements").split()
         say(f"installing its proxy server's {len(deps)} requirements ...")
         reqs = venv / "proxy-requirements.txt"
-        reqs.write_text("\n".join(deps) + "\n")
+        reqs.write_text("\n".join([*deps, OTEL_SDK_SPEC]) + "\n")
         _run([*pip, "-r", str(reqs)], log, "pip install of the proxy requirements")
-        (venv / _MARKER).write_text(LITELLM_SPEC + "\n")
+        (venv / _MARKER).write_text(VENV_SPEC + "\n")
         say(f"venv ready in {time.monotonic() - t0:.0f} s")
     with contextlib.suppress(OSError):
         lock_path.unlink()
@@ -215,6 +225,8 @@ def render_config(req: LaunchRequest, *, auth_module: str, served: tuple[str, ..
     # translate to OpenAI's Responses API, which vLLM/SGLang/zgtool do not serve)
     lines += ["litellm_settings:", "  drop_params: true", "  num_retries: 0", "  request_timeout: 3600",
               "  telemetry: false", "  use_chat_completions_url_for_anthropic_messages: true"]
+    if req.forward_traceparent:
+        lines += ['  callbacks: ["otel"]', "  forward_traceparent_to_llm_provider: true"]
     if req.redis_url:
         u = urlparse(req.redis_url)
         if u.scheme not in ("redis", "rediss") or not u.hostname:
@@ -251,6 +263,8 @@ def launch(req: LaunchRequest) -> Launch:
         "VIRTUAL_ENV": str(venv),
         "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
     }
+    if req.forward_traceparent:
+        env.update(OTEL_TRACES_SAMPLER="always_off", OTEL_EXPORTER="console")  # its own spans: neither kept nor sent
     argv = (str(litellm_bin(venv)), "--config", str(config), "--host", req.host, "--port", str(req.port),
             "--num_workers", "1", "--telemetry", "False")
     return Launch(argv=argv, config=config, env=env, ready_path="/health/liveliness", ready_any_status=False)

@@ -50,6 +50,7 @@ class StackConfig:
     pygw_args: tuple[str, ...] = ()
     redis_url: str | None = None
     gateway_model: str | None = None         # the model name clients send (LiteLLM's model_list)
+    forward_traceparent: bool = False        # LiteLLM passes the client's traceparent on (zgtool.gateway.litellm)
     nginx_workers: int = 1                   # one worker: like for like with the one-process engine
     run_dir: Path | None = None              # None: a temp folder, removed after a clean stop
     start_timeout_s: float = 180.0
@@ -67,6 +68,9 @@ class StackConfig:
             from zgtool.targets import validate_url
 
             validate_url(self.upstream)
+        if self.forward_traceparent and "litellm" not in self.paths:
+            raise UsageError("--forward-traceparent is LiteLLM's: it drops the client's traceparent unless told; "
+                             "nginx, HAProxy, Caddy, Varnish, Squid and pygw pass it on as it is")
         for port in (self.engine_port, self.gateway_port):
             if port is not None and not 0 < port < 65536:
                 raise UsageError(f"port must be 1..65535, not {port}")
@@ -259,7 +263,8 @@ class LocalStack:
         req = LaunchRequest(path=path, host=cfg.host, port=port, upstream=upstream, run_dir=self.run_dir,
                             keys_file=cfg.pygw_keys, redis_url=cfg.redis_url,
                             # the engine started here serves cfg.model; an upstream's own models are asked
-                            model=cfg.gateway_model or (None if cfg.upstream else cfg.model))
+                            model=cfg.gateway_model or (None if cfg.upstream else cfg.model),
+                            forward_traceparent=cfg.forward_traceparent)
         launch = plan_launch(req)
         url = f"http://{cfg.host}:{port}"
         self._spawn(path, list(launch.argv), url + launch.ready_path, any_status=launch.ready_any_status,

