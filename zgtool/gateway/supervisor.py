@@ -25,6 +25,7 @@ from zgtool.gateway.catalog import GATEWAY_KINDS, LAUNCHED, PATHS, path_for
 from zgtool.gateway.nginx import NGINX_MODES, NginxServer, find_nginx, nginx_argv, write_config
 from zgtool.gateway.procs import Child, free_port, http_ok, wait_ready
 from zgtool.gateway.stack_keys import INTERNAL_KEY_ENV
+from zgtool.http.net import port_in_use
 
 GATEWAYS = ("none", *GATEWAY_KINDS)
 
@@ -170,6 +171,10 @@ class LocalStack:
         taken: set[int] = set()
 
         def port(wanted: int | None = None) -> int:
+            if wanted and port_in_use(host, wanted):
+                # another server there would answer our readiness check, and the child would die unseen
+                raise UsageError(f"port {wanted} on {host} is already in use by another process: choose another "
+                                 "port or stop what listens there")
             p = wanted or free_port(host)
             while p in taken:
                 p = free_port(host)
