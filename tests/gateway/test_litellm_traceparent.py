@@ -114,3 +114,19 @@ def test_litellm_as_it_comes_drops_the_trace_context_and_the_note_says_what_forw
     (note,) = [n for n in data["attribution_notes"] if "through LiteLLM" in n]
     assert note.startswith(f"{litellm_before_null.url}: no request's trace context reached the engine")
     assert "forward_traceparent_to_llm_provider: true" in note and "--forward-traceparent" in note
+
+
+def test_the_note_on_litellms_streams_before_vllm_names_the_forward_once() -> None:
+    """The note on a LiteLLM stream path that lost vLLM's timing names the span route and what LiteLLM needs for
+    it; when spans came but none for this path, the trace-context note below says it, and this one points there."""
+    from zgtool.latency.analysis.phases import LITELLM_HOP, dropped_note
+    from zgtool.latency.records import RequestSample
+
+    samples = [RequestSample(index=i, worker=0, round=0, ok=True, total_ms=5.0, trace_id=f"{i:032x}",
+                             hop_reports={LITELLM_HOP: 1.0}) for i in range(3)]
+    alone = dropped_note("gw", samples, True, {"vLLM OTLP span"})
+    assert "vLLM's OTLP spans" in alone and alone.endswith("--forward-traceparent` starts it so)")
+    for s in samples:
+        s.trace_back = False
+    assert dropped_note("gw", samples, True, {"vLLM OTLP span"}).endswith(
+        "once LiteLLM forwards the traceparent (the note below)")

@@ -362,7 +362,10 @@ def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool, sour
         note += ("; LiteLLM drops vLLM's per-request metrics from a stream's usage chunk and keeps them in a whole "
                  f"answer: {instead}-c 1, closed loop, when the first target is vLLM (its /metrics deltas, read by "
                  "default); at any rate, streamed, vLLM's OTLP spans (--otlp-traces-endpoint, joined here by "
-                 f"--otlp-listen) time each request through it once {LITELLM_FORWARD}")
+                 "--otlp-listen) time each request through it once LiteLLM forwards the traceparent")
+        # spans came, none under this path's trace ids: the trace-context note says how to make it forward them
+        lost = any(s.trace_back is False for s in samples if s.ok)
+        note += " (the note below)" if lost else f": {LITELLM_FORWARD}"
     elif behind_litellm and LLAMACPP in sources_elsewhere:
         # LiteLLM 1.110 in front of llama-server, live here: its stream chunks lose `timings`, a whole answer keeps it
         note += ("; LiteLLM drops llama.cpp's timings from a stream's chunks and keeps them in a whole answer: "
