@@ -175,7 +175,10 @@ class LocalStack:
                 # another server there would answer our readiness check, and the child would die unseen
                 raise UsageError(f"port {wanted} on {host} is already in use by another process: choose another "
                                  "port or stop what listens there")
-            p = wanted or free_port(host)
+            try:
+                p = wanted or free_port(host)
+            except OSError as exc:
+                raise UsageError(f"cannot listen on {host}: {exc.strerror or exc}") from None
             while p in taken:
                 p = free_port(host)
             taken.add(p)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 
 
@@ -14,13 +15,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """Whether another socket listens on host:port now (a port left in TIME_WAIT is free: SO_REUSEADDR, as servers
-    bind)."""
+    """Whether another socket holds host:port now (a port left in TIME_WAIT is free: SO_REUSEADDR, as servers
+    bind). Any other failure to bind (an address this host lacks) is not "in use": the server says it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return True
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
     return False
