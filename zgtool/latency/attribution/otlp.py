@@ -381,6 +381,11 @@ class SpanStore:
         self._cond = threading.Condition()
         self.received = 0
         self.rejected_posts = 0
+        self.grpc_attempts = 0      # connections that opened with HTTP/2's preface: an OTLP/gRPC exporter
+
+    def grpc_attempted(self) -> None:
+        with self._cond:
+            self.grpc_attempts += 1
 
     def add(self, spans: Iterable[Span]) -> None:
         with self._cond:
@@ -412,9 +417,23 @@ class SpanStore:
                 self._cond.wait(left)
 
 
+# RFC 9113 section 3.4: what a gRPC client (HTTP/2 with prior knowledge) sends first on a connection
+H2_PREFACE = b"PRI * HTTP/2.0"
+GRPC_HINT = ("the engine tried to send its spans over OTLP/gRPC ({n} connection(s)), and this receiver speaks "
+             "OTLP/HTTP: start vLLM with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf")
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    raw_requestline: bytes      # set by BaseHTTPRequestHandler.handle_one_request (typeshed leaves it out)
+
+    def parse_request(self) -> bool:
+        if self.raw_requestline.startswith(H2_PREFACE):     # counted and closed: no HTTP/1.1 error page to parse
+            self.server.store.grpc_attempted()
+            self.close_connection = True
+            return False
+        return super().parse_request()
 
     def _answer(self, status: int, body: bytes, ctype: str) -> None:
         self.send_response(status)
@@ -584,12 +603,15 @@ def attach_spans(samples: Iterable[RequestSample], store: SpanStore, wait_s: flo
     if not todo:
         return 0
     missing = store.wait_for([s.trace_id for s in todo if s.trace_id], wait_s)
+    why = f"{SOURCE}: no span for the request's trace arrived within {wait_s:g} s"
+    if store.grpc_attempts:
+        why += "; " + GRPC_HINT.format(n=store.grpc_attempts)
     for s in todo:
         assert s.trace_id is not None
         if s.trace_id.lower() in missing:
             # counted in the result's attribution_warnings: a run whose engine sent no spans (not
             # pointed at this receiver, backed off, dropped by a gateway) never looks like one it timed
-            s.engine_warnings.append(f"{SOURCE}: no span for the request's trace arrived within {wait_s:g} s")
+            s.engine_warnings.append(why)
             continue
         for span in store.spans(s.trace_id):
             try:
