@@ -48,6 +48,10 @@ def test_behind_litellm_every_path_measures_the_engines_model_and_names_the_engi
     assert direct["num_ok"] == via["num_ok"] == 3
     assert via["detected"]["engine"].startswith("zgtool engine")
     assert via["detected"]["engine_evidence"].startswith("llm_provider-server: zgtool-engine/")
+    # the engine answers both APIs with its timing, LiteLLM passes it on only from chat/completions: both paths
+    # are measured there, so that they send the same request (the direct path alone would take Anthropic's)
+    assert direct["api"] == via["api"] == "openai"
+    assert "so that every path sends the same request" in direct["detected"]["how"]
 
 
 @pytest.mark.timeout(LITELLM_TIMEOUT_S)

@@ -58,6 +58,7 @@ class Detection:
     served: bool = False     # a 1-token request with this model succeeded
     listed: tuple[str, ...] = ()          # what GET /v1/models lists
     engine: EngineName | None = None      # the engine behind, named from its own evidence
+    answers: tuple[tuple[str, bool], ...] = ()   # each API whose 1-token request succeeded: (api, engine timing shown)
 
     def public(self) -> dict[str, str]:
         out = {"api": self.api, "model": self.model, "how": self.how}
@@ -327,12 +328,15 @@ def detect(target: Target, *, api_known: bool, model_known: bool, timeout_s: flo
         if tried.skipped and tried.served:
             notes.append(f"skipped {', '.join(tried.skipped)}: a 1-token request failed")
         api = target.api
+        answers: tuple[tuple[str, bool], ...] = ()
         if not api_known:
             if msg is None and chat is None and r is None:
                 return target, None    # nothing answered: the measurement reports the target unreachable
             if model_known and not tried.served:
                 r, _ = _get_models(client, base, target, timeout_s)    # evidence for the verdict below
             api = _choose(msg, chat, target.api)
+            answers = tuple((name, _reports_timing(r)) for name, r in (("anthropic", msg), ("openai", chat))
+                            if r is not None and r.is_success)
             notes.append(f"{model!r}: POST /v1/messages -> {_status(msg)}, /v1/chat/completions -> {_status(chat)}")
             if not _check_llm(target, r, msg, chat):
                 # a route refused the probe (a key, a body): measure and let the server's own error speak,
@@ -347,7 +351,8 @@ def detect(target: Target, *, api_known: bool, model_known: bool, timeout_s: flo
         else:
             notes.append(f"{model!r}: POST /v1/{'messages' if api == 'anthropic' else 'chat/completions'} -> "
                          f"{_status(msg if api == 'anthropic' else chat)}")
-    found = Detection(api, model, "; ".join(notes), tried.served, tuple(ids), _engine(tried, base, target, verify))
+    found = Detection(api, model, "; ".join(notes), tried.served, tuple(ids), _engine(tried, base, target, verify),
+                      answers if not api_known else ())
     return replace(target, api=api, model=model), found
 
 

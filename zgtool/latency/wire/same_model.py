@@ -74,4 +74,29 @@ def detect_targets(targets: Sequence[tuple[Target, bool]], how: Detect) -> list[
         elif found is not None:
             found = replace(found, how=f"{found.how}; the model {first_t.name} serves")
         out.append((t, found))
-    return out
+    return one_api(out, [not bare for _, bare in targets]) if not how.api_known else out
+
+
+def one_api(out: list[tuple[Target, Detection | None]], fixed: Sequence[bool]) -> list[tuple[Target, Detection | None]]:
+    """Paths detected on different APIs (each takes the one its engine's timing shows on) are measured on one API
+    that every path answered, so that no two paths send different requests (a gateway's translation of one API
+    into the other, or the engine's other front, would count as the hop's cost): the one on which most paths'
+    answers carried the engine's timing, the first path's on a tie. A `fixed` path (a config entry: its API is
+    not detected) keeps its own, and the others must answer it; a bare URL that answered nothing constrains
+    nothing. When no API serves every path they stay as detected."""
+    if len({t.api for t, _ in out}) < 2:
+        return out
+    per_path = [dict(f.answers) if f is not None and f.answers else {t.api: False} if pinned else None
+                for (t, f), pinned in zip(out, fixed, strict=True)]
+    known = [a for a in per_path if a is not None]
+    common = set.intersection(*(set(a) for a in known)) if known else set()
+    if not common:
+        return out
+    first = out[0][0].api
+    chosen = max(sorted(common), key=lambda api: (sum(a[api] for a in known), api == first))
+    timed = sum(a[chosen] for a in known)
+    why = (f"the {chosen} API, which every path answers ({timed} of {len(known)} with the engine's timing), so "
+           "that every path sends the same request")
+    return [(t, f) if t.api == chosen or a is None else
+            (replace(t, api=chosen), f and replace(f, api=chosen, how=f"{f.how}; measured on {why}"))
+            for (t, f), a in zip(out, per_path, strict=True)]
