@@ -121,3 +121,22 @@ def test_gate_baseline_judges_a_bench_by_the_gateways_tax_and_reads_an_older_res
     proc = cli("gate", b, "--baseline", older)
     assert proc.returncode == 0 and "gateway.http_req_duration.p95 vs baseline" in proc.stdout, proc.stdout
     assert "tax vs baseline" not in proc.stdout
+
+
+def test_gate_baseline_judges_a_bench_tax_by_compares_rule_and_agrees_with_compare(two_runs, cli, tmp_path):
+    """A bench's tax against the stored run's: the change's interval (both runs' combined) excludes 0 and the change
+    reaches the allowance (max(1 ms, 10%)), compare's rule, calibrated on bench/k6_gate_calibration.py. The old rule
+    (this run's interval above the stored one's by the allowance) let a 3 ms rise with 4 ms wide intervals pass."""
+    a, _ = two_runs
+    d = json.loads(a.read_text())
+    g = d["data"]["differences"]["gateway"]
+    g["lo_ms"], g["hi_ms"] = g["p50_ms"] - 2.0, g["p50_ms"] + 2.0      # a 4 ms wide interval on the tax
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps(d))
+    risen = shifted(wide, tmp_path, 0.0, 3.0)
+    gate = cli("gate", risen, "--baseline", wide)
+    assert gate.returncode == 1 and "FAIL gateway - direct: http_req_duration tax" in gate.stdout, gate.stdout
+    assert cli("compare", wide, risen, "--fail-on-regression").returncode == 1
+    small = shifted(wide, tmp_path, 0.0, 0.6)       # under the 1 ms allowance: neither fails
+    assert cli("gate", small, "--baseline", wide).returncode == 0
+    assert cli("compare", wide, small, "--fail-on-regression").returncode == 0

@@ -163,7 +163,7 @@ def _verdict(diff: float, lo: float | None, hi: float | None, baseline: float, h
     return "no change"
 
 
-def _apart(b_lo: float, b_hi: float, v_lo: float, v_hi: float, diff: float) -> tuple[float, float]:
+def interval_apart(b_lo: float, b_hi: float, v_lo: float, v_hi: float, diff: float) -> tuple[float, float]:
     """The interval of a difference of two separate runs' figures from each one's own 95% interval."""
     se = math.hypot((b_hi - b_lo) / (2 * _Z), (v_hi - v_lo) / (2 * _Z))
     return diff - _Z * se, diff + _Z * se
@@ -181,7 +181,7 @@ def tax_changes(runs: list[Run]) -> list[Change]:
                 if b is None or v is None or ref is None:
                     continue
                 diff = v[0] - b[0]
-                lo, hi = _apart(b[1], b[2], v[1], v[2], diff)
+                lo, hi = interval_apart(b[1], b[2], v[1], v[2], diff)
                 out.append(Change(run.label, j, base.path_names[j], f"{phase} tax", b[0], v[0], diff, lo, hi,
                                   _verdict(diff, lo, hi, ref, False, base.kind)))
     return out
@@ -202,7 +202,7 @@ def changes(runs: list[Run]) -> list[Change]:
                 diff = v - b
                 lo = hi = None
                 if b_lo is not None and b_hi is not None and v_lo is not None and v_hi is not None:
-                    lo, hi = _apart(b_lo, b_hi, v_lo, v_hi, diff)
+                    lo, hi = interval_apart(b_lo, b_hi, v_lo, v_hi, diff)
                 out.append(Change(run.label, i, name, metric, b, v, diff, lo, hi,
                                   _verdict(diff, lo, hi, b, metric in THROUGHPUT_METRICS, base.kind),
                                   counted=alone))
