@@ -16,8 +16,8 @@ Two separate runs drift apart on a shared machine, and a p95 of 50 requests carr
   max(noise_floor, max * |the baseline's tax|). A k6 bench's tax (each scenario's median minus direct's, paired
   by rounds, not request by request) is judged by `compare`'s rule instead: the change of the tax has a 95%
   interval (the two runs' intervals combined, zgtool.compare.stats) that excludes 0, and it is at least that
-  allowance. Against a stored run (bench/k6_gate_calibration.py, 10 rounds) the rule above caught a 2 ms
-  regression in 1 of 7 pairs, compare's in 7 of 7, each with no false alarm in 7 A/A pairs, quiet or busy.
+  allowance. Against a stored run (bench/k6_gate_calibration.py, 10 rounds, quiet and busy) the rule above caught
+  a 2 ms regression in 1 of 7 pairs, compare's in 5 to 7 of 7, each with no false alarm in 7 A/A pairs.
 
 The policy's globs select what is judged: phase X of target T when "T.X.p95" matches one (the percentile
 method's names), so a policy's fields mean the same under both methods."""
