@@ -442,8 +442,8 @@ def trace_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]
 
 LITELLM_FORWARD = ("LiteLLM passes the client's traceparent on only with its OpenTelemetry callback loaded and told to "
                    "(litellm_settings: callbacks: [\"otel\"] and forward_traceparent_to_llm_provider: true, with "
-                   "opentelemetry-sdk installed beside it; `zgtool gateway --kind litellm --forward-traceparent` "
-                   "starts it so)")
+                   "opentelemetry-sdk installed beside it; OTEL_TRACES_SAMPLER=always_off keeps LiteLLM's own spans "
+                   "unsent; `zgtool gateway --kind litellm --forward-traceparent` starts it so)")
 
 
 def litellm_trace_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
