@@ -137,6 +137,5 @@ def test_gate_baseline_judges_a_bench_tax_by_compares_rule_and_agrees_with_compa
     gate = cli("gate", risen, "--baseline", wide)
     assert gate.returncode == 1 and "FAIL gateway - direct: http_req_duration tax" in gate.stdout, gate.stdout
     assert cli("compare", wide, risen, "--fail-on-regression").returncode == 1
-    small = shifted(wide, tmp_path, 0.0, 0.6)       # under the 1 ms allowance: neither fails
-    assert cli("gate", small, "--baseline", wide).returncode == 0
-    assert cli("compare", wide, small, "--fail-on-regression").returncode == 0
+    # under the 1 ms allowance it passes (compare's side: test_a_gateway_tax_grown_past_its_interval_fails...)
+    assert cli("gate", shifted(wide, tmp_path, 0.0, 0.6), "--baseline", wide).returncode == 0
