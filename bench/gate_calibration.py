@@ -41,6 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from peerlib.rates import wilson
+from peerlib.wirelab import stop_all
 
 from zgtool.gate import DEFAULT_POLICY, LoadedResult, evaluate, load_policy
 from zgtool.http.net import free_port
@@ -112,16 +113,6 @@ def start_engine(model: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "zgtool", "serve", "--model", model, "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     return proc, f"http://127.0.0.1:{port}"
-
-
-def stop_all(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 def burners(count: int) -> list[subprocess.Popen]:

@@ -46,6 +46,7 @@ from typing import Any
 
 from peerlib.delayhop import Hop, start_hop
 from peerlib.rates import fmt_rate, rate
+from peerlib.wirelab import stop_all
 
 from zgtool.latency.analysis.phases import analyse
 from zgtool.latency.config import SplitConfig
@@ -341,17 +342,6 @@ def cells_for(models: list[str], delays: list[float], aa_c1: int) -> list[Cell]:
     return out
 
 
-def stop(procs: list[subprocess.Popen[Any]]) -> None:
-    for p in procs:
-        with contextlib.suppress(ProcessLookupError):
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3, help="repetitions of every cell (default 3: ~11 min here)")
@@ -408,7 +398,7 @@ def main() -> None:
             wire = ({"skipped": "--no-wire"} if args.no_wire or "null" not in stacks
                     else wire_ttfb_bias(stacks["null"].engine, 40, workdir))
         finally:
-            stop(procs)
+            stop_all(procs)
     wall_s = time.monotonic() - t_start
     if args.save is not None:
         args.save.write_text(json.dumps({"rows": rows, "wire": wire, "wall_s": wall_s}))
