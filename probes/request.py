@@ -60,8 +60,9 @@ def connection_for(target: Target, *, timeout_s: float, insecure: bool,
 
 
 def redacted_headers(req: ProbeRequest, target: Target) -> list[tuple[str, str]]:
-    """Request headers as they may be written to a result: the key's value never is."""
-    secret_names = {"x-api-key", "authorization", "api-key"}
+    """Request headers as they may be written to a result: the key's value never is, nor the value of a
+    header the user gave (zgtool.toml's headers, -H): it may be a key under a gateway's own name."""
+    secret_names = {"x-api-key", "authorization", "api-key", *(k.lower() for k in target.headers)}
     key = target.api_key()
     out = []
     for k, v in req.headers:

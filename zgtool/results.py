@@ -59,11 +59,39 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+# options whose values are secrets: a result records the command line with their values cut
+_SECRET_OPTIONS = ("-H", "--header")
+
+
+def _redacted_header(value: str) -> str:
+    name, sep, _ = value.partition(":")
+    return f"{name}: <redacted>" if sep else "<redacted>"
+
+
+def command_line(argv: list[str]) -> str:
+    """'zgtool ARGS' as a result records it: every -H/--header value shown as 'Name: <redacted>'."""
+    out, secret_next = ["zgtool"], False
+    for arg in argv:
+        if secret_next:
+            out.append(_redacted_header(arg))
+            secret_next = False
+        elif arg in _SECRET_OPTIONS:
+            out.append(arg)
+            secret_next = True
+        elif arg.startswith("--header="):
+            out.append("--header=" + _redacted_header(arg[len("--header="):]))
+        elif arg.startswith("-H") and not arg.startswith("--"):
+            out.append("-H" + _redacted_header(arg[2:]))
+        else:
+            out.append(arg)
+    return " ".join(out)
+
+
 def make_result(kind: str, data: Any, *, command: str = "", target: Any = None) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "kind": kind,
-        "command": command or " ".join(["zgtool", *sys.argv[1:]]),
+        "command": command or command_line(sys.argv[1:]),
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "target": to_jsonable(target),
         "environment": environment(),

@@ -9,12 +9,19 @@
 
 A TARGET argument is a name or a URL. Keys are read from the environment at use
 time and never printed or written to results (`Target.public()` omits them).
+
+On the command line, `-H 'Name: value'` (curl's spelling, repeatable) adds a header to every
+target of the command, a bare URL's included: the way to send a gateway's key
+(`-H "Authorization: Bearer $LITELLM_KEY"`) without a config file. A header named on the command
+line replaces the target's own of the same name (names compare without case), a key_env's key
+included. Header values count as secrets: only their names reach a result.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,17 +74,27 @@ class Target:
         return os.environ.get(self.key_env) if self.key_env else None
 
     def auth_headers(self) -> dict[str, str]:
-        """Headers for one API request: the key (if any) plus configured extras."""
+        """Headers for one API request: the configured (and -H) headers, the key_env's key unless a
+        header already carries a key (x-api-key or Authorization, any case), anthropic-version unless set."""
         h = dict(self.headers)
+        given = {k.lower() for k in h}
         key = self.api_key()
-        if key:
+        if key and not given & {"x-api-key", "authorization"}:
             if self.api == "anthropic":
                 h["x-api-key"] = key
             else:
                 h["authorization"] = f"Bearer {key}"
-        if self.api == "anthropic":
-            h.setdefault("anthropic-version", "2023-06-01")
+        if self.api == "anthropic" and "anthropic-version" not in given:
+            h["anthropic-version"] = "2023-06-01"
         return h
+
+    def with_headers(self, extra: Mapping[str, str]) -> Target:
+        """This target with EXTRA's headers on top: each replaces the target's own of the same name, any case."""
+        if not extra:
+            return self
+        names = {k.lower() for k in extra}
+        kept = {k: v for k, v in self.headers.items() if k.lower() not in names}
+        return replace(self, headers={**kept, **extra})
 
     def public(self) -> dict[str, Any]:
         """What may be printed or written to a result: no key, only its env var name."""
@@ -85,6 +102,39 @@ class Target:
                 "key_env": self.key_env, "header_names": sorted(self.headers)}
 
 
+
+
+# what a command says when a server refused its requests with 401 (latency-split, bench, client ask)
+KEY_HINT = ("send the key with -H 'Authorization: Bearer KEY' (or -H 'x-api-key: KEY' on the Anthropic API), "
+            "or name the target in zgtool.toml with key_env")
+
+# RFC 9110 token characters: what a field name may hold
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# set by zgtool's own request builders: a -H of these would give a request two of them or a wrong length
+_BUILT_BY_THE_CLIENT = frozenset({"content-length", "transfer-encoding", "host", "connection", "content-type"})
+
+
+def parse_headers(specs: Sequence[str], option: str = "-H/--header") -> dict[str, str]:
+    """-H 'Name: value' (repeatable) -> {name: value}; a later one of the same name (any case) wins.
+    A clear UsageError for no colon, a name that is not an HTTP token, a value with CR/LF, or a header the
+    client builds itself. The message never repeats the value (it may be a key)."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, value = spec.partition(":")
+        name = name.strip()
+        if not sep or not name:
+            raise UsageError(f"{option}: expected 'Name: value' (e.g. 'Authorization: Bearer $KEY'), "
+                             f"got a value without a header name before ':'")
+        if not set(name) <= _TCHAR:
+            raise UsageError(f"{option} {name!r}: not a valid header name (letters, digits and !#$%&'*+-.^_`|~)")
+        if "\r" in value or "\n" in value or "\0" in value:
+            raise UsageError(f"{option} {name}: the value holds a line break or NUL")
+        if name.lower() in _BUILT_BY_THE_CLIENT:
+            raise UsageError(f"{option} {name}: zgtool sets this header itself on every request")
+        for k in [k for k in out if k.lower() == name.lower()]:
+            del out[k]
+        out[name] = value.strip()
+    return out
 
 
 def validate_url(url: str) -> None:
@@ -133,11 +183,16 @@ def load_targets(config: Path | None = None) -> dict[str, Target]:
     return targets
 
 
-def resolve(spec: str, config: Path | None = None, *, api: str | None = None, model: str | None = None) -> Target:
-    """A name from the config or a URL -> Target. Unknown names list the known ones."""
+def resolve(spec: str, config: Path | None = None, *, api: str | None = None, model: str | None = None,
+            headers: Mapping[str, str] | None = None) -> Target:
+    """A name from the config or a URL -> Target, with HEADERS (-H, parse_headers) on top of its own.
+    Unknown names list the known ones."""
+    return _resolve(spec, config, api=api, model=model).with_headers(headers or {})
+
+
+def _resolve(spec: str, config: Path | None, *, api: str | None, model: str | None) -> Target:
     if "://" in spec:
-        t = Target(name=spec, url=spec, api=api or "anthropic", model=model or "default")
-        return t
+        return Target(name=spec, url=spec, api=api or "anthropic", model=model or "default")
     targets = load_targets(config)
     if spec not in targets:
         if _looks_like_address(spec):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -131,6 +131,13 @@ def failure_from(exc: BaseException, sdk: Any, *, delivered: bool = False, parti
     raise exc
 
 
+def _sdk_spelled(headers: Mapping[str, str]) -> dict[str, Any]:
+    """The target's headers with the key headers spelled as the SDKs spell their own (Authorization,
+    X-Api-Key), so that one given in another case replaces the SDK's instead of going beside it."""
+    canonical = {"authorization": "Authorization", "x-api-key": "X-Api-Key"}
+    return {canonical.get(k.lower(), k): v for k, v in headers.items()}
+
+
 class AnthropicBackend:
     api = "anthropic"
 
@@ -138,8 +145,9 @@ class AnthropicBackend:
         import anthropic
 
         self._sdk_mod = anthropic
-        key = target.api_key()
-        default_headers: dict[str, Any] = dict(target.headers)
+        default_headers: dict[str, Any] = _sdk_spelled(target.headers)
+        # a key given as a header (-H) replaces the key_env's, as Target.auth_headers() has it
+        key = None if {"X-Api-Key", "Authorization"} & set(default_headers) else target.api_key()
         if not key:  # keyless local engines: send no auth header at all rather than a fake key
             default_headers.setdefault("X-Api-Key", anthropic.omit)
             default_headers.setdefault("Authorization", anthropic.omit)
@@ -214,8 +222,9 @@ class OpenAIBackend:
         self._sdk_mod = openai
         base = target.base_url if target.base_url.endswith("/v1") else target.base_url + "/v1"
         # The SDK refuses to start without a key; keyless servers (vLLM, the engine) ignore it.
+        headers = _sdk_spelled(target.headers)     # an Authorization among them replaces the SDK's own
         self._sdk = openai.OpenAI(base_url=base, api_key=target.api_key() or "unused", max_retries=0,
-                                  timeout=timeout_s, default_headers=dict(target.headers),
+                                  timeout=timeout_s, default_headers=headers,
                                   http_client=_http_client(openai, verify))
 
     def close(self) -> None:

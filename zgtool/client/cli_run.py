@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ class AskOptions:
     as_json: bool = False
     out: Path | None = None
     verify: bool | str = True  # TLS: system CAs, False (--insecure) or a CA bundle path (--cacert)
+    headers: Mapping[str, str] = field(default_factory=dict)   # -H: on every attempt (secret)
 
 
 DETECT_TIMEOUT_S = 10.0
@@ -62,7 +64,8 @@ def run_ask(opts: AskOptions) -> None:
 
     if opts.api is not None and opts.api not in APIS:
         raise UsageError(f"--api must be one of {', '.join(APIS)}, not {opts.api!r}")
-    target, found = _detected(opts, resolve(opts.target, opts.config, api=opts.api, model=opts.model))
+    target, found = _detected(opts, resolve(opts.target, opts.config, api=opts.api, model=opts.model,
+                                                    headers=opts.headers))
     if found is not None and not opts.as_json:
         err_console.print(found, highlight=False)
     try:
@@ -100,7 +103,10 @@ def run_ask(opts: AskOptions) -> None:
         f = failed.failure
         status = f.effective_status
         if status is not None and 400 <= status < 500 and status not in (408, 409, 429):
-            raise UsageError(f"{target.base_url} refused the request: {f.message} ({status}); not retried")
+            from zgtool.targets import KEY_HINT
+
+            hint = f"; {KEY_HINT}" if status == 401 else ""
+            raise UsageError(f"{target.base_url} refused the request: {f.message} ({status}); not retried{hint}")
         if status in NEVER_RETRIED_STATUSES:
             raise MissingCapability(f"{target.base_url} does not implement this request: {f.message}; not retried")
         raise TargetUnreachable(f"{target.base_url}: {failed}")

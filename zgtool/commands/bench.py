@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,7 +65,7 @@ def bench(
     no_progress: bool = o.NO_PROGRESS, quiet: bool = o.QUIET, timeout_s: float = o.TIMEOUT_S,
     csv_dir: Path | None = o.CSV, otlp_endpoint: str | None = o.OTLP_ENDPOINT, config: Path | None = o.CONFIG,
     as_json: bool = o.JSON, out: Path | None = o.OUTPUT, segment: str | None = o.SEGMENT, k8s: int | None = o.K8S,
-    k8s_out: Path = o.K8S_OUT, tokenizer: str = o.TOKENIZER,
+    k8s_out: Path = o.K8S_OUT, tokenizer: str = o.TOKENIZER, header: list[str] = o.HEADER,
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -88,10 +88,10 @@ def register(app: typer.Typer) -> None:
                        "k6 (open model)." + BENCH_EXAMPLES)(bench)
 
 
-def _resolve(spec: str, config: Path | None, api: str):  # noqa: ANN202 - Target
+def _resolve(spec: str, config: Path | None, api: str, headers: Mapping[str, str]):  # noqa: ANN202 - Target
     from zgtool.targets import resolve
 
-    return resolve(spec, config, api=api)
+    return resolve(spec, config, api=api, headers=headers)
 
 
 def _stack(opts: BenchOptions, paths: tuple[str, ...]):  # noqa: ANN202 - a context manager
@@ -158,8 +158,8 @@ def _bench_in(opts: BenchOptions, run_dir: Path, scratch: bool) -> None:
             gateway = Target(opts.via, st.urls[opts.via], cfg.api)
         else:
             assert opts.direct is not None, "without --start, --direct is required (checked above)"
-            direct = _resolve(opts.direct, opts.config, cfg.api)
-            gateway = _resolve(opts.gateway, opts.config, cfg.api) if opts.gateway else None
+            direct = _resolve(opts.direct, opts.config, cfg.api, opts.headers)
+            gateway = _resolve(opts.gateway, opts.config, cfg.api, opts.headers) if opts.gateway else None
             cfg, direct, gateway = _detected(opts, cfg, direct, gateway, run_dir)
         token_note = None
         if opts.workload is not None:       # --tokenizer: the dataset counted on the direct target
@@ -212,6 +212,13 @@ def _nothing_succeeded(result) -> bool:  # noqa: ANN001 - BenchResult
     return bool(result.requests == 0 or result.failures >= result.requests)
 
 
+def _key_hint(failures: list[str]) -> str:
+    """'; send the key with -H ...' when a failed request was refused with 401 (k6's 'POST URL -> HTTP 401: ...')."""
+    from zgtool.targets import KEY_HINT
+
+    return f"; {KEY_HINT}" if any(" -> HTTP 401:" in f for f in failures) else ""
+
+
 def _fail_if_nothing_succeeded(result, run_dir: Path | None = None) -> None:  # noqa: ANN001 - BenchResult
     """A run whose every request failed measured nothing: never exit 0 (the result is still written)."""
     from zgtool.errors import MeasurementUnreliable
@@ -221,7 +228,7 @@ def _fail_if_nothing_succeeded(result, run_dir: Path | None = None) -> None:  # 
         said = [n for n in result.notes if ": a failed request: " in n][:3]
         raise MeasurementUnreliable(f"bench: all {result.requests} requests failed; the figures measure nothing "
                                     f"({'; '.join(said) + '; ' if said else ''}see the result's per-scenario "
-                                    f"failures and {log})")
+                                    f"failures and {log}){_key_hint(said)}")
 
 
 def write_k8s(opts: BenchOptions) -> None:
@@ -236,8 +243,9 @@ def write_k8s(opts: BenchOptions) -> None:
     assert isinstance(cfg, BenchConfig) and parallelism is not None, "parse_bench_options: --k8s is constant-rate"
     if not direct:
         raise UsageError("--k8s needs --direct TARGET (and --gateway TARGET): URLs the cluster's pods can reach")
-    files = k8s_manifests(cfg, direct=_resolve(direct, config, cfg.api),
-                          gateway=_resolve(gateway, config, cfg.api) if gateway else None, parallelism=parallelism)
+    files = k8s_manifests(cfg, direct=_resolve(direct, config, cfg.api, opts.headers),
+                          gateway=_resolve(gateway, config, cfg.api, opts.headers) if gateway else None,
+                          parallelism=parallelism)
     for p in write_manifests(out_dir, files):
         console.print(f"wrote {p}")
     console.print(f"apply with: kubectl apply -f {out_dir}  (k6-operator runs it on {parallelism} runner pods, "
@@ -283,7 +291,8 @@ def _ramp_in(opts: BenchOptions, run_dir: Path, scratch: bool) -> None:
         total = sum(s.requests for p in result.paths for s in p.steps)
         said = [n for n in result.notes if ": a failed request: " in n][:3]
         raise MeasurementUnreliable(f"bench --ramp: all {total} requests failed; the knee measures nothing "
-                                    f"({'; '.join(said) + '; ' if said else ''}see {run_dir / 'k6.log'})")
+                                    f"({'; '.join(said) + '; ' if said else ''}see {run_dir / 'k6.log'})"
+                                    f"{_key_hint(said)}")
 
 
 def _ramp_targets(opts: BenchOptions, cfg: RampConfig, run_dir: Path) -> tuple[RampConfig, dict[str, Target]]:
@@ -294,7 +303,7 @@ def _ramp_targets(opts: BenchOptions, cfg: RampConfig, run_dir: Path) -> tuple[R
     from zgtool.output import err_console
 
     given = [(name, spec) for name, spec in (("direct", opts.direct), ("gateway", opts.gateway)) if spec]
-    targets = {name: _resolve(spec, opts.config, cfg.api) for name, spec in given}
+    targets = {name: _resolve(spec, opts.config, cfg.api, opts.headers) for name, spec in given}
     if not names_placeholder(cfg):
         return cfg, targets
     asked = [(targets[name], "://" in spec) for name, spec in given]

@@ -4,7 +4,8 @@ text (before k6 or the local stack starts)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,9 @@ CSV = vocab.csv_dir(help="Also write the result's tables as CSV files into DIR."
 OTLP_ENDPOINT = vocab.otlp_endpoint(help="Export gen_ai.client.operation.duration of every k6 request (per path, "
                                          "error.type on failures) over OTLP/HTTP to URL.")
 CONFIG = vocab.config()
+HEADER = vocab.header(help="Send this header with every request to --direct and --gateway, e.g. "
+                           "-H \"Authorization: Bearer $KEY\" for a gateway's key (replaces a zgtool.toml target's "
+                           "own header or key of that name; with --k8s it goes into the Secret). Repeatable.")
 JSON = vocab.as_json(help="Print the result as JSON.")
 OUTPUT = vocab.output(help="Write the result to FILE.")
 SEGMENT = typer.Option(None, "--segment", help="Run slice i of N of the load (k6 execution segments, e.g. 1/3); "
@@ -96,6 +100,7 @@ class BenchOptions:
     k8s_out: Path = Path("k8s")
     workload: Workload | None = None      # --dataset, loaded (refitted under --tokenizer before k6 runs)
     tokenizer: str = "auto"
+    headers: Mapping[str, str] = field(default_factory=dict)   # -H: on every request to both targets (secret)
 
     @property
     def ramp(self) -> bool:
@@ -130,7 +135,8 @@ def parse_bench_options(
         k6: Path | None = None, run_dir: Path | None = None, no_progress: bool = False, quiet: bool = False,
         timeout_s: float = 60.0, csv_dir: Path | None = None, otlp_endpoint: str | None = None,
         config: Path | None = None, as_json: bool = False, out: Path | None = None, segment: str | None = None,
-        k8s: int | None = None, k8s_out: Path = Path("k8s"), tokenizer: str = "auto") -> BenchOptions:
+        k8s: int | None = None, k8s_out: Path = Path("k8s"), tokenizer: str = "auto",
+        header: Sequence[str] = ()) -> BenchOptions:
     """The command line's values -> BenchOptions, or the UsageError of the first option that does not hold."""
     from zgtool.errors import UsageError
     from zgtool.loadtest.segments import Segment
@@ -153,7 +159,11 @@ def parse_bench_options(
                  timeout_s=timeout_s, rates=rates, step=step, warmup=warmup, ttft_at_knee=ttft_at_knee)
     where = BenchOptions(load=load, direct=direct, gateway=gateway, start=start, via=via, model=model, config=config,
                          run_dir=run_dir, progress=not (no_progress or quiet), as_json=as_json, out=out,
-                         workload=workload, tokenizer=vocab.check_tokenizer(tokenizer))
+                         workload=workload, tokenizer=vocab.check_tokenizer(tokenizer),
+                         headers=vocab.headers(list(header)))
+    if where.headers and start:
+        raise UsageError("-H/--header goes to --direct/--gateway targets; --start runs zgtool's own stack, "
+                         "which needs no key")
     if k8s is not None:
         return replace(where, k8s=k8s, k8s_out=k8s_out)
     from zgtool.loadtest.k6bin import find_k6

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from zgtool.commands import vocabulary as vocab
+
 
 def register(app: typer.Typer) -> None:
     client_app = typer.Typer(epilog="""Examples:\n\n  zgtool client ask http://127.0.0.1:8000 "Hello"\n""", help="A load-hint-aware client: honest retries and automatic model fallback.",
@@ -36,6 +38,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(None, "-o", "--output", help="Write the JSON result to this file."),
         insecure: bool = typer.Option(False, "--insecure", "-k", help="Do not verify TLS certificates."),
         cacert: Path = typer.Option(None, "--cacert", help="CA bundle for a self-signed target (serve --tls)."),
+        header: list[str] = vocab.header(),
     ) -> None:
         """Send one prompt through the policy; show attempts, waits, the chosen model and the load hint.
 
@@ -52,4 +55,5 @@ def register(app: typer.Typer) -> None:
                            model=model, api=api, system=system, max_tokens=max_tokens, timeout_s=timeout_s,
                            max_attempts=max_attempts, max_wait_s=max_wait_s, util_threshold_pct=util_threshold,
                            fallback_after=fallback_after, idempotent=not not_idempotent, config=config,
-                           as_json=as_json, out=out, verify=verify_setting(insecure, cacert)))
+                           as_json=as_json, out=out, verify=verify_setting(insecure, cacert),
+                           headers=vocab.headers(header)))

@@ -79,7 +79,8 @@ def _resolve_targets(opts: SplitOptions, progress_note: dict[str, dict[str, str]
     seen: dict[str, int] = {}
     how = Detect(api_known=opts.api is not None, model_known=opts.model is not None,
                  timeout_s=opts.detect_timeout_s, verify=opts.split.verify)
-    asked = [(resolve(spec, opts.config_file, api=opts.api, model=opts.model), "://" in spec) for spec in opts.targets]
+    asked = [(resolve(spec, opts.config_file, api=opts.api, model=opts.model, headers=opts.headers), "://" in spec)
+             for spec in opts.targets]
     for t, found in detect_targets(asked, how):
         if found is not None:
             progress_note[t.name] = found.public()
@@ -92,9 +93,12 @@ def _resolve_targets(opts: SplitOptions, progress_note: dict[str, dict[str, str]
 
 def _all_failed(t: TargetResult) -> str:
     """'NAME: all N requests failed (http_404 x2): <the server's own words>'."""
+    from zgtool.targets import KEY_HINT
+
     line = f"{t.name}: all {t.num_error} requests failed ({', '.join(f'{k} x{v}' for k, v in t.errors.items())})"
     said = next((s.error_detail for s in t.samples if s.error_detail), None)
-    return line + (f": the server said {said!r}" if said else "")
+    hint = f"; {KEY_HINT}" if any(k.startswith("http_401") for k in t.errors) else ""
+    return line + (f": the server said {said!r}" if said else "") + hint
 
 
 class _Progress:
@@ -431,7 +435,7 @@ def register(app: typer.Typer) -> None:
         speedup: float = o.SPEEDUP, metrics_url: str | None = o.METRICS_URL, brief: bool = o.BRIEF,
         tokenizer: str = o.TOKENIZER, scrape: list[str] = o.SCRAPE, scrape_interval_s: float = o.SCRAPE_INTERVAL_S,
         core_hour_price: float | None = o.CORE_HOUR_PRICE, gpu_hour_price: float | None = o.GPU_HOUR_PRICE,
-        runs: int = o.RUNS, from_log: str | None = o.FROM_LOG,
+        runs: int = o.RUNS, from_log: str | None = o.FROM_LOG, header: list[str] = o.HEADER,
     ) -> None:
         opts = o.parse_split_options(**locals())
         if opts.runs > 1:

@@ -56,6 +56,7 @@ CPU_PID = typer.Option([], "--cpu-pid", help="NAME=PID of a local process (engin
                                              "it leads one, else it and its children; CPU ms per request is "
                                              "reported. Repeatable.")
 CONFIG = vocab.config()
+HEADER = vocab.header()
 JSON = vocab.as_json()
 OUTPUT = vocab.output()
 CSV = vocab.csv_dir(help="Also write every request and every summary table as CSV files into DIR.")
@@ -130,6 +131,7 @@ class SplitOptions:
     gpu_hour_price: float | None = None      # USD per hour of the engine's GPU(s)
     from_log: str | None = None              # --from-log FORMAT:PATH (zgtool.latency.attribution.fromlog)
     runs: int = 1                            # --runs K: the whole run K times, then the between-run interval
+    headers: Mapping[str, str] = field(default_factory=dict)   # -H: on every request to every target (secret)
 
     @property
     def detect_timeout_s(self) -> float:
@@ -246,7 +248,7 @@ def parse_split_options(
         metrics_url: str | None = None, brief: bool = False, tokenizer: str = "auto",
         scrape: Sequence[str] | None = None, scrape_interval_s: float = 1.0,
         core_hour_price: float | None = None, gpu_hour_price: float | None = None, runs: int = 1,
-        from_log: str | None = None) -> SplitOptions:
+        from_log: str | None = None, header: Sequence[str] | None = None) -> SplitOptions:
     """The command line's values (keyword names and defaults as the CLI's) -> SplitOptions, or the
     UsageError of the first option that does not hold (one line, exit 2)."""
     from zgtool.errors import UsageError
@@ -292,4 +294,4 @@ def parse_split_options(
         scrape=vocab.check_scrape(list(scrape or ()), scrape_interval_s), scrape_interval_s=scrape_interval_s,
         core_hour_price=vocab.check_price(core_hour_price, "--core-hour-price"),
         gpu_hour_price=vocab.check_price(gpu_hour_price, "--gpu-hour-price"), runs=runs,
-        from_log=_from_log(from_log))
+        from_log=_from_log(from_log), headers=vocab.headers(list(header or ())))

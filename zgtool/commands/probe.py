@@ -6,7 +6,8 @@ turns its shared options into one ProbeOptions (parse_probe_options owns their c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ TIMEOUT_S = vocab.timeout_s(10.0, help="Per-step network timeout, seconds.")
 STREAM_TIMEOUT_S = vocab.timeout_s(30.0, help="Network timeout per read, seconds.")
 TIMEOUT_OLD = vocab.timeout_old()
 INSECURE = vocab.insecure(help="Do not verify the TLS certificate.")
+HEADER = vocab.header()
 METHOD = typer.Option(None, "--method", help="Send METHOD instead of the API request.")
 PATH = typer.Option(None, "--path", help="Request PATH instead of the API endpoint.")
 
@@ -53,13 +55,14 @@ class ProbeOptions:
     insecure: bool = False
     as_json: bool = False
     out: Path | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)    # -H: on every request the probe sends (secret)
 
     def resolve(self, *, with_api: bool = True) -> Any:
         from zgtool.targets import resolve
 
         assert self.target is not None
         return resolve(self.target, self.config, api=self.api if with_api else None,
-                       model=self.model if with_api else None)
+                       model=self.model if with_api else None, headers=self.headers)
 
     def resolve_detected(self) -> tuple[Any, Any]:
         """The target, its API and model detected (zgtool.latency.wire.detect) when a bare URL comes without
@@ -108,7 +111,7 @@ def parse_probe_options(target: str | None = None, *, config: Path | None = None
                         model: str | None = None, as_json: bool = False, out: Path | None = None,
                         timeout: float = 10.0, timeout_old: float | None = None, insecure: bool = False,
                         needs_target: str | None = None, read: Path | None = None,
-                        read_excludes: str | None = None) -> ProbeOptions:
+                        read_excludes: str | None = None, header: Sequence[str] = ()) -> ProbeOptions:
     """The shared options -> ProbeOptions. `needs_target`: the command's words when neither a TARGET nor
     --read was given; `read_excludes`: its words when --read came with what it excludes (a TARGET, --pcap)."""
     from zgtool.errors import UsageError
@@ -119,7 +122,7 @@ def parse_probe_options(target: str | None = None, *, config: Path | None = None
     if read is None and target is None and needs_target is not None:
         raise UsageError(needs_target)
     return ProbeOptions(target=target, config=config, api=vocab.check_api(api), model=model, timeout_s=timeout_s,
-                        insecure=insecure, as_json=as_json, out=out)
+                        insecure=insecure, as_json=as_json, out=out, headers=vocab.headers(list(header)))
 
 
 def probe_root(
@@ -127,6 +130,7 @@ def probe_root(
     target: str = typer.Option(None, "--target", help="Run every probe on this target. " + TARGET_HELP),
     config: Path = CONFIG, api: str = API, model: str = MODEL, as_json: bool = JSON, out: Path = OUTPUT,
     timeout: float = TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD, insecure: bool = INSECURE,
+    header: list[str] = HEADER,
     max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request for the stream probe."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="With --target: every probe's full tables, not "
                                                                 "the one-screen summary."),
@@ -135,7 +139,7 @@ def probe_root(
     if ctx.invoked_subcommand is not None:
         return
     opts = parse_probe_options(target, config=config, api=api, model=model, as_json=as_json, out=out,
-                               timeout=timeout, timeout_old=timeout_old, insecure=insecure,
+                               timeout=timeout, timeout_old=timeout_old, insecure=insecure, header=header,
                                needs_target="name a probe (tcp, tls, headers, stream) or pass --target NAME "
                                             "to run them all")
     from zgtool.probes.combined import probe_all
@@ -159,12 +163,13 @@ def probe_tcp_cmd(
     iface: str = typer.Option(None, "--iface", help="Capture interface (default: the route's)."),
     method: str = METHOD, path: str = PATH, config: Path = CONFIG, api: str = API, model: str = MODEL,
     as_json: bool = JSON, out: Path = OUTPUT, timeout: float = TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD,
+    header: list[str] = HEADER,
 ) -> None:
     """Capture the connection and first request (SYN/SYN-ACK RTT, TTL/hops, options, retransmissions)."""
     from zgtool.probes import render
 
     opts = parse_probe_options(target, config=config, api=api, model=model, as_json=as_json, out=out,
-                               timeout=timeout, timeout_old=timeout_old, read=read,
+                               timeout=timeout, timeout_old=timeout_old, read=read, header=header,
                                read_excludes="--read analyses a capture file; do not also give a TARGET or --pcap"
                                if target is not None or pcap is not None else None,
                                needs_target="probe tcp needs a TARGET (name or URL) or --read FILE")
@@ -208,6 +213,7 @@ def probe_headers_cmd(
                                              "requests first."),
     config: Path = CONFIG, api: str = API, model: str = MODEL, as_json: bool = JSON, out: Path = OUTPUT,
     timeout: float = TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD, insecure: bool = INSECURE,
+    header: list[str] = HEADER,
 ) -> None:
     """One minimal request (and one malformed one); every response header matched against the signature
     database, plus behavioural evidence of a hop when the headers are silent."""
@@ -215,7 +221,7 @@ def probe_headers_cmd(
 
     opts = parse_probe_options(target, config=config, api=api, model=model, as_json=as_json, out=out,
                                timeout=timeout, timeout_old=timeout_old, insecure=insecure, read=read,
-                               read_excludes="--read analyses a recorded file; do not also give a TARGET"
+                               header=header, read_excludes="--read analyses a recorded file; do not also give a TARGET"
                                if target is not None else None,
                                needs_target="probe headers needs a TARGET (name or URL) or --read FILE")
     if read is not None:
@@ -236,6 +242,7 @@ def probe_stream_cmd(
     max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to request."),
     config: Path = CONFIG, api: str = API, model: str = MODEL, as_json: bool = JSON, out: Path = OUTPUT,
     timeout: float = STREAM_TIMEOUT_S, timeout_old: float | None = TIMEOUT_OLD, insecure: bool = INSECURE,
+    header: list[str] = HEADER,
 ) -> None:
     """Stream one answer, time every chunk, and flag a buffering intermediary."""
     from zgtool.errors import UsageError
@@ -243,7 +250,7 @@ def probe_stream_cmd(
     from zgtool.probes.stream import probe_stream
 
     opts = parse_probe_options(target, config=config, api=api, model=model, as_json=as_json, out=out,
-                               timeout=timeout, timeout_old=timeout_old, insecure=insecure)
+                               timeout=timeout, timeout_old=timeout_old, insecure=insecure, header=header)
     if max_tokens < 1:
         raise UsageError(f"--max-tokens must be >= 1, not {max_tokens}")
     t, found = opts.resolve_detected()

@@ -10,6 +10,7 @@ Spellings (tests/cli/test_option_vocabulary.py holds them):
     -q --quiet         no live progress on stderr            -k --insecure      no TLS verification
     --cacert FILE      a CA bundle                           --timeout-s S      seconds (old --timeout: hidden)
     --config FILE      zgtool.toml with named targets        --api / --model    what to request
+    -H --header 'Name: value'  a header on every request to every target (a gateway's key), repeatable
     --otlp-endpoint URL  OTel metrics export (OTLP/HTTP)
 
 Each factory returns a typer.Option declaration: the command gives its default and, where its meaning
@@ -39,6 +40,7 @@ CACERT = "--cacert"
 API = "--api"
 MODEL = "--model"
 OTLP_ENDPOINT = "--otlp-endpoint"
+HEADER = ("-H", "--header")
 TOKENIZER = "--tokenizer"
 
 APIS = ("anthropic", "openai")
@@ -54,7 +56,7 @@ PANELS: dict[str, str] = {
                      "--slo"), PANEL_LOAD),
     **dict.fromkeys(("--prompt", "--prompt-file", "--max-tokens", "--stream", "--dataset", "--speedup",
                      "--tokenizer"), PANEL_WORKLOAD),
-    **dict.fromkeys(("--api", "--model", "--config", "--insecure", "--cacert"), PANEL_TARGET),
+    **dict.fromkeys(("--api", "--model", "--config", "--header", "--insecure", "--cacert"), PANEL_TARGET),
     **dict.fromkeys(("--cpu-pid", "--otlp-listen", "--vllm-metrics", "--metrics-url", "--engine-metrics",
                      "--scrape", "--scrape-interval-s", "--from-log", "--core-hour-price", "--gpu-hour-price"),
                     PANEL_ATTRIBUTION),
@@ -119,6 +121,22 @@ def api(help: str) -> Any:
 
 def model(help: str) -> Any:
     return typer.Option(None, MODEL, help=help)
+
+
+HELP_HEADER = ("Send this header with every request to every target, e.g. -H \"Authorization: Bearer $KEY\" "
+               "for a gateway's key (replaces a zgtool.toml target's own header or key of that name; values are "
+               "never written to results). Repeatable.")
+
+
+def header(help: str = HELP_HEADER) -> Any:
+    return typer.Option([], *HEADER, metavar="'NAME: VALUE'", help=help)
+
+
+def headers(specs: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """-H values -> {name: value} (zgtool.targets.parse_headers owns the checks and their texts)."""
+    from zgtool.targets import parse_headers
+
+    return parse_headers(specs)
 
 
 def timeout_s(default: float | None, help: str = HELP_TIMEOUT_S) -> Any:
