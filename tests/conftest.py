@@ -7,6 +7,10 @@
   zgtool.toml, shell or tool configuration. The caches stay where they are, named explicitly
   (ZGTOOL_CACHE_DIR, XDG_CACHE_HOME): the converted default model, the compiled kernels and the
   LiteLLM venv take minutes to rebuild and are keyed by their inputs.
+- A suite started in the background of a non-interactive shell (`pytest ... &`, `setsid sh -c '...'`)
+  inherits SIGINT ignored, and an ignored signal stays ignored across exec: every zgtool a test starts
+  would ignore the Ctrl-C the interrupt tests send it and they would wait out their timeouts. SIGINT
+  is taken back here, so children start with its default disposition.
 - Opt-in markers: `peers` (and `vllm`) tests start real peer engines and run only with
   ZGTOOL_PEER_TESTS=1; `sanitize` tests run only with ZGTOOL_KERNEL_SANITIZE set.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -28,6 +33,10 @@ _HERE = Path(__file__).parent
 for _d in sorted(p for p in _HERE.rglob("*") if p.is_dir() and p.name not in ("__pycache__", "data")):
     if str(_d) not in sys.path:
         sys.path.insert(0, str(_d))
+
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _isolate_home() -> None:
