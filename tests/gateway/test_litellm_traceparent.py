@@ -37,10 +37,32 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _config(tmp_path: Path, forward: bool) -> str:
-    req = LaunchRequest(path="litellm", host="127.0.0.1", port=1, upstream="http://127.0.0.1:2", run_dir=tmp_path,
-                        model="m", forward_traceparent=forward)
-    return render_config(req, auth_module="zg_auth")
+def _request(tmp_path: Path, forward: bool, spans_to: str | None = None) -> LaunchRequest:
+    return LaunchRequest(path="litellm", host="127.0.0.1", port=1, upstream="http://127.0.0.1:2", run_dir=tmp_path,
+                         model="m", forward_traceparent=forward, otlp_traces_endpoint=spans_to)
+
+
+def _config(tmp_path: Path, forward: bool, spans_to: str | None = None) -> str:
+    return render_config(_request(tmp_path, forward, spans_to), auth_module="zg_auth")
+
+
+def test_exporting_its_own_spans_loads_the_callback_and_points_its_exporter_at_the_receiver(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zgtool.gateway.litellm as litellm
+
+    exporting = _config(tmp_path, False, "http://127.0.0.1:4318")
+    assert '  callbacks: ["otel"]\n' in exporting and "forward_traceparent" not in exporting
+    monkeypatch.setattr(litellm, "ensure_venv", lambda: tmp_path)
+    monkeypatch.setattr(litellm, "upstream_models", lambda *a: ())
+    env = litellm.launch(_request(tmp_path, True, "http://127.0.0.1:4318")).env
+    assert env["OTEL_EXPORTER"] == "otlp_http" and env["OTEL_ENDPOINT"] == "http://127.0.0.1:4318/v1/traces"
+    assert env["OTEL_SERVICE_NAME"] == "litellm" and "OTEL_TRACES_SAMPLER" not in env
+    assert litellm.launch(_request(tmp_path, True)).env["OTEL_TRACES_SAMPLER"] == "always_off"
+    assert litellm.spans_url("http://h:1/v1/traces/") == "http://h:1/v1/traces"
+    with pytest.raises(UsageError, match="exports LiteLLM's own spans"):
+        StackConfig(paths=("nginx",), upstream="http://127.0.0.1:9", otlp_traces_endpoint="http://127.0.0.1:4318")
+    with pytest.raises(UsageError, match="malformed URL"):
+        StackConfig(paths=("litellm",), upstream="http://127.0.0.1:9", otlp_traces_endpoint="127.0.0.1:4318")
 
 
 def test_the_config_loads_the_otel_callback_and_forwards_only_when_asked(tmp_path: Path) -> None:
@@ -83,6 +105,46 @@ def forwarding_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
             yield st.urls["direct"], st.urls["litellm"], port
     except ZgError as exc:
         pytest.fail(f"the engine and LiteLLM did not start: {exc.message}")
+
+
+@pytest.fixture(scope="module")
+def exporting_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, int]]:
+    """As forwarding_stack, with LiteLLM exporting its own spans to the same receiver."""
+    from zgtool.errors import ZgError
+    from zgtool.gateway.supervisor import LocalStack
+
+    port = _free_port()
+    cfg = StackConfig(model="null", paths=("litellm",), forward_traceparent=True,
+                      otlp_traces_endpoint=f"http://127.0.0.1:{port}",
+                      engine_args=("--otlp-endpoint", f"http://127.0.0.1:{port}"),
+                      run_dir=tmp_path_factory.mktemp("litellm-spans"))
+    try:
+        with LocalStack(cfg) as st:
+            yield st.urls["direct"], st.urls["litellm"], port
+    except ZgError as exc:
+        pytest.fail(f"the engine and LiteLLM did not start: {exc.message}")
+
+
+@pytest.mark.timeout(LITELLM_TIMEOUT_S)
+def test_litellms_own_spans_say_where_it_spent_each_request_and_leave_the_engines_verdict_alone(
+        exporting_stack: tuple[str, str, int]) -> None:
+    engine, litellm, otlp_port = exporting_stack
+    data = _split([engine, litellm], stream=True, otlp_listen=str(otlp_port))
+    direct, through = data["targets"]
+    assert through["num_ok"] == REQUESTS, through["errors"]
+    assert direct["hop_account"] is None
+    acc = through["hop_account"]
+    assert acc["requests"] == acc["of"] == acc["engine_spans"] == REQUESTS, acc
+    for s in through["samples"]:
+        parts = s["hop_spans"]
+        assert set(parts) == {"before_call_ms", "call_ms", "after_call_ms"}, parts
+        # LiteLLM's own account of a request lies inside what the client measured of it
+        assert parts["before_call_ms"] + parts["call_ms"] + parts["after_call_ms"] <= s["total_ms"] + 1.0
+        assert parts["call_ms"] >= s["engine"]["total_ms"] - 1.0
+    for t in (direct, through):
+        assert t["trace_context"] == {"verdict": "survived", "came_back": REQUESTS, "sent": REQUESTS}, t["name"]
+    assert any(n.startswith(f"{litellm}: the gateway's own account (LiteLLM OTLP spans, {REQUESTS} of {REQUESTS}")
+               for n in data["attribution_notes"])
 
 
 def _split(urls: list[str], **kw: Any) -> dict[str, Any]:

@@ -26,6 +26,10 @@ def gateway(
         False, "--forward-traceparent",
         help="LiteLLM: pass the client's W3C traceparent on to the engine (its otel callback and "
              "forward_traceparent_to_llm_provider), so the engine's spans join the client's requests."),
+    otlp_traces_endpoint: str = typer.Option(
+        None, "--otlp-traces-endpoint", metavar="URL",
+        help="LiteLLM: export its own spans over OTLP/HTTP to URL (latency-split --otlp-listen's receiver), "
+             "which then says where LiteLLM spent each request: before its call to the engine, the call, after."),
 ) -> None:
     """Run a gateway in front of UPSTREAM until Ctrl-C (its config and logs in --run-dir)."""
     from zgtool.errors import UsageError
@@ -37,7 +41,7 @@ def gateway(
     cfg = StackConfig.for_gateway(
         kind, upstream=upstream, gateway_port=port, host=host, nginx_mode=nginx_mode, tls=tls,
         basic_auth=parse_basic_auth(basic_auth), pygw_keys=keys, pygw_policy=policy, redis_url=redis,
-        run_dir=run_dir, forward_traceparent=forward_traceparent,
+        run_dir=run_dir, forward_traceparent=forward_traceparent, otlp_traces_endpoint=otlp_traces_endpoint,
     )
     serve_with_gateway(cfg)
 

@@ -219,11 +219,17 @@ def _measure(opts: SplitOptions, resolved: list[Target], progress: _Progress, cp
         if pwatch is not None:
             pwatch.finish()
         if receiver is not None:
-            from zgtool.latency.attribution.otlp import attach_spans, mark_trace_context, settle_spans
+            from zgtool.latency.attribution.otlp import (
+                attach_hop_spans,
+                attach_spans,
+                mark_trace_context,
+                settle_spans,
+            )
 
             for per_target in samples:
                 attach_spans(per_target, receiver.store)
             settle_spans(samples, receiver.store)
+            attach_hop_spans(samples, receiver.store)
             for per_target in samples:      # after the wait: the spans that came, came
                 mark_trace_context(per_target, receiver.store)
     finally:

@@ -71,6 +71,7 @@ class LaunchRequest:
     redis_url: str | None = None
     model: str | None = None  # the model name clients send (LiteLLM routes by it; others ignore it)
     forward_traceparent: bool = False  # LiteLLM: pass the client's traceparent on (the others do as is)
+    otlp_traces_endpoint: str | None = None   # LiteLLM: export its own spans over OTLP/HTTP here
 
     @property
     def buffered(self) -> bool:

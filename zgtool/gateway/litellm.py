@@ -28,6 +28,12 @@ Config (`<run>/litellm.yaml`), what maps from the pygw side:
   `forward_traceparent_to_llm_provider: true` (litellm/proxy/litellm_pre_call_utils.py
   `_add_otel_traceparent_to_data`, 1.110). Its own spans are not wanted here: `OTEL_TRACES_SAMPLER=always_off`
   keeps them unrecorded and unexported (the SDK's TracerProvider reads it), so the forward costs next to nothing.
+- `otlp_traces_endpoint` (`--otlp-traces-endpoint URL`): LiteLLM's own spans exported over OTLP/HTTP to URL
+  (`latency-split --otlp-listen`'s receiver): its FastAPI server span and `litellm_request`, in the client's trace
+  (its otel callback makes the incoming traceparent their parent), from which latency-split reads where LiteLLM
+  spent each request (zgtool.latency.analysis.hopspans). Needs `opentelemetry-exporter-otlp-proto-http` beside
+  it (the venv has it); exported every 500 ms (OTEL_BSP_SCHEDULE_DELAY) as service `litellm`. Recording and
+  exporting spans costs LiteLLM CPU of its own: a tax measured with it on includes that.
 """
 
 from __future__ import annotations
@@ -50,7 +56,11 @@ from zgtool.gateway.catalog import Launch, LaunchRequest
 LITELLM_SPEC = "litellm==1.110.*"
 # LiteLLM's OpenTelemetry callback, without which it forwards no traceparent (its wheel needs only the API)
 OTEL_SDK_SPEC = "opentelemetry-sdk"
-VENV_SPEC = f"{LITELLM_SPEC} {OTEL_SDK_SPEC}"     # what the marker file names
+# its otel callback's OTLP/HTTP exporter (--otlp-traces-endpoint: LiteLLM's own spans)
+OTLP_HTTP_SPEC = "opentelemetry-exporter-otlp-proto-http"
+VENV_SPEC = f"{LITELLM_SPEC} {OTEL_SDK_SPEC} {OTLP_HTTP_SPEC}"     # what the marker file names
+SPANS_PATH = "/v1/traces"
+SPAN_EXPORT_DELAY_MS = 500
 NETWORK_HINT = "zgtool will create the LiteLLM venv on first use: needs network access to PyPI"
 _MARKER = ".zgtool-ok"
 
@@ -153,7 +163,7 @@ def ensure_venv(say: Callable[[str], None] = _say) -> Path:
         deps = _run([py, "-c", _PROXY_DEPS], log, "reading litellm's proxy requirements").split()
         say(f"installing its proxy server's {len(deps)} requirements ...")
         reqs = venv / "proxy-requirements.txt"
-        reqs.write_text("\n".join([*deps, OTEL_SDK_SPEC]) + "\n")
+        reqs.write_text("\n".join([*deps, OTEL_SDK_SPEC, OTLP_HTTP_SPEC]) + "\n")
         _run([*pip, "-r", str(reqs)], log, "pip install of the proxy requirements")
         (venv / _MARKER).write_text(VENV_SPEC + "\n")
         say(f"venv ready in {time.monotonic() - t0:.0f} s")
@@ -206,6 +216,12 @@ def upstream_models(upstream: str, keys_file: Path | None, timeout_s: float = 2.
     return tuple(dict.fromkeys(i for i in ids if isinstance(i, str) and i.strip() and "*" not in i))[:MAX_SERVED_NAMES]
 
 
+def spans_url(endpoint: str) -> str:
+    """An OTLP/HTTP receiver's base URL or its /v1/traces -> the traces URL LiteLLM's exporter posts to."""
+    base = endpoint.rstrip("/")
+    return base if base.endswith(SPANS_PATH) else base + SPANS_PATH
+
+
 def render_config(req: LaunchRequest, *, auth_module: str, served: tuple[str, ...] = ()) -> str:
     """litellm.yaml (YAML written as JSON flow values: every string quoted, nothing to escape by hand):
     a route for req.model, else for each of `served` (the upstream's own listing), then the wildcard."""
@@ -225,8 +241,10 @@ def render_config(req: LaunchRequest, *, auth_module: str, served: tuple[str, ..
     # translate to OpenAI's Responses API, which vLLM/SGLang/zgtool do not serve)
     lines += ["litellm_settings:", "  drop_params: true", "  num_retries: 0", "  request_timeout: 3600",
               "  telemetry: false", "  use_chat_completions_url_for_anthropic_messages: true"]
+    if req.forward_traceparent or req.otlp_traces_endpoint:
+        lines.append('  callbacks: ["otel"]')
     if req.forward_traceparent:
-        lines += ['  callbacks: ["otel"]', "  forward_traceparent_to_llm_provider: true"]
+        lines.append("  forward_traceparent_to_llm_provider: true")
     if req.redis_url:
         u = urlparse(req.redis_url)
         if u.scheme not in ("redis", "rediss") or not u.hostname:
@@ -263,7 +281,10 @@ def launch(req: LaunchRequest) -> Launch:
         "VIRTUAL_ENV": str(venv),
         "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
     }
-    if req.forward_traceparent:
+    if req.otlp_traces_endpoint:
+        env.update(OTEL_EXPORTER="otlp_http", OTEL_ENDPOINT=spans_url(req.otlp_traces_endpoint),
+                   OTEL_SERVICE_NAME="litellm", OTEL_BSP_SCHEDULE_DELAY=str(SPAN_EXPORT_DELAY_MS))
+    elif req.forward_traceparent:
         env.update(OTEL_TRACES_SAMPLER="always_off", OTEL_EXPORTER="console")  # its own spans: neither kept nor sent
     argv = (str(litellm_bin(venv)), "--config", str(config), "--host", req.host, "--port", str(req.port),
             "--num_workers", "1", "--telemetry", "False")

@@ -52,6 +52,7 @@ class StackConfig:
     redis_url: str | None = None
     gateway_model: str | None = None         # the model name clients send (LiteLLM's model_list)
     forward_traceparent: bool = False        # LiteLLM passes the client's traceparent on (zgtool.gateway.litellm)
+    otlp_traces_endpoint: str | None = None  # LiteLLM exports its own spans there (zgtool.gateway.litellm)
     nginx_workers: int = 1                   # one worker: like for like with the one-process engine
     run_dir: Path | None = None              # None: a temp folder, removed after a clean stop
     start_timeout_s: float = 180.0
@@ -72,6 +73,13 @@ class StackConfig:
         if self.forward_traceparent and "litellm" not in self.paths:
             raise UsageError("--forward-traceparent is LiteLLM's: it drops the client's traceparent unless told; "
                              "nginx, HAProxy, Caddy, Varnish, Squid and pygw pass it on as it is")
+        if self.otlp_traces_endpoint is not None:
+            from zgtool.targets import validate_url
+
+            if "litellm" not in self.paths:
+                raise UsageError("--otlp-traces-endpoint exports LiteLLM's own spans; the other gateways zgtool "
+                                 "starts export none")
+            validate_url(self.otlp_traces_endpoint)
         for port in (self.engine_port, self.gateway_port):
             if port is not None and not 0 < port < 65536:
                 raise UsageError(f"port must be 1..65535, not {port}")
@@ -272,7 +280,8 @@ class LocalStack:
                             keys_file=cfg.pygw_keys, redis_url=cfg.redis_url,
                             # the engine started here serves cfg.model; an upstream's own models are asked
                             model=cfg.gateway_model or (None if cfg.upstream else cfg.model),
-                            forward_traceparent=cfg.forward_traceparent)
+                            forward_traceparent=cfg.forward_traceparent,
+                            otlp_traces_endpoint=cfg.otlp_traces_endpoint)
         launch = plan_launch(req)
         url = f"http://{cfg.host}:{port}"
         self._spawn(path, list(launch.argv), url + launch.ready_path, any_status=launch.ready_any_status,

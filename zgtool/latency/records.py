@@ -153,6 +153,7 @@ class RequestSample:
     trace_echo: str | None = None       # the trace id the engine echoed (x-zgtool-trace-id); None: no echo
     engine: EngineTiming | None = None  # the engine's own timing, from whichever adapter applied
     hop_reports: dict[str, float] = field(default_factory=dict)  # gateways' self-reports, raw name -> ms
+    hop_spans: dict[str, float] | None = None   # a gateway's own OTLP spans: before_call_ms, call_ms, after_call_ms
     engine_warnings: list[str] = field(default_factory=list)     # why an engine report was ignored
     error_detail: str | None = None     # the server's error body, trimmed to one line
     # sent first on a kept-alive connection the server had closed (no answer byte came: the error it got), then
@@ -260,6 +261,7 @@ class TargetResult:
     open_loop: OpenLoopSummary | None = None              # achieved rate, dispatch lag (zgtool.latency.analysis.openloop)
     trace_context: dict[str, Any] | None = None           # did its traceparent reach the engine (survived/dropped)
     trace_echo: dict[str, Any] | None = None              # the engine's echo of the trace id vs the one sent
+    hop_account: dict[str, Any] | None = None             # the gateway's own spans' account (analysis.hopspans)
     subsets: dict[str, Any] | None = None                 # figures resting on different requests: {of, kept: {name: k}}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from zgtool.bootstrap import LOWER, Difference, median_ci, median_difference
 from zgtool.latency.analysis import design
+from zgtool.latency.analysis.hopspans import hop_account, hop_account_notes
 from zgtool.latency.attribution.adapters.units import LLAMACPP
 from zgtool.latency.attribution.adapters.units import VLLM as VLLM_METRICS
 from zgtool.latency.config import Slo, SplitConfig
@@ -602,9 +603,11 @@ def analyse(targets: Sequence[Target], samples: Sequence[list[RequestSample]], c
     for r, per_target in zip(results, samples, strict=True):
         r.trace_context = trace_context(per_target)
         r.trace_echo = trace_echo(per_target, direct_echoes)
+        r.hop_account = hop_account(per_target)
         r.throughput = throughput(per_target, cfg.slo, cfg.stream)
         r.cpu_ms_per_request = (cpu or {}).get(r.name)
     notes = attribution_notes(targets, samples, cfg.stream)
+    notes.extend(hop_account_notes(targets, [r.hop_account for r in results]))
     wait = engine_wait(targets, samples, cfg)
     if wait is not None:
         notes.append(engine_wait_note(wait))

@@ -10,6 +10,11 @@ carried its trace id (zgtool sends a fresh W3C traceparent on every request).
   from the request's arrival at the server; queue, prefill and decode are scheduler-side phases.
 - vLLM exports over gRPC unless told otherwise: start it with
   ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`` and ``--otlp-traces-endpoint http://HOST:PORT/v1/traces``.
+- A gateway's own spans (LiteLLM's, service.name ``litellm``: its FastAPI server span and ``litellm_request``, both
+  in the client's trace once its OpenTelemetry callback exports to this receiver) are kept apart from the
+  engine's: they never count as the trace context reaching the engine. ``hop_account`` reads from them where the
+  gateway spent a request: before its call to the engine, the call, after it (LiteLLM 1.110, recorded here:
+  tests/latency/fixtures/spans/litellm_*.json).
 """
 
 from __future__ import annotations
@@ -373,11 +378,44 @@ def span_timing(span: Span) -> EngineTiming | None:
 
 # ---- the receiver ----
 
+# a gateway's own spans: its resource's service.name (LiteLLM's default, OTEL_SERVICE_NAME) or LiteLLM's span names
+GATEWAY_SERVICES = frozenset({"litellm"})
+LITELLM_CALL_SPANS = ("litellm_request", "raw_gen_ai_request")
+SPAN_KIND_SERVER = 2
+HOP_SOURCE = "LiteLLM OTLP spans"
+
+
+def from_gateway(span: Span) -> bool:
+    return (span.service or "").lower() in GATEWAY_SERVICES or span.name in LITELLM_CALL_SPANS
+
+
+def hop_account(spans: Iterable[Span]) -> dict[str, float] | None:
+    """Where a gateway spent one request, in ms, from its own spans in that request's trace: ``call_ms`` (its
+    call to the engine, LiteLLM's litellm_request: start to the last byte of the engine's answer) and, when its
+    HTTP server span came too, ``before_call_ms`` (receipt to the call: auth, routing, pre-call hooks) and
+    ``after_call_ms`` (the call's end to its answer's end). None when no call span came; a before or after
+    that the spans make negative beyond the clock tolerance is left out (the spans disagree)."""
+    spans = list(spans)
+    call = next((sp for name in LITELLM_CALL_SPANS for sp in spans if sp.name == name), None)
+    if call is None or call.end_ns < call.start_ns:
+        return None
+    out = {"call_ms": (call.end_ns - call.start_ns) / 1e6}
+    server = next((sp for sp in spans if sp.kind == SPAN_KIND_SERVER and sp.name not in LITELLM_CALL_SPANS), None)
+    if server is not None:
+        before = (call.start_ns - server.start_ns) / 1e6
+        after = (server.end_ns - call.end_ns) / 1e6
+        if before >= -CLOCK_TOLERANCE_MS and after >= -CLOCK_TOLERANCE_MS:
+            out.update(before_call_ms=max(0.0, before), after_call_ms=max(0.0, after))
+    return out
+
+
 class SpanStore:
-    """Spans by trace id; waiters are woken on every arrival."""
+    """Spans by trace id, the engine's and a gateway's own (``from_gateway``) apart; waiters are woken on every
+    arrival. Every question below but ``hop_spans`` is about the engine's spans."""
 
     def __init__(self) -> None:
         self._spans: dict[str, list[Span]] = {}
+        self._hop_spans: dict[str, list[Span]] = {}
         self._cond = threading.Condition()
         self.received = 0
         self.rejected_posts = 0
@@ -390,9 +428,30 @@ class SpanStore:
     def add(self, spans: Iterable[Span]) -> None:
         with self._cond:
             for s in spans:
-                self._spans.setdefault(s.trace_id, []).append(s)
+                (self._hop_spans if from_gateway(s) else self._spans).setdefault(s.trace_id, []).append(s)
                 self.received += 1
             self._cond.notify_all()
+
+    def hop_spans(self, trace_id: str) -> list[Span]:
+        with self._cond:
+            return list(self._hop_spans.get(trace_id.lower(), ()))
+
+    def any_hop(self) -> bool:
+        with self._cond:
+            return bool(self._hop_spans)
+
+    def wait_for_hops(self, trace_ids: Iterable[str], timeout_s: float) -> None:
+        """Until every trace id has a gateway call span (hop_account's), or the timeout."""
+        wanted = {t.lower() for t in trace_ids}
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                missing = {t for t in wanted
+                           if not any(sp.name in LITELLM_CALL_SPANS for sp in self._hop_spans.get(t, ()))}
+                left = deadline - time.monotonic()
+                if not missing or left <= 0:
+                    return
+                self._cond.wait(left)
 
     def any(self) -> bool:
         with self._cond:
@@ -581,6 +640,21 @@ def settle_spans(per_path: Iterable[Iterable[RequestSample]], store: SpanStore, 
         if any(store.spans(t) for t in ids):
             wanted += ids
     store.wait_for(wanted, wait_s, timed=False)
+
+
+def attach_hop_spans(per_path: Iterable[Iterable[RequestSample]], store: SpanStore,
+                     wait_s: float = SPAN_WAIT_S) -> None:
+    """Per ok request of every path whose requests a gateway's own spans came for: its ``hop_spans``
+    (hop_account), after waiting up to `wait_s` for the spans still on their way (the SDK batches)."""
+    if not store.any_hop():
+        return
+    paths = [[s for s in samples if s.ok and s.trace_id] for samples in per_path]
+    paths = [ok for ok in paths if any(store.hop_spans(s.trace_id) for s in ok if s.trace_id)]
+    store.wait_for_hops([s.trace_id for ok in paths for s in ok if s.trace_id], wait_s)
+    for ok in paths:
+        for s in ok:
+            assert s.trace_id is not None
+            s.hop_spans = hop_account(store.hop_spans(s.trace_id))
 
 
 def mark_trace_context(samples: Iterable[RequestSample], store: SpanStore) -> None:

@@ -1,0 +1,73 @@
+"""A gateway's own OTLP spans (LiteLLM's, as LiteLLM 1.110 exported them here: a FastAPI server span
+"POST /v1/chat/completions" whose parent is the client's span, and `litellm_request` for its call to the engine)
+say where it spent a request; they never count as the trace context reaching the engine."""
+
+from __future__ import annotations
+
+from zgtool.latency.analysis.hopspans import hop_account as summarise
+from zgtool.latency.analysis.hopspans import hop_account_notes
+from zgtool.latency.attribution.otlp import Span, SpanStore, attach_hop_spans, hop_account, mark_trace_context
+from zgtool.latency.records import EngineTiming, RequestSample
+from zgtool.targets import Target
+
+CLIENT_SPAN = "00f067aa0ba902b7"
+MS = 1_000_000
+
+
+def _litellm(trace: str, server: tuple[float, float] | None, call: tuple[float, float]) -> list[Span]:
+    out = [Span(trace, "a" * 16, CLIENT_SPAN, "litellm_request", 1, int(call[0] * MS), int(call[1] * MS),
+                service="litellm"),
+           Span(trace, "b" * 16, "a" * 16, "raw_gen_ai_request", 1, int(call[0] * MS), int(call[1] * MS),
+                service="litellm")]
+    if server is not None:
+        out.append(Span(trace, "c" * 16, CLIENT_SPAN, "POST /v1/chat/completions", 2, int(server[0] * MS),
+                        int(server[1] * MS), service="litellm"))
+    return out
+
+
+def test_the_parts_are_before_the_call_the_call_and_after_it_from_the_server_and_call_spans() -> None:
+    got = hop_account(_litellm("t" * 32, server=(100.0, 150.0), call=(103.0, 144.0)))
+    assert got == {"call_ms": 41.0, "before_call_ms": 3.0, "after_call_ms": 6.0}
+
+
+def test_without_the_server_span_only_the_call_is_known_and_spans_that_disagree_give_no_before_or_after() -> None:
+    assert hop_account(_litellm("t" * 32, server=None, call=(103.0, 144.0))) == {"call_ms": 41.0}
+    # a call that starts 5 ms before the server span: the spans disagree, only the call's own length stands
+    assert hop_account(_litellm("t" * 32, server=(100.0, 150.0), call=(95.0, 144.0))) == {"call_ms": 49.0}
+    assert hop_account([Span("t" * 32, "d" * 16, None, "GET /health", 2, 0, MS, service="litellm")]) is None
+
+
+def test_a_gateways_own_spans_do_not_count_as_the_trace_context_reaching_the_engine() -> None:
+    store = SpanStore()
+    engine_trace, litellm_only = "1" * 32, "2" * 32
+    store.add([Span(engine_trace, "e" * 16, "f" * 16, "llm_request", 2, 0, MS, service="vllm")])
+    store.add(_litellm(litellm_only, server=(0.0, 10.0), call=(1.0, 9.0)))
+    samples = [RequestSample(index=i, worker=0, round=0, ok=True, total_ms=10.0, trace_id=t)
+               for i, t in enumerate((engine_trace, litellm_only))]
+    mark_trace_context(samples, store)
+    assert [s.trace_back for s in samples] == [True, False]
+    assert store.spans(litellm_only) == [] and len(store.hop_spans(litellm_only)) == 3
+
+    attach_hop_spans([samples], store, wait_s=0.1)
+    assert samples[0].hop_spans is None
+    assert samples[1].hop_spans == {"call_ms": 8.0, "before_call_ms": 1.0, "after_call_ms": 1.0}
+
+
+def test_the_paths_summary_and_note_give_each_parts_median_and_the_call_beyond_the_engine() -> None:
+    samples = []
+    for i, (call, engine) in enumerate(((40.0, 1.0), (42.0, 2.0), (50.0, None))):
+        s = RequestSample(index=i, worker=0, round=0, ok=True, total_ms=60.0, trace_id=f"{i:032x}",
+                          hop_spans={"before_call_ms": 3.0, "call_ms": call, "after_call_ms": 5.0})
+        if engine is not None:
+            s.engine = EngineTiming(source="vLLM OTLP span", total_ms=engine)
+        samples.append(s)
+    samples.append(RequestSample(index=9, worker=0, round=0, ok=True, total_ms=60.0))
+    acc = summarise(samples)
+    assert acc == {"source": "LiteLLM OTLP spans", "requests": 3, "of": 4, "p50_before_call_ms": 3.0,
+                   "p50_call_ms": 42.0, "p50_after_call_ms": 5.0, "p50_call_beyond_engine_ms": 39.5,
+                   "engine_spans": 2}
+    (note,) = hop_account_notes([Target("a", "http://a:1"), Target("gw", "http://gw:1")], [None, acc])
+    assert note.startswith("gw: the gateway's own account (LiteLLM OTLP spans, 3 of 4 requests")
+    assert "3.00 ms before its call to the engine" in note and "its call 42.00 ms (39.50 ms of it beyond" in note
+    assert note.endswith("5.00 ms after it")
+    assert summarise(samples[3:]) is None
