@@ -138,8 +138,9 @@ def test_litellms_own_spans_say_where_it_spent_each_request_and_leave_the_engine
     for s in through["samples"]:
         parts = s["hop_spans"]
         assert set(parts) == {"before_call_ms", "call_ms", "after_call_ms"}, parts
-        # LiteLLM's own account of a request lies inside what the client measured of it
-        assert parts["before_call_ms"] + parts["call_ms"] + parts["after_call_ms"] <= s["total_ms"] + 1.0
+        # its receipt to its call's end lies inside what the client measured (the server span may close after
+        # the answer's last byte, with LiteLLM's logging: what comes after the call is not bounded so)
+        assert parts["before_call_ms"] + parts["call_ms"] <= s["total_ms"] + 1.0
         assert parts["call_ms"] >= s["engine"]["total_ms"] - 1.0
     for t in (direct, through):
         assert t["trace_context"] == {"verdict": "survived", "came_back": REQUESTS, "sent": REQUESTS}, t["name"]

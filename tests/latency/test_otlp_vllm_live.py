@@ -107,3 +107,30 @@ def test_streams_through_a_litellm_told_to_forward_are_timed_by_vllms_spans_at_a
         assert t["trace_context"] == {"verdict": "survived", "came_back": 12, "sent": 12}
     (tax,) = [d for d in data["differences"] if d["phase"] == "outside_engine_ms"]
     assert tax["candidate"] == gw.url and tax["diff_ms"] is not None and tax["lo_ms"] is not None
+
+
+def test_litellms_own_spans_in_front_of_vllm_account_for_its_tax(traced_vllm: tuple[str, int], tmp_path: Path) -> None:
+    """LiteLLM exporting its own spans to the same receiver (`--otlp-traces-endpoint`): they leave vLLM's verdict
+    alone (every trace still judged by vLLM's span) and give LiteLLM's account of every streamed request, whose
+    receipt-to-call-end lies inside what the client measured and whose call holds vLLM's whole span."""
+    from zgtool.commands.latency import run
+    from zgtool.commands.latency_options import parse_split_options
+    from zgtool.gateway.kinds import start_gateway
+
+    url, otlp_port = traced_vllm
+    with start_gateway("litellm", url, tmp_path, model="smollm2", forward_traceparent=True,
+                       otlp_traces_endpoint=f"http://127.0.0.1:{otlp_port}") as gw:
+        result = run(parse_split_options([url, gw.url], requests=12, warmup=1, stream=True, max_tokens="8",
+                                         api="openai", model="smollm2", rate="2", as_json=True,
+                                         otlp_listen=str(otlp_port)))
+    direct, through = result["data"]["targets"]
+    assert direct["hop_account"] is None
+    assert through["hop_account"]["requests"] == through["hop_account"]["engine_spans"] == 12, through["hop_account"]
+    for t in (direct, through):
+        assert t["trace_context"] == {"verdict": "survived", "came_back": 12, "sent": 12}
+    for s in through["samples"]:
+        parts = s["hop_spans"]
+        # its receipt to its call's end lies inside what the client measured (the server span may close after
+        # the answer's last byte, with LiteLLM's logging: what comes after the call is not bounded so)
+        assert parts["before_call_ms"] + parts["call_ms"] <= s["total_ms"] + 1.0
+        assert parts["call_ms"] >= s["engine"]["total_ms"] - 1.0

@@ -4,7 +4,7 @@ from outside.
 
 Per path: how many answered requests had the gateway's call span, and the median of each part: before its call
 to the engine (receipt, auth, routing, pre-call hooks), the call (to the last byte of the engine's answer), after
-it; and, on the requests whose engine span came too, the median of the call minus the engine's own time
+it (to the end of its server span, which may close after the client has the answer's last byte: its logging); and, on the requests whose engine span came too, the median of the call minus the engine's own time
 (vLLM's e2e runs from its API server's arrival): the gateway's client, its handling of the answer (a stream's
 every chunk: the call ends with the stream) and the network between them. The spans
 are the gateway's word (its clock, its idea of a phase), so they are reported beside the measured figures, never
@@ -59,7 +59,8 @@ def hop_account_notes(targets: Sequence[Target], accounts: Sequence[dict[str, An
                      f"{acc['engine_spans']} with the engine's span)")
         parts.append(call)
         if "p50_after_call_ms" in acc:
-            parts.append(f"{acc['p50_after_call_ms']:.2f} ms after it")
+            parts.append(f"{acc['p50_after_call_ms']:.2f} ms after it (to its server span's end, which may come "
+                         "after the answer's last byte: its logging)")
         notes.append(f"{t.name}: the gateway's own account ({acc['source']}, {acc['requests']} of {acc['of']} "
                      f"requests; medians, its clock): " + ", ".join(parts))
     return notes

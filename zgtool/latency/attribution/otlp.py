@@ -393,7 +393,8 @@ def hop_account(spans: Iterable[Span]) -> dict[str, float] | None:
     """Where a gateway spent one request, in ms, from its own spans in that request's trace: ``call_ms`` (its
     call to the engine, LiteLLM's litellm_request: start to the last byte of the engine's answer) and, when its
     HTTP server span came too, ``before_call_ms`` (receipt to the call: auth, routing, pre-call hooks) and
-    ``after_call_ms`` (the call's end to its answer's end). None when no call span came; a before or after
+    ``after_call_ms`` (the call's end to the server span's end, which may come after the answer's last byte
+reached the client: LiteLLM's logging runs before its ASGI call returns). None when no call span came; a before or after
     that the spans make negative beyond the clock tolerance is left out (the spans disagree)."""
     spans = list(spans)
     call = next((sp for name in LITELLM_CALL_SPANS for sp in spans if sp.name == name), None)
