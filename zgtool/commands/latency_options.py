@@ -64,7 +64,8 @@ QUIET = vocab.quiet()
 BRIEF = typer.Option(False, "--brief", help="Print only the verdict sentence and the side-by-side table.")
 OTLP_ENDPOINT = vocab.otlp_endpoint()
 OTLP_LISTEN = typer.Option(None, "--otlp-listen", help="Receive the engine's OTLP/HTTP spans on auto, PORT or "
-                                                       "HOST:PORT and join them by trace id.")
+                                                       "HOST:PORT and join them by trace id (a LiteLLM's own spans "
+                                                       "too: where it spent each request).")
 VLLM_METRICS = typer.Option(None, "--engine-metrics", "--vllm-metrics",
                             help="The engine's /metrics URL: vLLM's phases from histogram deltas around each "
                                  "request (-c 1 only) for paths whose answers lack the engine's timing. By "
