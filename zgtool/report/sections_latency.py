@@ -72,8 +72,28 @@ def waterfall_section(rs: ResultSet) -> Section:
         if echoed:
             parts.append('<p class="note">Trace context per path (the trace id the engine echoed against the '
                          "one sent): " + "; ".join(echoed) + "</p>")
+        parts.extend(f'<p class="note">{escape(line)}</p>' for t in d.get("targets") or []
+                     if (line := hop_account_line(t)))
     sec.body = "".join(parts)
     return sec
+
+
+def hop_account_line(t: dict[str, Any]) -> str | None:
+    """A path's gateway's own account from its spans (zgtool.latency.analysis.hopspans), in one line."""
+    acc = t.get("hop_account")
+    if not isinstance(acc, dict) or not isinstance(acc.get("p50_call_ms"), int | float):
+        return None
+    parts = []
+    if isinstance(acc.get("p50_before_call_ms"), int | float):
+        parts.append(f"{acc['p50_before_call_ms']:.2f} ms before its call to the engine")
+    call = f"its call {acc['p50_call_ms']:.2f} ms"
+    if isinstance(acc.get("p50_call_beyond_engine_ms"), int | float):
+        call += f", {acc['p50_call_beyond_engine_ms']:.2f} ms of it beyond the engine's own time"
+    parts.append(call)
+    if isinstance(acc.get("p50_after_call_ms"), int | float):
+        parts.append(f"{acc['p50_after_call_ms']:.2f} ms after it (to its server span's end)")
+    return (f"{t.get('name', '?')}: the gateway's own account ({acc.get('source', 'its spans')}, "
+            f"{acc.get('requests', '?')} of {acc.get('of', '?')} requests, medians): " + "; ".join(parts))
 
 
 def _stat(s: dict[str, Any] | None, key: str = "median_ms", clip: bool = False) -> str:
