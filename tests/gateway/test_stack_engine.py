@@ -97,8 +97,10 @@ def test_stream_arrives_token_by_token_except_through_buffered_nginx() -> None:
         reads, spread_s = len(set(times)), times[-1] - times[0]
         if path == "nginx-buffered":
             assert reads <= 2 and spread_s < 0.1 * decode_s, (path, reads, spread_s, decode_s)
-        else:  # one read per token or so, spread over the engine's decode time
-            assert reads >= len(times) // 2 and spread_s > 0.3 * decode_s, (path, reads, spread_s, decode_s)
+        else:  # one read per token or so, spread over the engine's decode time: more than a buffered answer's
+            # 0.1 of it (a relay starved on a loaded box has delivered ten separate reads over 0.24 of it, so
+            # the bound is what separates the two behaviours, not a pace)
+            assert reads >= len(times) // 2 and spread_s > 0.1 * decode_s, (path, reads, spread_s, decode_s)
 
 
 def _descendants(root: int) -> set[int]:
