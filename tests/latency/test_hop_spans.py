@@ -72,3 +72,19 @@ def test_the_paths_summary_and_note_give_each_parts_median_and_the_call_beyond_t
     assert note.endswith("5.00 ms after it (to its server span's end, which may come after the answer's last byte: "
                          "its logging)")
     assert summarise(samples[3:]) is None
+
+
+def test_a_litellm_under_a_service_name_of_its_own_is_known_by_its_call_span_even_for_spans_sent_before_it() -> None:
+    store = SpanStore()
+    trace = "3" * 32
+    renamed = [Span(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, sp.kind, sp.start_ns, sp.end_ns,
+                    service="llm-gateway-prod") for sp in _litellm(trace, server=(0.0, 10.0), call=(1.0, 9.0))]
+    server, calls = renamed[-1], renamed[:-1]
+    store.add([server])             # its server span's batch came first
+    store.add([Span("4" * 32, "e" * 16, None, "llm_request", 2, 0, MS, service="vllm")])
+    store.add(calls)
+    assert store.spans(trace) == [] and len(store.hop_spans(trace)) == 3
+    sample = RequestSample(index=0, worker=0, round=0, ok=True, total_ms=10.0, trace_id=trace)
+    mark_trace_context([sample], store)
+    assert sample.trace_back is False
+    assert hop_account(store.hop_spans(trace)) == {"call_ms": 8.0, "before_call_ms": 1.0, "after_call_ms": 1.0}

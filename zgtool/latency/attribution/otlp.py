@@ -10,7 +10,8 @@ carried its trace id (zgtool sends a fresh W3C traceparent on every request).
   from the request's arrival at the server; queue, prefill and decode are scheduler-side phases.
 - vLLM exports over gRPC unless told otherwise: start it with
   ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`` and ``--otlp-traces-endpoint http://HOST:PORT/v1/traces``.
-- A gateway's own spans (LiteLLM's, service.name ``litellm``: its FastAPI server span and ``litellm_request``, both
+- A gateway's own spans (LiteLLM's, service.name ``litellm`` or whatever service sends ``litellm_request``: its
+  FastAPI server span and ``litellm_request``, both
   in the client's trace once its OpenTelemetry callback exports to this receiver) are kept apart from the
   engine's: they never count as the trace context reaching the engine. ``hop_account`` reads from them where the
   gateway spent a request: before its call to the engine, the call, after it (LiteLLM 1.110, recorded here:
@@ -385,17 +386,13 @@ SPAN_KIND_SERVER = 2
 HOP_SOURCE = "LiteLLM OTLP spans"
 
 
-def from_gateway(span: Span) -> bool:
-    return (span.service or "").lower() in GATEWAY_SERVICES or span.name in LITELLM_CALL_SPANS
-
-
 def hop_account(spans: Iterable[Span]) -> dict[str, float] | None:
     """Where a gateway spent one request, in ms, from its own spans in that request's trace: ``call_ms`` (its
     call to the engine, LiteLLM's litellm_request: start to the last byte of the engine's answer) and, when its
     HTTP server span came too, ``before_call_ms`` (receipt to the call: auth, routing, pre-call hooks) and
     ``after_call_ms`` (the call's end to the server span's end, which may come after the answer's last byte
-reached the client: LiteLLM's logging runs before its ASGI call returns). None when no call span came; a before or after
-    that the spans make negative beyond the clock tolerance is left out (the spans disagree)."""
+    reached the client: LiteLLM's logging runs before its ASGI call returns). None when no call span came; a
+    before or after that the spans make negative beyond the clock tolerance is left out (the spans disagree)."""
     spans = list(spans)
     call = next((sp for name in LITELLM_CALL_SPANS for sp in spans if sp.name == name), None)
     if call is None or call.end_ns < call.start_ns:
@@ -411,12 +408,15 @@ reached the client: LiteLLM's logging runs before its ASGI call returns). None w
 
 
 class SpanStore:
-    """Spans by trace id, the engine's and a gateway's own (``from_gateway``) apart; waiters are woken on every
-    arrival. Every question below but ``hop_spans`` is about the engine's spans."""
+    """Spans by trace id; waiters are woken on every arrival. A gateway's own spans are told from the engine's by
+    their service: ``litellm``, or any service that has sent a LiteLLM call span (a LiteLLM whose
+    OTEL_SERVICE_NAME is its own), learnt as spans come and applied to every span when asked, so a gateway's
+    spans that came before its first call span are not taken for the engine's. Every question below but the
+    ``hop`` ones is about the engine's spans."""
 
     def __init__(self) -> None:
         self._spans: dict[str, list[Span]] = {}
-        self._hop_spans: dict[str, list[Span]] = {}
+        self._gateway_services: set[str] = set(GATEWAY_SERVICES)
         self._cond = threading.Condition()
         self.received = 0
         self.rejected_posts = 0
@@ -429,17 +429,28 @@ class SpanStore:
     def add(self, spans: Iterable[Span]) -> None:
         with self._cond:
             for s in spans:
-                (self._hop_spans if from_gateway(s) else self._spans).setdefault(s.trace_id, []).append(s)
+                self._spans.setdefault(s.trace_id, []).append(s)
+                if s.name in LITELLM_CALL_SPANS and s.service:
+                    self._gateway_services.add(s.service.lower())
                 self.received += 1
             self._cond.notify_all()
 
+    def _gateway(self, span: Span) -> bool:
+        return span.name in LITELLM_CALL_SPANS or (span.service or "").lower() in self._gateway_services
+
+    def _engine(self, trace_id: str) -> list[Span]:
+        return [s for s in self._spans.get(trace_id, ()) if not self._gateway(s)]
+
+    def _hops(self, trace_id: str) -> list[Span]:
+        return [s for s in self._spans.get(trace_id, ()) if self._gateway(s)]
+
     def hop_spans(self, trace_id: str) -> list[Span]:
         with self._cond:
-            return list(self._hop_spans.get(trace_id.lower(), ()))
+            return self._hops(trace_id.lower())
 
     def any_hop(self) -> bool:
         with self._cond:
-            return bool(self._hop_spans)
+            return any(self._hops(t) for t in self._spans)
 
     def wait_for_hops(self, trace_ids: Iterable[str], timeout_s: float) -> None:
         """Until every trace id has a gateway call span (hop_account's), or the timeout."""
@@ -447,8 +458,7 @@ class SpanStore:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                missing = {t for t in wanted
-                           if not any(sp.name in LITELLM_CALL_SPANS for sp in self._hop_spans.get(t, ()))}
+                missing = {t for t in wanted if not any(sp.name in LITELLM_CALL_SPANS for sp in self._hops(t))}
                 left = deadline - time.monotonic()
                 if not missing or left <= 0:
                     return
@@ -456,21 +466,20 @@ class SpanStore:
 
     def any(self) -> bool:
         with self._cond:
-            return bool(self._spans)
+            return any(self._engine(t) for t in self._spans)
 
     def spans(self, trace_id: str) -> list[Span]:
         with self._cond:
-            return list(self._spans.get(trace_id.lower(), ()))
+            return self._engine(trace_id.lower())
 
     def wait_for(self, trace_ids: Iterable[str], timeout_s: float, *, timed: bool = True) -> set[str]:
-        """Wait until every trace id has a span that carries an engine timing (`timed`; else any span), or the
-        timeout; returns the ids still missing."""
+        """Wait until every trace id has an engine span that carries an engine timing (`timed`; else any engine
+        span), or the timeout; returns the ids still missing."""
         wanted = {t.lower() for t in trace_ids}
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                missing = {t for t in wanted
-                           if not any(ATTR_E2E in s.attributes or not timed for s in self._spans.get(t, ()))}
+                missing = {t for t in wanted if not any(ATTR_E2E in s.attributes or not timed for s in self._engine(t))}
                 left = deadline - time.monotonic()
                 if not missing or left <= 0:
                     return missing
