@@ -88,3 +88,27 @@ def test_a_litellm_under_a_service_name_of_its_own_is_known_by_its_call_span_eve
     mark_trace_context([sample], store)
     assert sample.trace_back is False
     assert hop_account(store.hop_spans(trace)) == {"call_ms": 8.0, "before_call_ms": 1.0, "after_call_ms": 1.0}
+
+
+def test_the_span_parts_are_a_paths_own_figures_with_intervals_and_never_a_difference_between_paths() -> None:
+    from zgtool.latency.analysis.phases import analyse
+    from zgtool.latency.config import SplitConfig
+    from zgtool.latency.result import result_data
+
+    def sample(i: int, total: float, spans: dict[str, float] | None) -> RequestSample:
+        return RequestSample(index=i, worker=0, round=i % 4, ok=True, total_ms=total + 0.01 * i, trace_id=f"{i:032x}",
+                             hop_spans=spans)
+
+    direct = [sample(i, 5.0, None) for i in range(16)]
+    gw = [sample(i, 50.0, {"before_call_ms": 3.0 + 0.01 * i, "call_ms": 40.0 + 0.1 * i, "after_call_ms": 6.0})
+          for i in range(16)]
+    res = result_data(analyse([Target("direct", "http://127.0.0.1:1"), Target("litellm", "http://127.0.0.1:2")],
+                              [direct, gw], SplitConfig(num_requests=16, stream=False, resamples=200)))
+    a, b = res["targets"]
+    assert not any(k.startswith("gateway_") for k in a["phases"])
+    call = b["phases"]["gateway_call_ms"]
+    assert call["count"] == 16 and call["median_lo"] <= call["summary"]["p50"] <= call["median_hi"]
+    assert b["phases"]["gateway_before_call_ms"]["summary"]["p50"] == 3.075
+    assert b["phases"]["gateway_after_call_ms"]["summary"]["p50"] == 6.0
+    assert not any(d["phase"].startswith("gateway_") for d in res["differences"])
+    assert b["hop_account"]["p50_call_ms"] == call["summary"]["p50"]

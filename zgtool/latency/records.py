@@ -39,6 +39,13 @@ DEFINITIONS: dict[str, str] = {
                     "from the header and, for streams, the timing event; engine_other = total - engine parts",
     "outside_engine_ms": "total_ms minus the engine's Server-Timing total: client, network and every hop; "
                          "its difference between paths is the gateway tax without the engine's compute noise",
+    "gateway_before_call_ms": "a gateway's own spans (LiteLLM's, exported to --otlp-listen): its server span's start "
+                              "-> the start of its call to the engine (auth, routing, pre-call hooks); per path, "
+                              "never compared between paths",
+    "gateway_call_ms": "the gateway's call to the engine by its own span (litellm_request): to the last byte of the "
+                       "engine's answer, the engine's time included",
+    "gateway_after_call_ms": "the end of the gateway's call -> the end of its server span, which may close after "
+                             "the client has the answer's last byte (its logging)",
     "network_client_ms": "total_ms minus DNS/connect/TLS and the attributed server parts: sending, network, "
                          "hops that report nothing (e.g. nginx) and the client itself",
     "waterfall": "rows are disjoint by construction and their means sum to the mean total_ms; send_ms is "

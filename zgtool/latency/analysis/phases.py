@@ -48,8 +48,12 @@ ENGINE_SPANS = (ENGINE_TOTAL, "ttft")
 GW_TOTAL = "gw_total"
 # gateway spans that enclose the upstream call: attributing them would count the engine twice
 GW_ENCLOSING = ("gw_upstream", "gw_proxy", "gw_backend")
+# a gateway's own account from its OTLP spans (samples[].hop_spans): per path, never compared between paths (the
+# call holds the engine's time; a path without the gateway has none of it, not 0 of it)
+GATEWAY_SPAN_METRICS = {"gateway_before_call_ms": "before_call_ms", "gateway_call_ms": "call_ms",
+                        "gateway_after_call_ms": "after_call_ms"}
 METRICS = ("send_ms", "ttfb_ms", "ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms", "itl_ms",
-           "total_ms", "outside_engine_ms")
+           "total_ms", "outside_engine_ms", *GATEWAY_SPAN_METRICS)
 STREAM_ONLY = ("ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms", "itl_ms")
 # a request's value of these is left out when its client could not vouch for it (samples[].unvouched)
 LAG_SENSITIVE = ("ttfb_ms", "ttfb_headers_ms", "ttfb_body_ms", "ttft_any_ms", "ttft_ms", "tpot_ms")
@@ -163,6 +167,9 @@ def _metric_values(ok: Sequence[RequestSample], metric: str) -> tuple[list[float
     """Values of one metric and, parallel to them, the round of the request each came from."""
     if metric == "itl_ms":
         pairs = [(g, s.round) for s in ok for g in s.itl_ms]
+    elif metric in GATEWAY_SPAN_METRICS:
+        part = GATEWAY_SPAN_METRICS[metric]
+        pairs = [(s.hop_spans[part], s.round) for s in ok if s.hop_spans and part in s.hop_spans]
     elif metric == "outside_engine_ms":
         pairs = [(v, s.round) for s in ok if (v := outside_engine_ms(s)) is not None]
     else:
@@ -260,6 +267,8 @@ def differences(results: Sequence[TargetResult], cfg: SplitConfig) -> list[Phase
         cand_rows = [decompose(s, cfg.stream) for s in cand_ok]
         names = [p.name for p in base.phases] + [p.name for p in cand.phases]
         for phase in dict.fromkeys(names):
+            if phase in GATEWAY_SPAN_METRICS:
+                continue
             a, ga = _phase_values(base_ok, base_rows, phase)
             b, gb = _phase_values(cand_ok, cand_rows, phase)
             if _zero_when_absent(phase):

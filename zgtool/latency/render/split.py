@@ -27,6 +27,8 @@ LABELS = {
     "ttfb_headers_ms": "TTFB, head complete", "ttfb_body_ms": "TTFB, first body byte",
     "ttft_any_ms": "TTFT, any token",
     "total_ms": "total (E2E)", "outside_engine_ms": "outside engine",
+    "gateway_before_call_ms": "gateway before call", "gateway_call_ms": "gateway call (spans)",
+    "gateway_after_call_ms": "gateway after call",
 }
 COLORS = {"dns_ms": "cyan", "connect_ms": "cyan", "tls_ms": "cyan",
           "network_client_ms": "white"}
