@@ -112,3 +112,28 @@ def test_the_span_parts_are_a_paths_own_figures_with_intervals_and_never_a_diffe
     assert b["phases"]["gateway_after_call_ms"]["summary"]["p50"] == 6.0
     assert not any(d["phase"].startswith("gateway_") for d in res["differences"])
     assert b["hop_account"]["p50_call_ms"] == call["summary"]["p50"]
+
+
+def test_litellm_1110s_recorded_export_joins_the_clients_trace_and_gives_every_part() -> None:
+    """One OTLP/HTTP body LiteLLM 1.110 posted here (--forward-traceparent --otlp-traces-endpoint, in front of the
+    null engine): a whole answer (the proxy's first request: its before-call holds its warm-up) and a stream, each
+    sent with its own traceparent by curl."""
+    from pathlib import Path
+
+    from zgtool.latency.attribution.otlp import decode_protobuf
+
+    body = (Path(__file__).parent / "fixtures" / "otlp" / "litellm_1110_own_spans.pb").read_bytes()
+    store = SpanStore()
+    store.add(decode_protobuf(body))
+    sent = {"0af7651916cd43dd8448eb211c80319c": "b7ad6b7169203331", "4bf92f3577b34da6a3ce929d0e0e4736": "00f067aa0ba902b7"}
+    assert not store.any() and store.any_hop()
+    for trace, client_span in sent.items():
+        spans = store.hop_spans(trace)
+        names = {sp.name for sp in spans}
+        assert {"POST /v1/chat/completions", "litellm_request", "raw_gen_ai_request"} <= names, names
+        # LiteLLM made the client's span the parent of its server span and of its call
+        assert {sp.parent_span_id for sp in spans if sp.name in ("POST /v1/chat/completions", "litellm_request")} == {
+            client_span}
+        parts = hop_account(spans)
+        assert parts is not None and set(parts) == {"before_call_ms", "call_ms", "after_call_ms"}, parts
+        assert all(v > 0 for v in parts.values()), parts

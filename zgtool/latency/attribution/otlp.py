@@ -11,11 +11,10 @@ carried its trace id (zgtool sends a fresh W3C traceparent on every request).
 - vLLM exports over gRPC unless told otherwise: start it with
   ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`` and ``--otlp-traces-endpoint http://HOST:PORT/v1/traces``.
 - A gateway's own spans (LiteLLM's, service.name ``litellm`` or whatever service sends ``litellm_request``: its
-  FastAPI server span and ``litellm_request``, both
-  in the client's trace once its OpenTelemetry callback exports to this receiver) are kept apart from the
-  engine's: they never count as the trace context reaching the engine. ``hop_account`` reads from them where the
-  gateway spent a request: before its call to the engine, the call, after it (LiteLLM 1.110, recorded here:
-  tests/latency/fixtures/spans/litellm_*.json).
+  FastAPI server span and ``litellm_request``, both in the client's trace once its OpenTelemetry callback exports
+  to this receiver) are kept apart from the engine's: they never count as the trace context reaching the engine.
+  ``hop_account`` reads from them where the gateway spent a request: before its call to the engine, the call,
+  after it (LiteLLM 1.110's export, recorded here: tests/latency/fixtures/otlp/litellm_1110_own_spans.pb).
 """
 
 from __future__ import annotations
