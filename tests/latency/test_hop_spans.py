@@ -137,3 +137,11 @@ def test_litellm_1110s_recorded_export_joins_the_clients_trace_and_gives_every_p
         parts = hop_account(spans)
         assert parts is not None and set(parts) == {"before_call_ms", "call_ms", "after_call_ms"}, parts
         assert all(v > 0 for v in parts.values()), parts
+
+
+def test_a_request_the_gateway_retried_spans_from_its_first_calls_start_to_its_last_calls_end() -> None:
+    trace = "5" * 32
+    first = _litellm(trace, server=(100.0, 200.0), call=(103.0, 120.0))
+    second = [Span(trace, "9" * 16, CLIENT_SPAN, "litellm_request", 1, 125 * MS, 190 * MS, service="litellm")]
+    assert hop_account(first + second) == {"call_ms": 87.0, "calls": 2.0, "before_call_ms": 3.0,
+                                           "after_call_ms": 10.0}

@@ -387,20 +387,27 @@ HOP_SOURCE = "LiteLLM OTLP spans"
 
 def hop_account(spans: Iterable[Span]) -> dict[str, float] | None:
     """Where a gateway spent one request, in ms, from its own spans in that request's trace: ``call_ms`` (its
-    call to the engine, LiteLLM's litellm_request: start to the last byte of the engine's answer) and, when its
+    call to the engine, LiteLLM's litellm_request: start to the last byte of the engine's answer; with retries or
+    fallbacks, the first call's start to the last one's end, and ``calls`` their number) and, when its
     HTTP server span came too, ``before_call_ms`` (receipt to the call: auth, routing, pre-call hooks) and
     ``after_call_ms`` (the call's end to the server span's end, which may come after the answer's last byte
     reached the client: LiteLLM's logging runs before its ASGI call returns). None when no call span came; a
     before or after that the spans make negative beyond the clock tolerance is left out (the spans disagree)."""
     spans = list(spans)
-    call = next((sp for name in LITELLM_CALL_SPANS for sp in spans if sp.name == name), None)
-    if call is None or call.end_ns < call.start_ns:
+    # every call of the request (a retry or a fallback is a call span of its own): first start to last end
+    calls = next((found for name in LITELLM_CALL_SPANS if (found := [sp for sp in spans if sp.name == name])), [])
+    if not calls:
         return None
-    out = {"call_ms": (call.end_ns - call.start_ns) / 1e6}
+    start_ns, end_ns = min(sp.start_ns for sp in calls), max(sp.end_ns for sp in calls)
+    if end_ns < start_ns:
+        return None
+    out = {"call_ms": (end_ns - start_ns) / 1e6}
+    if len(calls) > 1:
+        out["calls"] = float(len(calls))
     server = next((sp for sp in spans if sp.kind == SPAN_KIND_SERVER and sp.name not in LITELLM_CALL_SPANS), None)
     if server is not None:
-        before = (call.start_ns - server.start_ns) / 1e6
-        after = (server.end_ns - call.end_ns) / 1e6
+        before = (start_ns - server.start_ns) / 1e6
+        after = (server.end_ns - end_ns) / 1e6
         if before >= -CLOCK_TOLERANCE_MS and after >= -CLOCK_TOLERANCE_MS:
             out.update(before_call_ms=max(0.0, before), after_call_ms=max(0.0, after))
     return out
