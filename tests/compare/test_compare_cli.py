@@ -177,3 +177,26 @@ def test_in_runs_of_one_path_its_own_median_is_what_counts(tmp_path: Path) -> No
     assert slower.returncode == 1
     data = json.loads(slower.stdout)["data"]
     assert data["regressions"] >= 1 and all(c["counted"] for c in data["changes"])
+
+
+def test_a_gateways_own_span_parts_are_compared_across_runs_on_its_path_alone(tmp_path: Path) -> None:
+    """Two runs whose hop path carries the gateway's span rows (latency-split --otlp-listen with a LiteLLM exporting
+    its spans): its before-call grown by 10 ms is listed as that path's regression; the direct path has no such
+    row. Listed, not counted: in runs of two paths the hop's tax is what --fail-on-regression counts."""
+    base = json.loads((Path(__file__).parents[1] / "gate" / "data" / "vllm_haproxy_aa_run1.json").read_text())
+    hop = base["data"]["targets"][1]
+    for metric, p50 in (("gateway_before_call_ms", 3.0), ("gateway_call_ms", 40.0), ("gateway_after_call_ms", 5.0)):
+        hop["phases"][metric] = {"name": metric, "count": 30, "summary": {"p50": p50}, "median_lo": p50 - 0.5,
+                                 "median_hi": p50 + 0.5}
+    grown = json.loads(json.dumps(base))
+    before = grown["data"]["targets"][1]["phases"]["gateway_before_call_ms"]
+    before["summary"]["p50"], before["median_lo"], before["median_hi"] = 13.0, 12.5, 13.5
+    r = run_zgtool("compare", _write(tmp_path, "a", base), _write(tmp_path, "b", grown), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)["data"]
+    gw = {c["metric"]: c for c in data["changes"] if c["metric"].startswith("gateway_")}
+    assert set(gw) == {"gateway_before_call_ms", "gateway_call_ms", "gateway_after_call_ms"}
+    assert all(c["path"] == 1 for c in gw.values())
+    assert gw["gateway_before_call_ms"]["verdict"] == "regression" and not gw["gateway_before_call_ms"]["counted"]
+    assert gw["gateway_call_ms"]["verdict"] != "regression"
+    assert {m["metric"] for m in data["metrics"] if m["path"] == 0}.isdisjoint(gw)

@@ -26,7 +26,9 @@ from statistics import NormalDist, fmean, stdev
 from zgtool.bootstrap import t_quantile
 from zgtool.compare.runs import BENCH_KIND, KIND, Run
 
-LATENCY_METRICS = ("ttfb_ms", "ttft_ms", "itl_ms", "tpot_ms", "total_ms", "outside_engine_ms")
+LATENCY_METRICS = ("ttfb_ms", "ttft_ms", "itl_ms", "tpot_ms", "total_ms", "outside_engine_ms",
+                   # a gateway's own account from its spans (latency-split --otlp-listen): its path's rows only
+                   "gateway_before_call_ms", "gateway_call_ms", "gateway_after_call_ms")
 THROUGHPUT_METRICS = ("request_rps", "output_tok_s")       # higher is better
 TAX_PHASES = ("total_ms", "ttft_ms", "outside_engine_ms")
 CONFIDENCE = 0.95
