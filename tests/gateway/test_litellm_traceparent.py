@@ -88,6 +88,16 @@ def test_forwarding_is_litellms_alone_other_kinds_refuse_it_in_one_line(tmp_path
 def forwarding_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, int]]:
     """(engine URL, LiteLLM URL, the port the engine sends its spans to): the null engine exporting one span per
     request, and LiteLLM told to forward the traceparent in front of it."""
+    yield from _stack(tmp_path_factory.mktemp("litellm-forward"), export_own_spans=False)
+
+
+@pytest.fixture(scope="module")
+def exporting_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, int]]:
+    """As forwarding_stack, with LiteLLM exporting its own spans to the same receiver."""
+    yield from _stack(tmp_path_factory.mktemp("litellm-spans"), export_own_spans=True)
+
+
+def _stack(run_dir: Path, *, export_own_spans: bool) -> Iterator[tuple[str, str, int]]:
     from zgtool.errors import MissingCapability, ZgError
     from zgtool.gateway.litellm import ensure_venv
     from zgtool.gateway.supervisor import LocalStack
@@ -98,26 +108,8 @@ def forwarding_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         pytest.fail(f"the LiteLLM venv could not be created: {exc.message}")
     port = _free_port()
     cfg = StackConfig(model="null", paths=("litellm",), forward_traceparent=True,
-                      engine_args=("--otlp-endpoint", f"http://127.0.0.1:{port}"),
-                      run_dir=tmp_path_factory.mktemp("litellm-forward"))
-    try:
-        with LocalStack(cfg) as st:
-            yield st.urls["direct"], st.urls["litellm"], port
-    except ZgError as exc:
-        pytest.fail(f"the engine and LiteLLM did not start: {exc.message}")
-
-
-@pytest.fixture(scope="module")
-def exporting_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, int]]:
-    """As forwarding_stack, with LiteLLM exporting its own spans to the same receiver."""
-    from zgtool.errors import ZgError
-    from zgtool.gateway.supervisor import LocalStack
-
-    port = _free_port()
-    cfg = StackConfig(model="null", paths=("litellm",), forward_traceparent=True,
-                      otlp_traces_endpoint=f"http://127.0.0.1:{port}",
-                      engine_args=("--otlp-endpoint", f"http://127.0.0.1:{port}"),
-                      run_dir=tmp_path_factory.mktemp("litellm-spans"))
+                      otlp_traces_endpoint=f"http://127.0.0.1:{port}" if export_own_spans else None,
+                      engine_args=("--otlp-endpoint", f"http://127.0.0.1:{port}"), run_dir=run_dir)
     try:
         with LocalStack(cfg) as st:
             yield st.urls["direct"], st.urls["litellm"], port

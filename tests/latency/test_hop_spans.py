@@ -145,3 +145,24 @@ def test_a_request_the_gateway_retried_spans_from_its_first_calls_start_to_its_l
     second = [Span(trace, "9" * 16, CLIENT_SPAN, "litellm_request", 1, 125 * MS, 190 * MS, service="litellm")]
     assert hop_account(first + second) == {"call_ms": 87.0, "calls": 2.0, "before_call_ms": 3.0,
                                            "after_call_ms": 10.0}
+
+
+def test_a_litellm_path_waits_for_spans_whose_first_batch_comes_after_the_run() -> None:
+    """A short run can end before LiteLLM's exporter sends its first batch: its path is known by LiteLLM's
+    answer header and waited for, not passed over for want of a span so far."""
+    import threading
+
+    store = SpanStore()
+    trace = "6" * 32
+    sample = RequestSample(index=0, worker=0, round=0, ok=True, total_ms=50.0, trace_id=trace,
+                           hop_reports={"x-litellm-overhead-duration-ms": 9.0})
+    later = threading.Timer(0.3, store.add, args=(_litellm(trace, server=(0.0, 50.0), call=(3.0, 44.0)),))
+    later.start()
+    try:
+        attach_hop_spans([[sample]], store, wait_s=10.0)
+    finally:
+        later.cancel()
+    assert sample.hop_spans == {"call_ms": 41.0, "before_call_ms": 3.0, "after_call_ms": 6.0}
+    direct = RequestSample(index=0, worker=0, round=0, ok=True, total_ms=5.0, trace_id="7" * 32)
+    attach_hop_spans([[direct]], SpanStore(), wait_s=10.0)      # no LiteLLM, no spans: nothing to wait for
+    assert direct.hop_spans is None

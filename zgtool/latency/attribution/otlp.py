@@ -658,14 +658,22 @@ def settle_spans(per_path: Iterable[Iterable[RequestSample]], store: SpanStore, 
     store.wait_for(wanted, wait_s, timed=False)
 
 
+# LiteLLM answers with this header (zgtool.latency.attribution.servertiming): a path it fronts may send spans
+LITELLM_HEADER = "x-litellm-overhead-duration-ms"
+
+
 def attach_hop_spans(per_path: Iterable[Iterable[RequestSample]], store: SpanStore,
                      wait_s: float = SPAN_WAIT_S) -> None:
-    """Per ok request of every path whose requests a gateway's own spans came for: its ``hop_spans``
-    (hop_account), after waiting up to `wait_s` for the spans still on their way (the SDK batches)."""
-    if not store.any_hop():
-        return
+    """Per ok request of every path whose requests a gateway's own spans came for, or whose answers came through
+    LiteLLM: its ``hop_spans`` (hop_account), after waiting up to `wait_s` for the spans still on their way. The
+    SDK batches (every 5 s by default), so a short run can end before LiteLLM's first batch: a LiteLLM path is
+    waited for even when none has come yet, and a LiteLLM that exports nowhere here costs the run that wait."""
     paths = [[s for s in samples if s.ok and s.trace_id] for samples in per_path]
-    paths = [ok for ok in paths if any(store.hop_spans(s.trace_id) for s in ok if s.trace_id)]
+    paths = [ok for ok in paths
+             if any(LITELLM_HEADER in s.hop_reports for s in ok) or any(store.hop_spans(s.trace_id) for s in ok
+                                                                       if s.trace_id)]
+    if not paths:
+        return
     store.wait_for_hops([s.trace_id for ok in paths for s in ok if s.trace_id], wait_s)
     for ok in paths:
         for s in ok:
