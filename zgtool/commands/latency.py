@@ -138,8 +138,8 @@ def _start_receiver(opts: SplitOptions) -> Any:
         receiver = OtlpReceiver(*opts.otlp_listen_at).start()
     except OSError as exc:
         raise UsageError(f"--otlp-listen {opts.otlp_listen}: {exc}") from None
-    err_console.print(f"OTLP receiver on {receiver.url} (vLLM: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
-                      f"http/protobuf vllm serve ... --otlp-traces-endpoint {receiver.url})", highlight=False)
+    err_console.print(f"OTLP receiver on {receiver.url}, OTLP/HTTP and OTLP/gRPC "
+                      f"(vLLM: vllm serve ... --otlp-traces-endpoint {receiver.url})", highlight=False)
     return receiver
 
 

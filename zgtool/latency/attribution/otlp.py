@@ -1,5 +1,5 @@
-"""An OTLP/HTTP trace receiver: engines post their spans here, and each span is joined to the request that
-carried its trace id (zgtool sends a fresh W3C traceparent on every request).
+"""An OTLP trace receiver (OTLP/HTTP and OTLP/gRPC on one port): engines send their spans here, and each span is
+joined to the request that carried its trace id (zgtool sends a fresh W3C traceparent on every request).
 
 - ``POST /v1/traces`` with ``application/x-protobuf`` (an ExportTraceServiceRequest, decoded by the small
   wire-format reader below: only the fields the join needs) or ``application/json`` (OTLP/JSON: ids in hex,
@@ -8,8 +8,11 @@ carried its trace id (zgtool sends a fresh W3C traceparent on every request).
 - ``span_timing`` turns vLLM's GenAI latency attributes (vllm/tracing.py ``SpanAttributes``, seconds; zgtool's
   engine sends the same names) into an EngineTiming with source "vLLM OTLP span". vLLM's e2e and TTFT run
   from the request's arrival at the server; queue, prefill and decode are scheduler-side phases.
-- vLLM exports over gRPC unless told otherwise: start it with
-  ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`` and ``--otlp-traces-endpoint http://HOST:PORT/v1/traces``.
+- OTLP/gRPC, vLLM's default (``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` unset), on the same port: a connection that
+  opens with HTTP/2's preface is served by otlp_grpc.py, so ``--otlp-traces-endpoint http://HOST:PORT/v1/traces``
+  works with either protocol (the SDK's gRPC exporter keeps HOST:PORT, plain text for ``http://``; vLLM 0.32 passes
+  insecure=True, so plain text always). A connection that opens TLS (the SDK's gRPC exporter given a bare HOST:PORT)
+  is closed at once and counted, and so is one that breaks HTTP/2; a request left without a span then says which.
 - A gateway's own spans (LiteLLM's, service.name ``litellm`` or whatever service sends ``litellm_request``: its
   FastAPI server span and ``litellm_request``, both in the client's trace once its OpenTelemetry callback exports
   to this receiver) are kept apart from the engine's: they never count as the trace context reaching the engine.
@@ -39,6 +42,7 @@ from zgtool.latency.records import FROM_ARRIVAL, EngineTiming, RequestSample
 SOURCE = "vLLM OTLP span"
 TRACES_PATH = "/v1/traces"
 MAX_BODY_BYTES = 64 * 1024 * 1024
+READ_BYTES = 65536
 S_TO_MS = 1000.0
 # vllm/tracing.py SpanAttributes (seconds) -> EngineTiming field
 ATTR_QUEUE = "gen_ai.latency.time_in_queue"
@@ -426,11 +430,27 @@ class SpanStore:
         self._cond = threading.Condition()
         self.received = 0
         self.rejected_posts = 0
-        self.grpc_attempts = 0      # connections that opened with HTTP/2's preface: an OTLP/gRPC exporter
+        self.grpc_exports = 0       # OTLP/gRPC Export calls answered OK
+        self.grpc_failures = 0      # OTLP/gRPC connections closed for breaking HTTP/2
+        self.grpc_error = ""        # the first such break, for the hint
+        self.tls_attempts = 0       # connections that opened TLS to this plain-text receiver
+        self.endpoint_url = f"http://HOST:PORT{TRACES_PATH}"   # what to give an exporter (the receiver sets it)
 
-    def grpc_attempted(self) -> None:
+    def count(self, what: str, error: str = "") -> None:
+        """`what`: grpc_exports, grpc_failures, tls_attempts or rejected_posts."""
         with self._cond:
-            self.grpc_attempts += 1
+            setattr(self, what, getattr(self, what) + 1)
+            if error and not self.grpc_error:
+                self.grpc_error = error
+
+    def hints(self) -> list[str]:
+        """Why an engine's spans may not have come, from what the receiver refused."""
+        out = []
+        if self.tls_attempts:
+            out.append(TLS_HINT.format(n=self.tls_attempts, url=self.endpoint_url))
+        if self.grpc_failures:
+            out.append(GRPC_HINT.format(n=self.grpc_failures, error=self.grpc_error))
+        return out
 
     def add(self, spans: Iterable[Span]) -> None:
         with self._cond:
@@ -494,8 +514,10 @@ class SpanStore:
 
 # RFC 9113 section 3.4: what a gRPC client (HTTP/2 with prior knowledge) sends first on a connection
 H2_PREFACE = b"PRI * HTTP/2.0"
-GRPC_HINT = ("the engine tried to send its spans over OTLP/gRPC ({n} connection(s)), and this receiver speaks "
-             "OTLP/HTTP: start vLLM with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf")
+TLS_HANDSHAKE = 0x16        # a TLS record's first byte (content type handshake): a ClientHello
+TLS_HINT = ("{n} connection(s) opened TLS to this plain-text receiver: give the engine the endpoint as {url} "
+            "(the OpenTelemetry SDK's gRPC exporter uses TLS for a bare HOST:PORT)")
+GRPC_HINT = "{n} OTLP/gRPC connection(s) broke HTTP/2 and were closed ({error})"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -503,12 +525,50 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     raw_requestline: bytes      # set by BaseHTTPRequestHandler.handle_one_request (typeshed leaves it out)
 
+    def handle_one_request(self) -> None:
+        # a ClientHello has no line to wait for: peeked, counted and closed at once, so the exporter's
+        # handshake fails now instead of at its timeout
+        try:
+            first = self.rfile.peek(1)[:1]      # type: ignore[attr-defined]  # a BufferedReader over the socket
+        except OSError:
+            first = b""
+        if first and first[0] == TLS_HANDSHAKE:
+            self.server.store.count("tls_attempts")
+            self.close_connection = True
+            return
+        super().handle_one_request()
+
     def parse_request(self) -> bool:
-        if self.raw_requestline.startswith(H2_PREFACE):     # counted and closed: no HTTP/1.1 error page to parse
-            self.server.store.grpc_attempted()
+        if self.raw_requestline.startswith(H2_PREFACE):     # OTLP/gRPC: the rest of the connection is HTTP/2
+            self._serve_grpc()
             self.close_connection = True
             return False
         return super().parse_request()
+
+    def _serve_grpc(self) -> None:
+        from h2.exceptions import ProtocolError
+
+        from zgtool.latency.attribution.otlp_grpc import GRPC_INVALID_ARGUMENT, GrpcConnection, GrpcError
+
+        store = self.server.store
+
+        def on_export(message: bytes) -> None:
+            try:
+                spans = decode_protobuf(message)
+            except OtlpDecodeError as exc:
+                store.count("rejected_posts")
+                raise GrpcError(GRPC_INVALID_ARGUMENT, str(exc)) from None
+            store.add(spans)
+            store.count("grpc_exports")
+
+        conn = GrpcConnection(lambda: self.rfile.read1(READ_BYTES), self.wfile.write,
+                              on_export, max_bytes=MAX_BODY_BYTES)
+        try:
+            conn.serve(self.raw_requestline)
+        except ProtocolError as exc:
+            store.count("grpc_failures", f"{type(exc).__name__}: {exc}")
+        except OSError:      # the exporter went away, or the receiver closed
+            pass
 
     def _answer(self, status: int, body: bytes, ctype: str) -> None:
         self.send_response(status)
@@ -589,6 +649,7 @@ class OtlpReceiver:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._server = _Server((host, port), _Handler)
         self.store = SpanStore()
+        self.store.endpoint_url = self.url
         self._server.store = self.store
         self._thread = threading.Thread(target=self._server.serve_forever, name="zgtool-otlp-rx", daemon=True)
 
@@ -702,8 +763,8 @@ def attach_spans(samples: Iterable[RequestSample], store: SpanStore, wait_s: flo
         return 0
     missing = store.wait_for([s.trace_id for s in todo if s.trace_id], wait_s)
     why = f"{SOURCE}: no span for the request's trace arrived within {wait_s:g} s"
-    if store.grpc_attempts:
-        why += "; " + GRPC_HINT.format(n=store.grpc_attempts)
+    for hint in store.hints():
+        why += "; " + hint
     for s in todo:
         assert s.trace_id is not None
         if s.trace_id.lower() in missing:
