@@ -194,3 +194,24 @@ def test_overlapping_requests_use_as_many_workers_as_are_in_flight() -> None:
     # three at once, twice: the three workers that just went idle take the second three
     used, _ = _run_pool(6, threading.Barrier(3), quiet_before={3})
     assert len(set(used)) == 3 and set(used[:3]) == set(used[3:])
+
+
+def test_the_lag_limit_grows_with_the_gap_between_arrivals_so_a_busy_boxs_few_ms_at_2_rps_is_on_schedule() -> None:
+    """At 2 req/s a send 8 ms late (a busy box's run queue) shifts an arrival by 1.6% of its 500 ms gap: the
+    server still saw the asked load. The limit is 5% of the gap there (25 ms); 5 ms at 10 req/s and above."""
+    from zgtool.latency.analysis.openloop import lag_limit_ms
+
+    assert lag_limit_ms(2.0) == pytest.approx(25.0)
+    assert lag_limit_ms(10.0) == lag_limit_ms(200.0) == lag_limit_ms(None) == LAG_P99_LIMIT_MS
+    cfg = SplitConfig(num_requests=40, rate_rps=2.0, arrivals="constant")
+    busy = [_sample(i, 0, i / 2, i / 2 + (0.0086 if i in (7, 31) else 0.0007)) for i in range(40)]
+    o = summarize_open_loop(busy, cfg)
+    assert o.dispatch_lag_p99_ms is not None and o.dispatch_lag_p99_ms > LAG_P99_LIMIT_MS
+    assert not o.load_generator_behind and o.reason is None and o.lag_limit_ms == pytest.approx(25.0)
+    # the same run with two sends 60 ms late: over the limit, flagged and the reason names it
+    late = [_sample(i, 0, i / 2, i / 2 + (0.060 if i in (7, 31) else 0.0007)) for i in range(40)]
+    o = summarize_open_loop(late, cfg)
+    assert o.load_generator_behind and "dispatch lag p99" in (o.reason or "") and "> 25 ms" in (o.reason or "")
+    # an explicit schedule (a dataset's arrivals) is judged by the rate it draws
+    sched = SplitConfig(num_requests=40, schedule_s=tuple(i / 2 for i in range(40)))
+    assert summarize_open_loop(busy, sched).lag_limit_ms == pytest.approx(25.0)

@@ -76,7 +76,8 @@ DEFINITIONS: dict[str, str] = {
                  "*_from_scheduled_ms = the latency counted from due time (what a user arriving on schedule "
                  "saw); achieved rate = sends / (first due -> last actual send) per block, against the schedule "
                  "drawn; load_generator_behind when that is under 95% (one request of slack), the lag p99 "
-                 "is over 5 ms, or a request was due while every worker was busy",
+                 "is over its limit (lag_limit_ms: 5 ms, or 5% of the schedule's mean gap between arrivals "
+                 "where that is larger), or a request was due while every worker was busy",
     "cpu_ms_per_request": "CPU time of each local process group (engine, gateway processes) during this target's "
                           "blocks / its requests: what a co-located gateway takes from a CPU-bound engine",
 }

@@ -9,7 +9,11 @@ own late sends, so the server looks faster than it is (vLLM's benchmark achieved
   more than 5% (with one request of slack for the count). The schedule's own Poisson draw is not
   held against the client: the comparison is with the schedule actually drawn, which is reported
   beside the target rate;
-- the dispatch lag p99 exceeded LAG_P99_LIMIT_MS;
+- the dispatch lag p99 exceeded its limit: LAG_P99_LIMIT_MS, or LAG_GAP_SHARE of the schedule's mean gap
+  between arrivals where that is larger. What a late send changes is the arrivals the server saw, and
+  a shift that small beside the gaps leaves them the asked load: at 2 req/s a send 8 ms late (a busy
+  2-core box's run queue, bench/dispatch_lag.py) is 1.6% of a 500 ms gap, while at 200 req/s 5 ms is a
+  whole gap. Every latency is also reported from its due time, which counts the lag in;
 - a request was due while every worker was busy (the --max-in-flight bound).
 """
 
@@ -25,6 +29,14 @@ from zgtool.stats import percentile
 
 RATE_KEPT_SHARE = 0.95          # achieved send rate below this share of the scheduled rate: behind
 LAG_P99_LIMIT_MS = 5.0          # dispatch lag p99 above this: the latency from actual sends flatters
+LAG_GAP_SHARE = 0.05            # ... or above this share of the mean gap between arrivals, where larger
+
+
+def lag_limit_ms(rate_rps: float | None) -> float:
+    """The dispatch lag p99 a run at `rate_rps` may have and still show the asked load."""
+    if rate_rps is None or rate_rps <= 0:
+        return LAG_P99_LIMIT_MS
+    return max(LAG_P99_LIMIT_MS, LAG_GAP_SHARE * 1000.0 / rate_rps)
 
 
 def _rates(samples: Sequence[RequestSample]) -> tuple[float | None, float | None, int]:
@@ -57,13 +69,14 @@ def summarize_open_loop(samples: Sequence[RequestSample], cfg: SplitConfig,
     scheduled, achieved, sends = _rates(samples)
     waited = sum(1 for s in samples if s.waited_for_worker)
     p99 = percentile(lags, 99) if lags else None
+    limit = lag_limit_ms(cfg.rate_rps if cfg.rate_rps is not None and cfg.schedule_s is None else scheduled)
     reasons = []
     if scheduled is not None and achieved is not None and not rate_kept(sends, scheduled, sends / achieved):
         asked = f" (target {cfg.rate_rps:g})" if cfg.rate_rps is not None else ""
         reasons.append(f"sent {achieved:.1f} req/s against a schedule of {scheduled:.1f} req/s{asked}: "
                        f"below {RATE_KEPT_SHARE:.0%}")
-    if p99 is not None and p99 > LAG_P99_LIMIT_MS:
-        reasons.append(f"dispatch lag p99 {p99:.2f} ms > {LAG_P99_LIMIT_MS:g} ms")
+    if p99 is not None and p99 > limit:
+        reasons.append(f"dispatch lag p99 {p99:.2f} ms > {limit:.3g} ms")
     if waited:
         cap = f" (max in flight {record.max_in_flight})" if record is not None else ""
         reasons.append(f"{waited} request(s) were due while every worker was busy{cap}")
@@ -75,7 +88,7 @@ def summarize_open_loop(samples: Sequence[RequestSample], cfg: SplitConfig,
         target_rate_rps=cfg.rate_rps if cfg.schedule_s is None else None,
         scheduled_rate_rps=scheduled, achieved_rate_rps=achieved, requests_sent=len(lags),
         dispatch_lag_p50_ms=percentile(lags, 50) if lags else None, dispatch_lag_p99_ms=p99,
-        dispatch_lag_max_ms=max(lags) if lags else None, lag_limit_ms=LAG_P99_LIMIT_MS,
+        dispatch_lag_max_ms=max(lags) if lags else None, lag_limit_ms=limit,
         waited_for_worker=waited,
         workers_max=record.workers_max if record is not None else None,
         in_flight_max=record.in_flight_max if record is not None else None,

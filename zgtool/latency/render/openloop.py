@@ -47,6 +47,6 @@ def print_open_loop(res: SplitResult, console: Console) -> None:
     if not rows:
         return
     first = next(t.open_loop for t in res.targets if t.open_loop is not None)
-    console.print(f"Open loop ({first.arrivals} arrivals; lag limit {first.lag_limit_ms:g} ms):", highlight=False)
+    console.print(f"Open loop ({first.arrivals} arrivals; lag limit {first.lag_limit_ms:.3g} ms):", highlight=False)
     for text, style in rows:
         console.print(text, style=style or None, highlight=False)
