@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zgtool.errors import TargetUnreachable, ZgError
+from zgtool.latency.wire.engine_id import EngineName
 from zgtool.targets import Target
 
 
@@ -32,8 +33,9 @@ class AllResult:
 
 
 def probe_all(target: Target, *, timeout_s: float = 10.0, insecure: bool = False,
-              max_tokens: int = 64) -> AllResult:
-    from zgtool.probes.headers import probe_headers
+              max_tokens: int = 64, engine: EngineName | None = None) -> AllResult:
+    """Every probe; `engine`: the engine zgtool's detection named, an origin where the headers probe saw none."""
+    from zgtool.probes.headers import add_detected_engine, probe_headers
     from zgtool.probes.stream import probe_stream
     from zgtool.probes.tcp import probe_tcp
     from zgtool.probes.tls import probe_tls
@@ -51,6 +53,8 @@ def probe_all(target: Target, *, timeout_s: float = 10.0, insecure: bool = False
     else:
         res.skipped["tls"] = "plain http target: no TLS to probe"
     _run(res, "headers", lambda: probe_headers(target, timeout_s=timeout_s, insecure=insecure))
+    if res.headers is not None:
+        add_detected_engine(res.headers.analysis, engine)
     _run(res, "stream", lambda: probe_stream(target, timeout_s=max(timeout_s, 30.0), insecure=insecure,
                                              max_tokens=max_tokens))
     res.summary = summarise(res)

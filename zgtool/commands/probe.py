@@ -147,7 +147,8 @@ def probe_root(
     from zgtool.probes.render_summary import render_summary
 
     t, found = opts.resolve_detected()
-    opts.emit("probe.all", probe_all(t, timeout_s=opts.timeout_s, insecure=opts.insecure, max_tokens=max_tokens),
+    opts.emit("probe.all", probe_all(t, timeout_s=opts.timeout_s, insecure=opts.insecure, max_tokens=max_tokens,
+                                     engine=getattr(found, "engine", None)),
               t, render_all if verbose else render_summary, found)
 
 
@@ -229,11 +230,12 @@ def probe_headers_cmd(
 
         opts.emit("probe.headers", read_headers_file(read), None, render.render_headers_read)
         return
-    from zgtool.probes.headers import probe_headers
+    from zgtool.probes.headers import add_detected_engine, probe_headers
 
     t, found = opts.resolve_detected()
     result = probe_headers(t, method=method, path=path, timeout_s=opts.timeout_s, insecure=opts.insecure,
                            probe_errors=not no_error_probe)
+    add_detected_engine(result.analysis, getattr(found, "engine", None))
     opts.emit("probe.headers", result, t, render.render_headers, found)
 
 
