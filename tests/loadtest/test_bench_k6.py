@@ -195,6 +195,13 @@ def test_scenarios_take_turns_in_rounds_and_the_gateway_is_paired_with_direct_ro
     g = result.differences["gateway"]
     assert g["rounds"] == 3 and g["method"].startswith("paired by rounds")
     assert "paired by 3 rounds in which the k6 scenarios took turns" in bench_verdict(result)
+    from rich.console import Console
+
+    from zgtool.loadtest.render import render_bench
+
+    console = Console(record=True, width=120)
+    render_bench(result, console)
+    assert "10 req/s for 3 s per scenario (taking turns in 3 rounds)" in console.export_text()
     # one turn each (the old order): the interval is over requests and says what it does not cover
     one = run_bench(replace(cfg, rounds=1), direct=Target("direct", asgi_url), gateway=Target("gw", asgi_url),
                     k6=find_k6(), run_dir=tmp_path / "one", progress=False)

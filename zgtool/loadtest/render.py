@@ -72,8 +72,11 @@ def render_bench(result: BenchResult, console: Console) -> None:
     console.print(bench_verdict(result), highlight=False, markup=False, soft_wrap=True)
     names = list(result.scenarios)
     cfg = result.config
+    rounds = int(cfg.get("rounds") or 1)
+    order = ("at once" if not cfg["sequential"] else "one after another" if rounds <= 1
+             else f"taking turns in {rounds} rounds")
     table = Table(title=f"k6 {result.k6_version}: {cfg['rate_rps']} req/s for {cfg['duration_s']:g} s per "
-                        f"scenario ({'one after another' if cfg['sequential'] else 'at once'}), ms p50 / p95")
+                        f"scenario ({order}), ms p50 / p95")
     table.add_column("phase")
     for name in names:
         table.add_column(name, justify="right")
