@@ -261,3 +261,35 @@ def test_a_grpc_connection_does_not_hold_the_receiver_from_http_posts_meanwhile(
         t.start()
         t.join(15)
         assert done.is_set()
+
+
+def test_concurrent_exports_multiplexed_on_one_grpc_channel_are_each_stored(rx: OtlpReceiver) -> None:
+    """grpcio sends calls made at once from several threads as concurrent streams of one HTTP/2 connection: each
+    stream's message is kept apart and every call is answered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    bodies = [encode_spans(_spans(0x500 + i, n=3)).SerializeToString() for i in range(12)]
+    with grpc.insecure_channel(f"127.0.0.1:{rx.port}") as channel:
+        export = channel.unary_unary(EXPORT)
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            answers = list(pool.map(lambda b: export(b, timeout=10), bodies))
+    assert answers == [b""] * 12
+    assert all(len(rx.store.spans(f"{0x500 + i:032x}")) == 3 for i in range(12))
+    assert rx.store.grpc_exports == 12 and rx.store.received == 36
+
+
+def test_an_export_larger_than_http2s_initial_windows_arrives_whole(rx: OtlpReceiver) -> None:
+    """A batch of a few MB crosses many DATA frames and both of HTTP/2's 64 KiB initial flow-control windows: the
+    receiver opens them as it reads, so the exporter is never left waiting."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    spans = _spans(0x600, n=3000)
+    assert len(encode_spans(spans).SerializeToString()) > 4 * 65535
+    exporter = OTLPSpanExporter(endpoint=rx.url, timeout=20)
+    try:
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert len(rx.store.spans(f"{0x600:032x}")) == 3000
