@@ -293,3 +293,35 @@ def test_an_export_larger_than_http2s_initial_windows_arrives_whole(rx: OtlpRece
     finally:
         exporter.shutdown()
     assert len(rx.store.spans(f"{0x600:032x}")) == 3000
+
+
+def test_a_call_cancelled_after_its_message_leaves_the_connection_serving_the_next(rx: OtlpReceiver) -> None:
+    """An exporter past its deadline resets the stream it has sent whole (RST_STREAM CANCEL, in the same read as
+    the message): the receiver keeps the spans it has, answers nothing on that stream and the next call on the
+    same connection is answered."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    conn = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.initiate_connection()
+    head = [(":method", "POST"), (":scheme", "http"), (":authority", f"127.0.0.1:{rx.port}"), (":path", EXPORT),
+            ("content-type", "application/grpc"), ("te", "trailers")]
+    first, second = conn.get_next_available_stream_id(), 0
+    conn.send_headers(first, head)
+    conn.send_data(first, _framed(encode_spans(_spans(0x700)).SerializeToString()), end_stream=True)
+    conn.reset_stream(first, error_code=8)          # CANCEL
+    with socket.create_connection(("127.0.0.1", rx.port), timeout=10) as s:
+        s.sendall(conn.data_to_send())
+        second = conn.get_next_available_stream_id()
+        conn.send_headers(second, head)
+        conn.send_data(second, _framed(encode_spans(_spans(0x701)).SerializeToString()), end_stream=True)
+        s.sendall(conn.data_to_send())
+        trailers: dict[str, str] = {}
+        while not trailers:
+            chunk = s.recv(65536)
+            assert chunk, "the receiver closed the connection"
+            for event in conn.receive_data(chunk):
+                if isinstance(event, TrailersReceived) and event.stream_id == second:
+                    trailers = dict(event.headers)
+            s.sendall(conn.data_to_send())
+    assert trailers["grpc-status"] == "0"
+    assert len(rx.store.spans(f"{0x701:032x}")) == 1 and rx.store.grpc_failures == 0

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import ConnectionTerminated, DataReceived, RequestReceived, StreamEnded, StreamReset
-from h2.exceptions import ProtocolError
+from h2.exceptions import ProtocolError, StreamClosedError
 
 EXPORT_PATH = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 GRPC_OK = 0
@@ -140,6 +140,12 @@ class GrpcConnection:
             self._calls.pop(event.stream_id, None)
 
     def _answer(self, stream_id: int, call: _Call) -> None:
+        try:
+            self._respond(stream_id, call)
+        except StreamClosedError:       # the exporter cancelled the call (RST_STREAM) after sending it whole
+            pass
+
+    def _respond(self, stream_id: int, call: _Call) -> None:
         try:
             if call.path != EXPORT_PATH:
                 raise GrpcError(GRPC_UNIMPLEMENTED, f"only {EXPORT_PATH} (OTLP traces), not {call.path}")
