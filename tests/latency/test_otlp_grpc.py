@@ -9,6 +9,7 @@ import socket
 import ssl
 import struct
 import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
@@ -325,3 +326,38 @@ def test_a_call_cancelled_after_its_message_leaves_the_connection_serving_the_ne
             s.sendall(conn.data_to_send())
     assert trailers["grpc-status"] == "0"
     assert len(rx.store.spans(f"{0x701:032x}")) == 1 and rx.store.grpc_failures == 0
+
+
+def _bomb(tid: int) -> bytes:
+    """A valid ExportTraceServiceRequest (one span) padded with 8 MB of zeros in a field the decoder skips
+    (number 15, length-delimited): 8 KB gzipped, 8 MB inflated."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    pad = 8 * 1024 * 1024
+    varint = bytearray()
+    n = pad
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        varint.append(byte | (0x80 if n else 0))
+        if not n:
+            break
+    return encode_spans(_spans(tid)).SerializeToString() + bytes([15 << 3 | 2]) + bytes(varint) + bytes(pad)
+
+
+def test_a_body_that_inflates_past_the_limit_is_refused_over_both_protocols_and_stores_nothing(
+        rx: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compressed, the body is small; inflated it is over the limit: refused before it is all inflated (the
+    bound is the most memory it takes), over HTTP (400) and gRPC (RESOURCE_EXHAUSTED) alike."""
+    assert len(otlp.decode_protobuf(_bomb(0x800))) == 1          # the padding alone is no decode error
+    monkeypatch.setattr(otlp, "MAX_BODY_BYTES", 1024 * 1024)
+    body = gzip.compress(_bomb(0x800))
+    assert len(body) < 64 * 1024
+    req = urllib.request.Request(rx.url, body, {"Content-Type": "application/x-protobuf",
+                                                "Content-Encoding": "gzip"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 400 and b"over 1048576 bytes decompressed" in err.value.read()
+    head, data, trailers = _h2_call(rx.port, _framed(gzip.compress(_bomb(0x801)), 1), [("grpc-encoding", "gzip")])
+    code, message = _status(head, trailers)
+    assert (code, data) == (8, b"") and "over 1048576 bytes decompressed" in message
+    assert rx.store.received == 0

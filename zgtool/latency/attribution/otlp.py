@@ -24,19 +24,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import gzip
 import json
 import socket
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from zgtool.latency.attribution.adapters.base import CLOCK_TOLERANCE_MS, Reject, check_against_client
+from zgtool.latency.attribution.inflate import GZIP_WBITS, InflateError, inflate
 from zgtool.latency.records import FROM_ARRIVAL, EngineTiming, RequestSample
 
 SOURCE = "vLLM OTLP span"
@@ -332,8 +331,8 @@ def decode(body: bytes, content_type: str, content_encoding: str | None = None) 
     """Spans of one POST body; raises OtlpDecodeError, or ValueError for an unsupported type."""
     if content_encoding and content_encoding.strip().lower() == "gzip":
         try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
+            body = inflate(body, wbits=GZIP_WBITS, max_bytes=MAX_BODY_BYTES)
+        except InflateError as exc:
             raise OtlpDecodeError(f"gzip: {exc}") from exc
     elif content_encoding and content_encoding.strip().lower() not in ("", "identity"):
         raise OtlpDecodeError(f"unsupported Content-Encoding {content_encoding!r}")

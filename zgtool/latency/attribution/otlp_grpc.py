@@ -16,10 +16,8 @@ HTTP/2's preface is handed here. The HTTP/2 state (settings, flow control, pings
 
 from __future__ import annotations
 
-import gzip
 import struct
 import urllib.parse
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,6 +25,8 @@ from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import ConnectionTerminated, DataReceived, RequestReceived, StreamEnded, StreamReset
 from h2.exceptions import ProtocolError, StreamClosedError
+
+from zgtool.latency.attribution.inflate import GZIP_WBITS, ZLIB_WBITS, InflateError, inflate
 
 EXPORT_PATH = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 GRPC_OK = 0
@@ -67,18 +67,14 @@ def unframe(body: bytes, encoding: str, max_bytes: int) -> bytes:
     if flag != 1:
         raise GrpcError(GRPC_INVALID_ARGUMENT, f"compressed-flag {flag} (0 or 1)")
     enc = encoding.strip().lower()
+    wbits = {"gzip": GZIP_WBITS, "deflate": ZLIB_WBITS}.get(enc)
+    if wbits is None:
+        raise GrpcError(GRPC_UNIMPLEMENTED, f"grpc-encoding {encoding!r} (gzip or deflate)")
     try:
-        if enc == "gzip":
-            out = gzip.decompress(message)
-        elif enc == "deflate":
-            out = zlib.decompress(message)
-        else:
-            raise GrpcError(GRPC_UNIMPLEMENTED, f"grpc-encoding {encoding!r} (gzip or deflate)")
-    except (OSError, EOFError, zlib.error) as exc:
-        raise GrpcError(GRPC_INVALID_ARGUMENT, f"the {enc} message does not decompress: {exc}") from None
-    if len(out) > max_bytes:
-        raise GrpcError(GRPC_RESOURCE_EXHAUSTED, f"the message is over {max_bytes} bytes decompressed")
-    return out
+        return inflate(message, wbits=wbits, max_bytes=max_bytes)
+    except InflateError as exc:
+        raise GrpcError(GRPC_RESOURCE_EXHAUSTED if exc.too_large else GRPC_INVALID_ARGUMENT,
+                        f"the {enc} message {exc}") from None
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
