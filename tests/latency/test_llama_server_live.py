@@ -45,7 +45,7 @@ def llama_url() -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([str(BINARY), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", "2",
-                             "-c", "4096", "-t", "2", "--alias", "smollm2"],
+                             "-c", "4096", "-t", "2", "--alias", "smollm2", "--metrics"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
@@ -94,3 +94,26 @@ def test_every_streamed_request_is_answered_and_its_prompt_counted_as_the_server
     counts = data["token_counts"]
     assert "/apply-template" in counts["source"] and counts["synthetic_prompts_exact"] == "5/5"
     assert next(iter(counts["targets"].values()))["difference_pct"] == 0.0
+
+
+def test_a_stream_through_litellm_is_timed_by_llama_servers_metrics_at_c1(llama_url: str, tmp_path: Path) -> None:
+    """LiteLLM drops llama.cpp's timings from a stream's chunks; at -c 1, closed loop, llama-server's /metrics
+    counters (started with --metrics) time each request through it, on the same clock as the direct path's
+    timings, so the hop's tax is measured outside the engine."""
+    from zgtool.gateway.kinds import start_gateway
+    from zgtool.latency.attribution.promdelta_llamacpp import SOURCE
+
+    with start_gateway("litellm", llama_url, tmp_path, model="smollm2") as gw:
+        r = zg("latency-split", llama_url + "/v1", gw.url + "/v1", "--stream", "-n", "12", "--warmup", "1",
+               "--max-tokens", "8", "--json", timeout_s=600)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)["data"]
+    direct, through = data["targets"]
+    assert {s["engine"]["source"] for s in direct["samples"] if s["ok"]} == {"llama.cpp timings"}
+    ok = [s for s in through["samples"] if s["ok"]]
+    assert len(ok) >= 11, through["errors"]       # LiteLLM may meet llama-server's closed connection once
+    assert all(s["engine"] and s["engine"]["source"] == SOURCE for s in ok), [s["engine_warnings"] for s in ok]
+    assert all(s["engine"]["total_ms"] <= s["total_ms"] for s in ok)
+    (tax,) = [d for d in data["differences"] if d["phase"] == "outside_engine_ms"]
+    assert tax["diff_ms"] is not None and tax["lo_ms"] is not None
+    assert not any("different sources" in n for n in data["attribution_notes"])

@@ -83,3 +83,28 @@ def test_502s_from_a_hop_in_front_of_llama_server_are_explained() -> None:
     assert "non_idempotent" in note
     assert resent_notes([Target("nginx", "http://127.0.0.1:1")], [path(VLLM)]) == []
     assert resent_notes([Target("nginx", "http://127.0.0.1:1")], [path(LLAMACPP, events=0)]) == []   # whole answers
+
+
+def test_litellms_500s_in_front_of_llama_server_are_explained_from_the_direct_paths_streams() -> None:
+    """LiteLLM 1.110 in front of llama-server here answered 1 of 30 streams 500 "OpenAIException - Connection error"
+    (the same closed connection as nginx's 502). Its streams lose llama.cpp's timings, so the engine is known from
+    the direct path's; a 500 that names no connection error gets no such note."""
+    from zgtool.latency.analysis.phases import resent_notes
+    from zgtool.latency.attribution.adapters.units import LLAMACPP
+    from zgtool.latency.records import EngineTiming, RequestSample
+
+    direct = [RequestSample(index=i, worker=0, round=i, ok=True, total_ms=100.0, content_events=5,
+                            engine=EngineTiming(source=LLAMACPP, total_ms=90.0)) for i in range(10)]
+
+    def through(detail: str) -> list[RequestSample]:
+        ok = [RequestSample(index=i, worker=0, round=i, ok=True, total_ms=130.0, content_events=5) for i in range(9)]
+        return ok + [RequestSample(index=9, worker=0, round=9, ok=False, error="http_500:internal_server_error",
+                                   error_detail=detail)]
+
+    targets = [Target("direct", "http://127.0.0.1:1"), Target("litellm", "http://127.0.0.1:2")]
+    detail = ("litellm.InternalServerError: InternalServerError: OpenAIException - Connection error. LiteLLM: "
+              "model group 'smollm2' failed with the error above. No fallback was attempted.")
+    (note,) = resent_notes(targets, [direct, through(detail)])
+    assert note.startswith("litellm: 1 of 10 requests were answered 500 by a hop in front of llama-server")
+    assert "LiteLLM with num_retries >= 1" in note
+    assert resent_notes(targets, [direct, through("litellm.BadRequestError: the prompt is too long")]) == []

@@ -143,20 +143,31 @@ def _start_receiver(opts: SplitOptions) -> Any:
     return receiver
 
 
-def _engine_metrics_fallback(opts: SplitOptions, resolved: list[Target]) -> str | None:
-    """The first (direct) target's /metrics when it exposes vLLM's request histograms: the default source of the
-    engine's phases for a path whose answers lack them (a gateway that strips vLLM's per-request metrics).
-    Deltas around a request belong to it only at -c 1, closed loop; one bounded scrape decides."""
+def _engine_metrics_fallback(opts: SplitOptions, resolved: list[Target]) -> tuple[str, Any] | None:
+    """The first (direct) target's /metrics and whose it is, when it exposes vLLM's request histograms or
+    llama-server's counters (--metrics): the default source of the engine's phases for a path whose answers lack
+    them (a gateway that strips vLLM's per-request metrics or llama.cpp's timings). Deltas around a request
+    belong to it only at -c 1, closed loop; one bounded scrape decides."""
     cfg = opts.split
     if cfg.concurrency != 1 or cfg.open_loop or len(resolved) < 2 or resolved[0].scheme != "http":
         return None
-    from zgtool.latency.attribution.promdelta import E2E
+    from zgtool.latency.attribution.promdelta import kind_of
     from zgtool.latency.attribution.scrape import Limits, Scraper
     from zgtool.workload.prefix_cache import metrics_url
 
     url = metrics_url(resolved[0].url)
     s = Scraper(url, Limits(timeout_s=1.0)).scrape()
-    return url if s.ok and s.histogram(E2E) is not None else None
+    kind = kind_of(s) if s.ok else None
+    return (url, kind) if kind is not None else None
+
+
+def _given_metrics_kind(url: str) -> Any:
+    """--vllm-metrics URL: vLLM's histograms, or llama-server's counters where the page holds those instead."""
+    from zgtool.latency.attribution.promdelta import VLLM, kind_of
+    from zgtool.latency.attribution.scrape import Limits, Scraper
+
+    s = Scraper(url, Limits(timeout_s=1.0)).scrape()
+    return (kind_of(s) if s.ok else None) or VLLM
 
 
 def _hooks(opts: SplitOptions, resolved: list[Target], bar: Any) -> tuple[list | None, Any]:
@@ -164,12 +175,16 @@ def _hooks(opts: SplitOptions, resolved: list[Target], bar: Any) -> tuple[list |
     open-loop progress count) and the prefix-cache watch itself (None when not asked for)."""
     cfg = opts.split
     hooks: list | None = None
-    engine_metrics = opts.vllm_metrics or _engine_metrics_fallback(opts, resolved)
-    if engine_metrics:
+    if opts.vllm_metrics:
         from zgtool.latency.attribution.promdelta import DeltaWatch
 
-        watch = DeltaWatch(engine_metrics, cfg.concurrency)
+        watch = DeltaWatch(opts.vllm_metrics, cfg.concurrency)    # -c other than 1 refused before a scrape
+        watch.kind = _given_metrics_kind(opts.vllm_metrics)
         hooks = [watch for _ in resolved]
+    elif (found := _engine_metrics_fallback(opts, resolved)) is not None:
+        from zgtool.latency.attribution.promdelta import DeltaWatch
+
+        hooks = [DeltaWatch(found[0], cfg.concurrency, found[1])] * len(resolved)
     pwatch = None
     if opts.workload is not None or opts.metrics_url:    # the engine's prefix-cache hit rate over the run
         from zgtool.workload.split import prefix_watch

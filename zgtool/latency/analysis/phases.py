@@ -17,7 +17,7 @@ from typing import Any
 from zgtool.bootstrap import LOWER, Difference, median_ci, median_difference
 from zgtool.latency.analysis import design
 from zgtool.latency.analysis.hopspans import hop_account, hop_account_notes
-from zgtool.latency.attribution.adapters.units import LLAMACPP
+from zgtool.latency.attribution.adapters.units import LLAMACPP, LLAMACPP_METRICS
 from zgtool.latency.attribution.adapters.units import VLLM as VLLM_METRICS
 from zgtool.latency.config import Slo, SplitConfig
 from zgtool.latency.records import (
@@ -130,6 +130,12 @@ def engine_total_ms(s: RequestSample) -> float | None:
     if s.engine is not None and s.engine.total_ms is not None:
         return s.engine.total_ms
     return s.server_timing.get(ENGINE_TOTAL)
+
+
+# sources that read one clock: llama-server's /metrics counters give the same prompt and generation times as its
+# `timings` (zgtool.latency.attribution.promdelta_llamacpp), so a path timed by each is no mix of clocks
+SAME_CLOCK = {LLAMACPP_METRICS: LLAMACPP}
+LLAMACPP_SOURCES = (LLAMACPP, LLAMACPP_METRICS)
 
 
 def engine_source(s: RequestSample) -> str | None:
@@ -379,7 +385,8 @@ def dropped_note(name: str, samples: Sequence[RequestSample], stream: bool, sour
     elif behind_litellm and LLAMACPP in sources_elsewhere:
         # LiteLLM 1.110 in front of llama-server, live here: its stream chunks lose `timings`, a whole answer keeps it
         note += ("; LiteLLM drops llama.cpp's timings from a stream's chunks and keeps them in a whole answer: "
-                 "--no-stream measures its tax")
+                 "--no-stream measures its tax, and so does -c 1, closed loop, when the first target is llama-server "
+                 "started with --metrics (its /metrics counters around each request, read by default)")
     return note
 
 
@@ -400,7 +407,7 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
     notes.extend(clock_notes(samples))
     notes.extend(front_notes(targets, samples))
     notes.extend(trace_notes(targets, samples))
-    sources = [sorted({src for s in per_target if s.ok and (src := engine_source(s))})
+    sources = [sorted({SAME_CLOCK.get(src, src) for s in per_target if s.ok and (src := engine_source(s))})
                for per_target in samples]
     if len({tuple(x) for x in sources if x}) > 1:
         named = "; ".join(f"{t.name}: {', '.join(x)}" for t, x in zip(targets, sources, strict=True) if x)
@@ -539,28 +546,40 @@ def front_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]
     """Where an engine's clock starts after its own HTTP server (vLLM's per-request metrics start when its
     engine core queues the request), the time outside the engine holds the engine's own front on every path
     alike: named once, so the direct path's remainder is not read as network."""
-    starts = {(s.engine.source, s.engine.total_start) for per_target in samples for s in per_target
-              if s.ok and s.engine is not None and s.engine.total_start not in (None, FROM_ARRIVAL)}
+    starts = {(SAME_CLOCK.get(s.engine.source, s.engine.source), s.engine.total_start) for per_target in samples
+              for s in per_target if s.ok and s.engine is not None and s.engine.total_start not in (None, FROM_ARRIVAL)}
     return [f"{source}: the engine's clock starts {start}, after its API server: each path's time outside the "
             f"engine includes the engine front (API server), shown as its own row: {targets[0].name}'s median "
             f"rest, subtracted on every path alike; a hop's tax is the difference between paths"
             for source, start in sorted(starts)]
 
 
+def _upstream_closed(s: RequestSample) -> bool:
+    """A hop's answer for a request it could not pass on: nginx's 502, LiteLLM's 500 naming a connection error."""
+    err = s.error or ""
+    return err.startswith("http_502") or (err.startswith("http_500")
+                                          and "connection error" in (s.error_detail or "").lower())
+
+
 def resent_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
     """Per path: requests that went out on a kept-alive connection the server had closed, resent on a new one
     (zgtool.latency.wire.client.Session.measure), and what that means for a gateway in front of that server."""
     notes = []
+    # streams timed as llama.cpp's on any path: the engine is llama-server, which closes after a streamed answer
+    llama_streams = any(s.ok and s.content_events and s.engine is not None and s.engine.source in LLAMACPP_SOURCES
+                        for per_target in samples for s in per_target)
     for t, per_target in zip(targets, samples, strict=True):
         resent = [s for s in per_target if s.resent_after is not None]
-        bad_gateway = [s for s in per_target if (s.error or "").startswith("http_502")]
-        if bad_gateway and any(s.ok and s.content_events and s.engine is not None and s.engine.source == LLAMACPP
-                               for s in per_target):     # streams: what llama-server closes after
-            # nginx in front of llama-server here: 1 to 4 of 30 streams answered 502 ("upstream prematurely closed")
-            notes.append(f"{t.name}: {len(bad_gateway)} of {len(per_target)} requests were answered 502 by a hop in "
-                         "front of llama-server, which closes its kept-alive connection after a streamed answer "
-                         "without 'Connection: close': the hop sent them into a connection llama-server had closed (nginx "
-                         "resends them with 'proxy_next_upstream error timeout non_idempotent;')")
+        bad_gateway = [s for s in per_target if _upstream_closed(s)]
+        if bad_gateway and llama_streams:
+            # in front of llama-server here: nginx answered 1 to 4 of 30 streams 502 ("upstream prematurely
+            # closed"), LiteLLM 1.110 1 of 30 with 500 ("OpenAIException - Connection error")
+            statuses = "/".join(sorted({(s.error or "")[5:8] for s in bad_gateway}))
+            notes.append(f"{t.name}: {len(bad_gateway)} of {len(per_target)} requests were answered {statuses} by a "
+                         "hop in front of llama-server, which closes its kept-alive connection after a streamed answer "
+                         "without 'Connection: close': the hop sent them into a connection llama-server had closed "
+                         "(nginx resends them with 'proxy_next_upstream error timeout non_idempotent;', LiteLLM with "
+                         "num_retries >= 1)")
         if not resent:
             continue
         errors = ", ".join(f"{e} x{n}" for e, n in Counter(s.resent_after for s in resent).most_common())

@@ -15,10 +15,11 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from zgtool.errors import UsageError
 from zgtool.latency.attribution.adapters.base import Reject, check_against_client
-from zgtool.latency.attribution.scrape import TIMEOUT_S, Limits, Scraper
+from zgtool.latency.attribution.scrape import TIMEOUT_S, Limits, Scrape, Scraper
 from zgtool.latency.records import FROM_ARRIVAL, EngineTiming, RequestSample
 
 SOURCE = "vLLM /metrics deltas (c=1 only)"
@@ -96,13 +97,55 @@ def delta(before: Snapshot, after: Snapshot) -> EngineTiming:
                         ttft_start=FROM_ARRIVAL, total_start=FROM_ARRIVAL)
 
 
+def settled(before: Snapshot, now: Snapshot, requests: int) -> bool:
+    """vLLM records a request just after answering it: the e2e count has moved by `requests` past `before`."""
+    return now.get(E2E, (0.0, 0.0))[1] - before.get(E2E, (0.0, 0.0))[1] >= requests
+
+
+def delta_for(before: Snapshot, after: Snapshot, sample: RequestSample) -> EngineTiming:
+    del sample      # vLLM's own count says whether the deltas are one request's
+    return delta(before, after)
+
+
+@dataclass(frozen=True)
+class DeltaKind:
+    """Whose /metrics a DeltaWatch reads: how to scrape it, when a finished request is in it, and its deltas."""
+
+    source: str
+    fetch: Callable[[str], Any]
+    settled: Callable[[Any, Any, int], bool]
+    delta: Callable[[Any, Any, RequestSample], EngineTiming]
+
+
+VLLM = DeltaKind(SOURCE, fetch, settled, delta_for)
+
+
+def llamacpp_kind() -> DeltaKind:
+    from zgtool.latency.attribution import promdelta_llamacpp as lc
+
+    return DeltaKind(lc.SOURCE, lc.fetch, lc.settled, lc.delta)
+
+
+def kind_of(scrape: Scrape) -> DeltaKind | None:
+    """The engine whose per-request deltas a scraped /metrics page holds: vLLM's histograms or llama-server's
+    counters (--metrics); None for neither."""
+    from zgtool.latency.attribution import promdelta_llamacpp as lc
+
+    if scrape.histogram(E2E) is not None:
+        return VLLM
+    return llamacpp_kind() if lc.exposes(scrape) else None
+
+
 @dataclass
 class DeltaWatch:
     """Scrapes `url` before and after every measured request of one target (runner hook)."""
 
     url: str
     concurrency: int
-    scrape: Callable[[str], Snapshot] = fetch
+    kind: DeltaKind = VLLM
+
+    def scrape(self, url: str) -> Any:
+        return self.kind.fetch(url)
 
     def __post_init__(self) -> None:
         if self.concurrency != 1:
@@ -110,39 +153,39 @@ class DeltaWatch:
                              f"belong to one request at -c 1 (not -c {self.concurrency}); use vLLM's "
                              f"per-request metrics or --otlp-listen at higher concurrency")
 
-    def before(self) -> Snapshot | None:
+    def before(self) -> Any:
         try:
             return self.scrape(self.url)
         except OSError:
             return None
 
-    def _settled(self, snap: Snapshot, requests: int) -> Snapshot:
-        """A scrape once the e2e count has moved by ``requests`` past ``snap`` (vLLM records a request just
-        after answering it), or the last one when AFTER_WAIT_S runs out first; OSError as fetch."""
+    def _settled(self, snap: Any, requests: int) -> Any:
+        """A scrape once ``requests`` finished requests are in it past ``snap`` (an engine records a request
+        just after answering it), or the last one when AFTER_WAIT_S runs out first; OSError as fetch."""
         deadline = time.monotonic() + AFTER_WAIT_S
-        base = snap.get(E2E, (0.0, 0.0))[1]
         while True:
             now = self.scrape(self.url)
-            if now.get(E2E, (0.0, 0.0))[1] - base >= requests or time.monotonic() >= deadline:
+            if self.kind.settled(snap, now, requests) or time.monotonic() >= deadline:
                 return now
             time.sleep(AFTER_POLL_S)
 
-    def after(self, snap: Snapshot | None, sample: RequestSample) -> None:
+    def after(self, snap: Any, sample: RequestSample) -> None:
         if not sample.ok or sample.engine is not None:
             return
+        source = self.kind.source
         if snap is None:
-            sample.engine_warnings.append(f"{SOURCE}: /metrics unreachable")
+            sample.engine_warnings.append(f"{source}: /metrics unreachable")
             return
         try:
             now = self._settled(snap, 1)
         except OSError as exc:
-            sample.engine_warnings.append(f"{SOURCE}: /metrics {exc or 'unreachable'}")
+            sample.engine_warnings.append(f"{source}: /metrics {exc or 'unreachable'}")
             return
         try:
-            timing = delta(snap, now)
+            timing = self.kind.delta(snap, now, sample)
             check_against_client(timing, sample.total_ms)
         except Reject as exc:
-            sample.engine_warnings.append(f"{SOURCE}: {exc}")
+            sample.engine_warnings.append(f"{source}: {exc}")
             return
         sample.engine = timing
 

@@ -27,6 +27,8 @@ VLLM = "vLLM per-request metrics"
 SGLANG = "SGLang meta_info"
 TGI = "TGI headers"
 LLAMACPP = "llama.cpp timings"
+# the same prompt and generation times, from llama-server's /metrics counters around one request
+LLAMACPP_METRICS = "llama.cpp /metrics deltas (c=1 only)"
 OLLAMA = "Ollama durations"
 OPENAI = "openai-processing-ms header"
 SERVER_TIMING = "Server-Timing"
