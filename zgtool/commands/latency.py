@@ -127,7 +127,7 @@ class _Progress:
 
 
 def _start_receiver(opts: SplitOptions) -> Any:
-    """--otlp-listen: the OTLP/HTTP span receiver, started (None without the option)."""
+    """--otlp-listen: the OTLP span receiver (OTLP/HTTP and OTLP/gRPC), started (None without the option)."""
     if opts.otlp_listen_at is None:
         return None
     from zgtool.errors import UsageError

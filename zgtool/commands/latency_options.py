@@ -63,13 +63,15 @@ CSV = vocab.csv_dir(help="Also write every request and every summary table as CS
 QUIET = vocab.quiet()
 BRIEF = typer.Option(False, "--brief", help="Print only the verdict sentence and the side-by-side table.")
 OTLP_ENDPOINT = vocab.otlp_endpoint()
-OTLP_LISTEN = typer.Option(None, "--otlp-listen", help="Receive the engine's OTLP/HTTP spans on auto, PORT or "
-                                                       "HOST:PORT and join them by trace id (a LiteLLM's own spans "
-                                                       "too: where it spent each request).")
+OTLP_LISTEN = typer.Option(None, "--otlp-listen", help="Receive the engine's OTLP spans (OTLP/HTTP, or OTLP/gRPC, "
+                                                       "vLLM's default, on the same port) on auto, PORT or HOST:PORT "
+                                                       "and join them by trace id (a LiteLLM's own spans too: where "
+                                                       "it spent each request).")
 VLLM_METRICS = typer.Option(None, "--engine-metrics", "--vllm-metrics",
-                            help="The engine's /metrics URL: vLLM's phases from histogram deltas around each "
-                                 "request (-c 1 only) for paths whose answers lack the engine's timing. By "
-                                 "default the first target's /metrics is used when it exposes them.")
+                            help="The engine's /metrics URL: vLLM's phases from histogram deltas, or "
+                                 "llama-server's (--metrics) from its counters, around each request (-c 1 only) "
+                                 "for paths whose answers lack the engine's timing. By default the first target's "
+                                 "/metrics is used when it exposes them.")
 RATE = typer.Option(None, "--rate", help="Open loop: send R requests/s per target on a schedule, whatever the "
                                          "answers take; latency is also counted from each request's due time, and "
                                          "a client that fell behind is flagged. A list (1,2,4,8) sweeps the rates "
