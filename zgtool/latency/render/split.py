@@ -314,7 +314,30 @@ def side_by_side(res: SplitResult, short: dict[str, str] | None = None, width: i
     for layout in layouts:
         if fits(layout, width):
             return layout
-    return layouts[-1]
+    return _side_records(res, short, cands)
+
+
+def _side_records(res: SplitResult, short: dict[str, str], candidates: list[TargetResult]) -> Group:
+    """The side-by-side figures one phase a block, `path  figure` a line, for a terminal too narrow for any
+    table of them: no figure is cut and no phase name is folded."""
+    base = res.targets[0]
+    diffs = {(d.candidate, d.phase): d for d in res.differences}
+    unknown = any(_unattributed(tr) for tr in [base, *candidates])
+    keys = [short[tr.name] for tr in (base, *candidates)]
+    keys += [f"{short[tr.name]} - {short[base.name]}" for tr in candidates]
+    key_w = max(len(k) for k in keys)
+    parts: list[Text] = [Text(f"side by side: p50 ms; difference of medians vs {short[base.name]} [95% CI]")]
+    for name in [*res.waterfall_phases, *res.metric_phases]:
+        medians = [fmt_p50(find_phase(tr, name)) for tr in (base, *candidates)]
+        if all(m == "-" for m in medians) and not any((tr.name, name) in diffs for tr in candidates):
+            continue        # no path has this phase: a row of dashes in the table, left out here
+        parts.append(Text(row_label(name, unknown), style="bold"))
+        for tr, median in zip((base, *candidates), medians, strict=True):
+            parts.append(Text(f"  {short[tr.name]:<{key_w}}  {median}"))
+        for tr in candidates:
+            parts.append(Text(f"  {short[tr.name] + ' - ' + short[base.name]:<{key_w}}  ")
+                         + fmt_diff(diffs.get((tr.name, name))))
+    return Group(*parts)
 
 
 def render(res: SplitResult, console: Console) -> None:
