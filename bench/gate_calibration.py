@@ -23,6 +23,9 @@ judged by the hop's paired tax), the same with paths = "always" (each path's own
 same pairs. An A/B result's candidate is relabelled with the A/A candidate's URL, as if the
 same gateway had slowed down since the stored run; a breach of a [regression] row (the stored-run comparison's
 own, not the run's [paired] rows) is a false alarm for an A/A pair, a detection for an A/B pair.
+A pass whose [paired] interval reaches above the allowance is marked inconclusive: counted per scenario, as
+the share of A/A passes marked (the mark's cost: how often an honest pass carries it) and the silent miss rate
+of each A/B (a regression passed unmarked: the gate sure of itself and wrong).
 Prints a table and, as the LAST line, one JSON object: rates with Wilson 95% intervals.
 Goals (issue 33): false-alarm rate <= 5%, detection of a 2 ms and of a 10% regression >= 80%.
 """
@@ -155,6 +158,7 @@ def main() -> None:
                 load_before = os.getloadavg()[0]
                 fails = {s: 0 for s in SCENARIOS}
                 unreliable = {s: 0 for s in SCENARIOS}
+                marked = {s: 0 for s in SCENARIOS}      # passes the paired rows marked inconclusive
                 failed_by: dict[str, dict[str, int]] = {s: {} for s in SCENARIOS}
                 effect_ms: dict[str, list[float]] = {s: [] for s in SCENARIOS}
                 naive_fa = naive_n = 0
@@ -181,6 +185,8 @@ def main() -> None:
                                 print(f"    {s} FAIL {why}", flush=True)
                                 failed_by[s][row.rule] = failed_by[s].get(row.rule, 0) + 1
                             unreliable[s] += report.verdict == "unreliable"
+                            marked[s] += report.verdict == "pass" and any(
+                                r.inconclusive for r in report.rows if r.group == "paired")
                             a, b = totals(res, 0), totals(res, 1)
                             effect_ms[s].append(percentile(b, 50) - percentile(a, 50))
                             if s == "aa":
@@ -206,6 +212,13 @@ def main() -> None:
                     "detection_rate_10pct": fails["ab10"] / n, "detection_10pct_ci95": wilson(fails["ab10"], n),
                     "detection_rate_2ms": fails["ab2ms"] / n, "detection_2ms_ci95": wilson(fails["ab2ms"], n),
                     "unreliable_runs": unreliable, "failed_checks": failed_by,
+                    # a pass marked inconclusive: its interval reached above the allowance. For an A/B pair
+                    # a miss left unmarked is a silent one (the gate passed, sure of itself, over a regression)
+                    "passes_marked_inconclusive": marked,
+                    "aa_passes_marked_rate": marked["aa"] / max(1, n - fails["aa"] - unreliable["aa"]),
+                    "silent_miss_rate_10pct": (n - fails["ab10"] - unreliable["ab10"] - marked["ab10"]) / n,
+                    "silent_miss_10pct_ci95": wilson(n - fails["ab10"] - unreliable["ab10"] - marked["ab10"], n),
+                    "silent_miss_rate_2ms": (n - fails["ab2ms"] - unreliable["ab2ms"] - marked["ab2ms"]) / n,
                     "median_effect_ms": {s: round(percentile(v, 50), 3) for s, v in effect_ms.items() if v},
                     "separate_runs_p95_10pct_false_alarm_rate": naive_fa / naive_n if naive_n else None,
                     "separate_runs_comparisons": naive_n,
@@ -218,11 +231,13 @@ def main() -> None:
                 }
     finally:
         stop_all(procs)
-    print(f"\n{'condition':<10}{'false alarm (A/A)':>22}{'detect 2 ms':>16}{'detect 10%':>16}{'old way FA':>14}")
+    print(f"\n{'condition':<10}{'false alarm (A/A)':>22}{'detect 2 ms':>16}{'detect 10%':>16}{'old way FA':>14}"
+          f"{'A/A marked':>12}{'silent miss 10%':>17}")
     for cond, r in summary.items():
         old = r["separate_runs_p95_10pct_false_alarm_rate"]
         print(f"{cond:<10}{r['false_alarm_rate']:>21.0%} {r['detection_rate_2ms']:>15.0%} "
-              f"{r['detection_rate_10pct']:>15.0%} {'-' if old is None else f'{old:.0%}':>13}")
+              f"{r['detection_rate_10pct']:>15.0%} {'-' if old is None else f'{old:.0%}':>13} "
+              f"{r['aa_passes_marked_rate']:>11.0%} {r['silent_miss_rate_10pct']:>16.0%}")
     print(f"\n{'--baseline (two runs)':<32}{'false alarm (A/A)':>18}{'detect 2 ms':>13}{'detect 10%':>12}")
     for cond, r in summary.items():
         for m, g in r["gate_baseline"].items():

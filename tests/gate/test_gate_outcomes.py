@@ -141,3 +141,54 @@ def test_junit_reports_an_unreliable_measurement_as_an_error(write, k6_data, cli
     assert proc.returncode == 5
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("errors") == "1" and suite.get("failures") == "0"
+
+
+def test_a_pass_whose_interval_reaches_past_the_allowance_is_marked_inconclusive(write, policy_file, cli,
+                                                                                  tmp_path: Path):
+    # the machine's drift as wide as the path itself (vLLM at -c 8 on 2 busy cores: [-253, +119] ms against
+    # a 33.8 ms allowance): nothing significant, and a regression of 10 ms would have passed as well
+    res = write("pair.json", "latency_split", split_data(("base", 40.0), ("cand", 40.0), noise_ms=12.0, n=24,
+                                                         rounds=4))
+    out, md = tmp_path / "gate.json", tmp_path / "summary.md"
+    proc = cli("gate", "--policy", policy_file(PAIRED), res, "-o", out, "--summary-md", md)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())["data"]
+    (row,) = data["rows"]
+    assert row["status"] == "pass" and row["inconclusive"] is True and data["inconclusive"] == 1
+    assert "inconclusive: the interval reaches +" in row["why"] and "allowance" in row["why"]
+    assert "1 passed (1 inconclusive), 0 failed" in proc.stdout
+    assert "1 passed (1 inconclusive)" in md.read_text() and "⚠️" in md.read_text()
+    html = tmp_path / "report.html"
+    assert cli("report", "html", out, "-o", html).returncode == 0
+    page = html.read_text()
+    assert '<span class="badge warn">pass (inconclusive)</span>' in page and "1 pass (1 inconclusive)" in page
+
+
+def test_a_narrow_interval_passes_without_the_mark(write, policy_file, cli, tmp_path: Path):
+    res = write("pair.json", "latency_split", split_data(("base", 40.0), ("cand", 40.0), noise_ms=0.05))
+    out = tmp_path / "gate.json"
+    proc = cli("gate", "--policy", policy_file(PAIRED), res, "-o", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())["data"]
+    assert data["rows"][0]["inconclusive"] is False and data["inconclusive"] == 0
+    assert "inconclusive" not in proc.stdout
+
+
+def test_a_policy_that_will_not_pass_blind_calls_an_inconclusive_run_unreliable(write, policy_file, cli):
+    res = write("pair.json", "latency_split", split_data(("base", 40.0), ("cand", 40.0), noise_ms=12.0, n=24,
+                                                         rounds=4))
+    proc = cli("gate", "--policy", policy_file(PAIRED + 'inconclusive = "unreliable"\n'), res)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert "measurement is unreliable" in proc.stderr and "cand vs base: total_ms" in proc.stderr
+    # a real regression is still a failure, not an unjudgeable run
+    res = write("reg.json", "latency_split", split_data(("base", 40.0), ("cand", 46.0)))
+    assert cli("gate", "--policy", policy_file(PAIRED + 'inconclusive = "unreliable"\n'), res).returncode == 1
+
+
+def test_an_unknown_inconclusive_mode_is_a_policy_error_naming_the_choices():
+    import pytest
+
+    from zgtool.gate.policy import PolicyError
+
+    with pytest.raises(PolicyError, match="inconclusive must be one of 'warn', 'unreliable'"):
+        parse_policy(PAIRED + 'inconclusive = "fail"\n')

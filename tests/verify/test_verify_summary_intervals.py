@@ -88,3 +88,18 @@ def test_the_verdict_starts_stdouts_first_line(tmp_path: Path) -> None:
     text = cap.get()
     assert text.splitlines()[0].startswith("Verdict: ")
     assert " ".join(verify["verdict"]["headline"].split()) in " ".join(text.split())
+
+
+def test_the_gate_line_says_how_many_passes_were_inconclusive(tmp_path: Path) -> None:
+    gate = {"passed": True, "verdict": "pass", "counts": {"pass": 4, "fail": 0, "skip": 1}, "policy": "gates.toml",
+            "applied": 4, "failed": [], "inconclusive": 2}
+    data = VerifyData(config={}, plan={}, urls={}, stages=[], files=[], gate=gate, verdict=None)
+    buf = io.StringIO()
+    render_summary(data, tmp_path / "report.html", Console(file=buf, width=200, color_system=None))
+    out = buf.getvalue()
+    assert "Gate (gates.toml): pass — 4 pass (2 inconclusive: a regression up to the interval's high end could " \
+           "hide), 0 fail, 1 skip" in out
+    gate["inconclusive"] = 0
+    buf = io.StringIO()
+    render_summary(data, tmp_path / "report.html", Console(file=buf, width=200, color_system=None))
+    assert "Gate (gates.toml): pass — 4 pass, 0 fail, 1 skip" in buf.getvalue()

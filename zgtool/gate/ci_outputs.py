@@ -28,11 +28,14 @@ def markdown_summary(report: GateReport) -> str:
     if report.verdict == UNRELIABLE:
         names = "; ".join(f"{r.rule} ({r.detail or measured(r)})" for r in report.unreliable_rows)
         lines += [f"The measurement itself is unreliable, so the gate cannot judge this run: {_cell(names)}.", ""]
-    lines += [f"{c.get(PASS, 0)} passed, {c.get(FAIL, 0)} failed, {c.get(SKIP, 0)} skipped · policy "
+    blind = sum(1 for r in report.inconclusive_rows if r.status == PASS)
+    lines += [f"{c.get(PASS, 0)} passed{f' ({blind} inconclusive)' if blind else ''}, {c.get(FAIL, 0)} failed, "
+              f"{c.get(SKIP, 0)} skipped · policy "
               f"`{report.policy}`", "", "| | check | measured | result file | detail |", "|---|---|---|---|---|"]
     order = {FAIL: 0, PASS: 1, SKIP: 2}
     for row in sorted(report.rows, key=lambda r: order.get(r.status, 3)):
-        lines.append(f"| {_ICON.get(row.status, '')} | {_cell(_name(row))} | {_cell(measured(row))} | "
+        icon = "⚠️" if row.inconclusive and row.status == PASS else _ICON.get(row.status, "")
+        lines.append(f"| {icon} | {_cell(_name(row))} | {_cell(row.why if row.inconclusive else measured(row))} | "
                      f"`{_cell(row.result.rsplit('/', 1)[-1])}` | {_cell(row.detail)} |")
     return "\n".join(lines) + "\n"
 

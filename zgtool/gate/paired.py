@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from zgtool.bootstrap import median_difference
-from zgtool.gate.policy import PairedSpec, PolicyError
+from zgtool.gate.policy import MEASUREMENT, PairedSpec, PolicyError
 from zgtool.gate.records import FAIL, PASS, SKIP, GateRow, LoadedResult
 from zgtool.stats import percentile
 
@@ -79,11 +79,23 @@ def _row(spec: PairedSpec, res: LoadedResult, name: str, base: dict[str, Any], c
         return GateRow(label, check, res.label, SKIP, group=GROUP, detail=iv.note or f"too few samples ({iv.n})")
     breached = iv.lo > 0 and iv.estimate > threshold
     why = paired_why(iv.estimate, iv.lo, iv.hi, threshold, breached)
+    detail = (f"{each:.2%} confidence per comparison, {iv.rounds or 0} paired rounds; allowance "
+              f"max({spec.material_ms:g} ms, {spec.material_ratio:.0%} of the baseline's median "
+              f"{percentile(a, 50):.3g} ms)")
+    open_above = not breached and iv.hi > threshold
+    if open_above:
+        why += f"; {inconclusive_why(iv.hi, threshold)}"
+    if open_above and spec.inconclusive == "unreliable":
+        return GateRow(label, check, res.label, FAIL, (f"{name} interval high end", "threshold"), ("<=",),
+                       (iv.hi, threshold), detail, group=GROUP, category=MEASUREMENT, why=why, inconclusive=True)
     return GateRow(label, check, res.label, FAIL if breached else PASS, (f"{name} difference", "threshold"),
-                   (">",), (iv.estimate, threshold),
-                   f"{each:.2%} confidence per comparison, {iv.rounds or 0} paired rounds; allowance "
-                   f"max({spec.material_ms:g} ms, {spec.material_ratio:.0%} of the baseline's median "
-                   f"{percentile(a, 50):.3g} ms)", group=GROUP, why=why)
+                   (">",), (iv.estimate, threshold), detail, group=GROUP, why=why, inconclusive=open_above)
+
+
+def inconclusive_why(hi: float, threshold: float) -> str:
+    """Why a pass proves little: its interval still holds regressions above the allowance."""
+    return (f"inconclusive: the interval reaches {hi:+.3g} ms, above the {threshold:.3g} ms allowance, so a "
+            "regression that large could pass unseen (more requests, -n, narrow it)")
 
 
 def paired_why(estimate: float, lo: float, hi: float, threshold: float, breached: bool) -> str:

@@ -17,6 +17,8 @@
     material = "5%"                            #   fields compared by their paired median difference;
     material_ms = 0.5                          #   a breach is significant AND above both thresholds
     confidence = 0.95                          #   family-wise (Bonferroni over every comparison)
+    inconclusive = "warn"                      #   a pass whose interval reaches above the allowance:
+                                               #   "warn" (a pass, marked) or "unreliable" (exit 5)
     [regression]                               # used with --baseline FILE
     max = "10%"                                # --max-regression overrides it
     fields = ["*http_req_duration.p95", "*_ms.p95"]   # globs over leaf names; '*' spans dots
@@ -44,7 +46,8 @@ REGRESSION_PATHS = ("auto", "always", "never")
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "default_gates.toml"
 _RULE_KEYS = {"check", "name", "kind", "skip_missing", "category"}
 _REGRESSION_KEYS = {"max", "fields", "noise_floor", "method", "paths"}
-_PAIRED_KEYS = {"fields", "material", "material_ms", "confidence"}
+_PAIRED_KEYS = {"fields", "material", "material_ms", "confidence", "inconclusive"}
+INCONCLUSIVE = ("warn", "unreliable")
 GATE, MEASUREMENT = "gate", "measurement"
 CATEGORIES = (GATE, MEASUREMENT)
 # end-to-end latencies only: sub-ms phases (blocked, sending) jitter far more than 10%
@@ -106,10 +109,16 @@ class PairedSpec:
     material_ratio: float = 0.05
     material_ms: float = 0.5
     confidence: float = 0.95
+    # a pass whose interval still reaches above the allowance could hide a regression of that size: "warn"
+    # marks it (still a pass), "unreliable" makes the run unjudgeable (exit 5), for a CI that must not pass blind
+    inconclusive: str = "warn"
 
     def __post_init__(self) -> None:
         if not self.fields:
             raise PolicyError("[paired] fields must not be empty")
+        if self.inconclusive not in INCONCLUSIVE:
+            raise PolicyError(f"[paired] inconclusive must be one of {', '.join(map(repr, INCONCLUSIVE))}, "
+                              f"not {self.inconclusive!r}")
         if not 0 <= self.material_ratio < 100:
             raise PolicyError(f"[paired] material must be between 0% and 10000%, not {self.material_ratio:.0%}")
         if self.material_ms < 0:
@@ -287,6 +296,7 @@ def _paired(section: Any, text: str, source: str) -> PairedSpec | None:
         numbers[key] = float(value)
     try:
         ratio = parse_percent(section.get("material", "5%"), what="[paired] material")
-        return PairedSpec(fields=tuple(fields), material_ratio=ratio, **numbers)
+        return PairedSpec(fields=tuple(fields), material_ratio=ratio, inconclusive=str(section.get("inconclusive", "warn")),
+                          **numbers)
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc.message}") from exc

@@ -38,6 +38,8 @@ class GateRow:
     group: str = "rule"  # rule | regression | paired | health
     category: str = GATE  # GATE: a breach fails the gate; MEASUREMENT: the run cannot be judged
     why: str = ""  # the outcome in words ("+3.9 ms, n.s.: interval [-0.4, +8.2] contains 0")
+    # a pass whose interval reaches above the allowance: a regression of that size could hide in the noise
+    inconclusive: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,10 @@ class GateReport:
     @property
     def unreliable_rows(self) -> list[GateRow]:
         return [r for r in self.rows if r.status == FAIL and r.category == MEASUREMENT]
+
+    @property
+    def inconclusive_rows(self) -> list[GateRow]:
+        return [r for r in self.rows if r.inconclusive]
 
     @property
     def passed(self) -> bool:

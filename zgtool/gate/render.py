@@ -68,7 +68,7 @@ def render_report(report: GateReport, console: Console) -> None:
         if row.status == PASS:          # the file it judged, where several were
             if len(report.results) > 1:
                 text.append(f"  ({_short_path(row.result)})", style="dim")
-            table.add_row(Text(row.status.upper(), style=_STYLE[row.status]), text)
+            table.add_row(Text(row.status.upper(), style="yellow" if row.inconclusive else _STYLE[row.status]), text)
             continue
         text.append(f"\n{_short_path(row.result)}", style="dim")
         if row.check and row.check != row.rule:
@@ -85,7 +85,12 @@ def render_report(report: GateReport, console: Console) -> None:
                UNRELIABLE: "[bold yellow]UNRELIABLE MEASUREMENT[/bold yellow]"}[report.verdict]
     if not report.applied and report.verdict == PASS:
         verdict = "[bold yellow]NOTHING JUDGED[/bold yellow]"
-    console.print(f"{verdict}: {c.get(PASS, 0)} passed, {c.get(FAIL, 0)} failed, {c.get('skip', 0)} skipped",
-                  highlight=False)
+    blind = sum(1 for r in report.inconclusive_rows if r.status == PASS)
+    console.print(f"{verdict}: {c.get(PASS, 0)} passed{f' ({blind} inconclusive)' if blind else ''}, "
+                  f"{c.get(FAIL, 0)} failed, {c.get('skip', 0)} skipped", highlight=False)
+    if blind:
+        console.print(Text(f"{blind} pass(es) inconclusive: the interval still reaches above the allowance, so a "
+                           "regression that large could pass unseen; more requests narrow it, and [paired] "
+                           "inconclusive = \"unreliable\" in a policy makes such a run exit 5", style="yellow"))
     if report.verdict == UNRELIABLE:
         console.print("this run cannot judge the system: " + unreliable_message(report), highlight=False)

@@ -157,19 +157,29 @@ def _tax_rows(row: ConfigTax) -> list[tuple[str, float, float | None, float | No
     return rows
 
 
+def _gate_badge(row: dict) -> str:
+    """A pass whose interval reaches above the allowance is no clean green."""
+    if row["status"] == "pass":
+        return "warn" if row.get("inconclusive") else "good"
+    return "bad" if row["status"] == "fail" else "muted"
+
+
 def _gate_table(rs: ResultSet) -> str:
     out = []
     for r in rs.of("gate"):
         d = r.get("data") or {}
         rows = "".join(
-            f'<tr><td><span class="badge {"good" if x["status"] == "pass" else "bad" if x["status"] == "fail" else "muted"}">'
-            f'{escape(x["status"])}</span></td><td>{escape(x.get("rule") or "")}</td><td><code>{escape(x.get("check") or "")}'
+            f'<tr><td><span class="badge {_gate_badge(x)}">'
+            f'{escape(x["status"])}{" (inconclusive)" if x.get("inconclusive") and x["status"] == "pass" else ""}'
+            f'</span></td><td>{escape(x.get("rule") or "")}</td><td><code>{escape(x.get("check") or "")}'
             f'</code></td><td>{escape(str(x.get("result")))}</td><td class=num>'
-            f'{escape(" vs ".join(svg.fmt(v) for v in x.get("values") or []) or x.get("detail") or "")}</td></tr>'
+            f'{escape(" vs ".join(svg.fmt(v) for v in x.get("values") or []) or x.get("detail") or "")}'
+            f'{"<br>" + escape(x["why"]) if x.get("inconclusive") and x.get("why") else ""}</td></tr>'
             for x in d.get("rows") or [])
         counts = d.get("counts") or {}
-        out.append(f'<h3>Gate: {escape(str(d.get("policy", "")).rsplit("/", 1)[-1])} — {counts.get("pass", 0)} pass, '
-                   f'{counts.get("fail", 0)} fail, {counts.get("skip", 0)} skip</h3><div class="wide"><table class="t">'
+        blind = f" ({d['inconclusive']} inconclusive)" if d.get("inconclusive") else ""
+        out.append(f'<h3>Gate: {escape(str(d.get("policy", "")).rsplit("/", 1)[-1])} — {counts.get("pass", 0)} pass'
+                   f'{blind}, {counts.get("fail", 0)} fail, {counts.get("skip", 0)} skip</h3><div class="wide"><table class="t">'
                    '<thead><tr><th>status</th><th>rule</th><th>check</th><th>result</th><th>measured</th></tr></thead>'
                    f'<tbody>{rows}</tbody></table></div>')
     return "".join(out)

@@ -295,7 +295,8 @@ def _gate(runner: Runner, data: VerifyData, cfg: VerifyConfig, out_dir: Path, st
     data.gate = {"passed": report.passed, "verdict": report.verdict, "counts": report.counts,
                  "policy": report.policy, "applied": len(report.applied),
                  "failed": [f"{r.rule} ({r.result}: {r.why})" if r.why else f"{r.rule} ({r.result})"
-                            for r in report.rows if r.status == "fail"]}
+                            for r in report.rows if r.status == "fail"],
+                 "inconclusive": sum(1 for r in report.inconclusive_rows if r.status == "pass")}
     if report.breaches:
         st.status = "breached"
         st.reason = f"{len(report.breaches)} check(s) breached"

@@ -74,7 +74,9 @@ def render_summary(data: VerifyData, report: Path, console: Console) -> None:
         state = ("[green]pass[/green]" if g["passed"] else
                  "[yellow]? the measurement is unreliable[/yellow]" if g.get("verdict") == "unreliable" else
                  "[red]✗ breached[/red]")
-        console.print(f"Gate ({Path(g['policy']).name}): {state} — {counts.get('pass', 0)} pass, "
+        blind = f" ({g['inconclusive']} inconclusive: a regression up to the interval's high end could hide)" \
+            if g.get("inconclusive") else ""
+        console.print(f"Gate ({Path(g['policy']).name}): {state} — {counts.get('pass', 0)} pass{blind}, "
                       f"{counts.get('fail', 0)} fail, {counts.get('skip', 0)} skip"
                       + (f": {'; '.join(g['failed'][:3])}" if g.get("failed") else ""))
     console.print(f"Results: {report.parent}  ({len(set(data.files))} files, {data.wall_s:.0f} s)")
