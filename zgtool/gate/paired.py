@@ -95,7 +95,7 @@ def _row(spec: PairedSpec, res: LoadedResult, name: str, base: dict[str, Any], c
 def inconclusive_why(hi: float, threshold: float) -> str:
     """Why a pass proves little: its interval still holds regressions above the allowance."""
     return (f"inconclusive: the interval reaches {hi:+.3g} ms, above the {threshold:.3g} ms allowance, so a "
-            "regression that large could pass unseen (more requests, -n, narrow it)")
+            "regression that large could pass unseen (more rounds and requests, --rounds and -n, narrow it)")
 
 
 def paired_why(estimate: float, lo: float, hi: float, threshold: float, breached: bool) -> str:

@@ -90,7 +90,8 @@ def render_report(report: GateReport, console: Console) -> None:
                   f"{c.get(FAIL, 0)} failed, {c.get('skip', 0)} skipped", highlight=False)
     if blind:
         console.print(Text(f"{blind} pass(es) inconclusive: the interval still reaches above the allowance, so a "
-                           "regression that large could pass unseen; more requests narrow it, and [paired] "
-                           "inconclusive = \"unreliable\" in a policy makes such a run exit 5", style="yellow"))
+                           "regression that large could pass unseen; more rounds and requests (--rounds, -n) "
+                           "narrow it, and [paired] inconclusive = \"unreliable\" in a policy makes such a run "
+                           "exit 5", style="yellow"))
     if report.verdict == UNRELIABLE:
         console.print("this run cannot judge the system: " + unreliable_message(report), highlight=False)
