@@ -187,3 +187,26 @@ def test_fewer_than_three_rounds_fall_back_to_request_resampling() -> None:
     assert d.interval.method == "requests"
     assert median_ci(xs, groups=[0] * 20).method == "requests"
     assert median_ci(xs, groups=[i % 4 for i in range(20)]).method == "rounds"
+
+
+def test_more_requests_bring_more_rounds_and_a_narrower_interval_when_blocks_drift() -> None:
+    # on a real box each block drifts on its own (A/A total_ms at -n 400: ±1.4 ms over 16 rounds, ±0.45 ms
+    # over 80): requests added inside 16 rounds barely narrow the paired interval, added rounds do
+    from zgtool.latency.config import auto_rounds
+
+    assert auto_rounds(50, 1) == 12 and auto_rounds(64, 1) == 16          # the defaults, as before
+    assert auto_rounds(400, 1) == 50 and auto_rounds(2000, 8) == 31 and auto_rounds(200, 8) == 16
+    for n, c in ((200, 1), (400, 1), (1000, 4), (4000, 8)):
+        assert n // (auto_rounds(n, c) * c) >= 8       # past 16 rounds, at most one warm-up in 9 requests
+
+    def width(rounds: int) -> float:
+        total = 0.0
+        for seed in range(20):
+            a, ga, b, gb = _simulated_run(random.Random(seed), rounds=rounds, per_round=400 // rounds, delay_ms=0.0,
+                                          block_sd_ms=1.0, shared_sd_ms=0.5)
+            d = median_difference(a, b, baseline_groups=ga, candidate_groups=gb, resamples=400, seed=seed)
+            assert d.interval.lo is not None and d.interval.hi is not None
+            total += d.interval.hi - d.interval.lo
+        return total / 20
+
+    assert width(auto_rounds(400, 1)) < 0.7 * width(16)

@@ -50,7 +50,8 @@ TIMEOUT_OLD = vocab.timeout_old()
 INSECURE = vocab.insecure()
 CACERT = vocab.cacert()
 ROUNDS = typer.Option(0, "--rounds", help="Alternate targets in this many blocks; the interval resamples them "
-                                          "(0: automatic, 4-16).")
+                                          "(0: automatic: 4-16, then one per 8 requests a worker, so a larger -n narrows the "
+                                          "interval).")
 SLO = typer.Option([], "--slo", help="Goodput SLOs in ms: 'ttft:500 tpot:50 e2e:2000'.")
 CPU_PID = typer.Option([], "--cpu-pid", help="NAME=PID of a local process (engine, gateway): its process group if "
                                              "it leads one, else it and its children; CPU ms per request is "
