@@ -457,6 +457,7 @@ def register(app: typer.Typer) -> None:
         tokenizer: str = o.TOKENIZER, scrape: list[str] = o.SCRAPE, scrape_interval_s: float = o.SCRAPE_INTERVAL_S,
         core_hour_price: float | None = o.CORE_HOUR_PRICE, gpu_hour_price: float | None = o.GPU_HOUR_PRICE,
         runs: int = o.RUNS, from_log: str | None = o.FROM_LOG, header: list[str] = o.HEADER,
+        accept_encoding: str = o.ACCEPT_ENCODING,
     ) -> None:
         opts = o.parse_split_options(**locals())
         if opts.runs > 1:

@@ -58,6 +58,9 @@ CPU_PID = typer.Option([], "--cpu-pid", help="NAME=PID of a local process (engin
                                              "reported. Repeatable.")
 CONFIG = vocab.config()
 HEADER = vocab.header()
+ACCEPT_ENCODING = typer.Option("gzip, deflate", "--accept-encoding",
+                               help="Content codings the client accepts: the SDKs' 'gzip, deflate' (a compressing "
+                                    "hop holds back their streams), or 'identity' as curl sends.")
 JSON = vocab.as_json()
 OUTPUT = vocab.output()
 CSV = vocab.csv_dir(help="Also write every request and every summary table as CSV files into DIR.")
@@ -252,7 +255,8 @@ def parse_split_options(
         metrics_url: str | None = None, brief: bool = False, tokenizer: str = "auto",
         scrape: Sequence[str] | None = None, scrape_interval_s: float = 1.0,
         core_hour_price: float | None = None, gpu_hour_price: float | None = None, runs: int = 1,
-        from_log: str | None = None, header: Sequence[str] | None = None) -> SplitOptions:
+        from_log: str | None = None, header: Sequence[str] | None = None,
+        accept_encoding: str = "gzip, deflate") -> SplitOptions:
     """The command line's values (keyword names and defaults as the CLI's) -> SplitOptions, or the
     UsageError of the first option that does not hold (one line, exit 2)."""
     from zgtool.errors import UsageError
@@ -286,7 +290,8 @@ def parse_split_options(
             raise UsageError(f"--otlp-listen {otlp_listen}: {exc}") from None
     text, prompt_name = prompt_text(prompt, prompt_file)
     split = SplitConfig(num_requests=n, concurrency=conc, warmup=warmup, stream=stream,
-                        new_connection=new_connection, prompt=text, prompt_name=prompt_name,
+                        new_connection=new_connection, accept_encoding=accept_encoding, prompt=text,
+                        prompt_name=prompt_name,
                         max_tokens=max_tokens_value(max_tokens), timeout_s=vocab.timeout_from(timeout_s, timeout_old),
                         verify=verify, rounds=rounds, slo=Slo.parse(list(slo) if slo else None), **open_loop,
                         **(wl.config_fields() if wl else {}))

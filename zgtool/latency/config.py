@@ -19,6 +19,9 @@ MAX_TOKENS: dict[str, int] = {"short": 16, "medium": 128, "long": 512}
 SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms", "e2el": "e2e_ms"}
 
 
+DECODABLE = ("gzip", "deflate", "identity")    # content codings the measuring client decodes (zlib)
+
+
 def auto_rounds(num_requests: int, concurrency: int) -> int:
     """Blocks per target: many, so the interval can resample rounds (>= 4; ~4 requests per worker
     and block up to 16 blocks; past that ~8 per worker and block, so that more requests bring more
@@ -85,6 +88,9 @@ class SplitConfig:
     warmup: int = 2
     stream: bool = True
     new_connection: bool = False
+    # what the client accepts: the OpenAI and Anthropic SDKs (httpx) send "gzip, deflate", and a compressing
+    # hop (nginx's gzip filter) holds back their streams; "identity" measures the path as curl sees it
+    accept_encoding: str = "gzip, deflate"
     prompt: str = PROMPTS["short"]
     prompt_name: str = "short"
     max_tokens: int = MAX_TOKENS["short"]
@@ -123,6 +129,11 @@ class SplitConfig:
             raise UsageError("the prompt is empty")
         if self.timeout_s <= 0:
             raise UsageError(f"--timeout must be positive, not {self.timeout_s}")
+        bad = [e for e in (x.strip().split(";")[0].strip().lower() for x in self.accept_encoding.split(","))
+               if e not in DECODABLE]
+        if bad or not self.accept_encoding.strip():
+            raise UsageError(f"--accept-encoding {self.accept_encoding!r}: zgtool's client decodes "
+                             f"{', '.join(DECODABLE)} (a comma list of them), not {', '.join(map(repr, bad)) or 'nothing'}")
         if self.rounds < 0:
             raise UsageError(f"--rounds must be at least 1 (or 0 for automatic), not {self.rounds}")
         if not 0.5 <= self.confidence < 1.0:

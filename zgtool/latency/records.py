@@ -167,6 +167,7 @@ class RequestSample:
     # sent first on a kept-alive connection the server had closed (no answer byte came: the error it got), then
     # resent once on a new connection, whose connect is in its figures (zgtool.latency.wire.client); else None
     resent_after: str | None = None
+    content_encoding: str | None = None     # the answer's Content-Encoding when not identity (decoded here)
     # open loop only (zgtool.latency.schedule.openloop): None in a closed-loop run
     scheduled_s: float | None = None    # when it was due, since the run started (same clock as start_s)
     dispatch_lag_ms: float | None = None          # its first byte out (kernel time) - scheduled_s, less set-up

@@ -404,6 +404,7 @@ def attribution_notes(targets: Sequence[Target], samples: Sequence[list[RequestS
             notes.append(f"{t.name}: the engine's Server-Timing total exceeds the request's own time on "
                          f"{share:.0%} of requests; the outside-engine attribution is missing, not negative")
     notes.extend(resent_notes(targets, samples))
+    notes.extend(encoding_notes(targets, samples))
     notes.extend(clock_notes(samples))
     notes.extend(front_notes(targets, samples))
     notes.extend(trace_notes(targets, samples))
@@ -591,6 +592,25 @@ def resent_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample
                      "alive (nginx's upstream keepalive) sends some requests into a closed connection and answers "
                      "them 502 (nginx resends them on a new connection with 'proxy_next_upstream error timeout "
                      "non_idempotent;': 0 of 60 streams failed in front of llama-server here, 1 to 4 of 30 without)")
+    return notes
+
+
+def encoding_notes(targets: Sequence[Target], samples: Sequence[list[RequestSample]]) -> list[str]:
+    """Per path whose answers came compressed (the client accepts what the SDKs accept, --accept-encoding): what
+    that means for a stream, which a compressing hop holds back until its buffer fills or the answer ends."""
+    notes = []
+    for t, per_target in zip(targets, samples, strict=True):
+        ok = [s for s in per_target if s.ok]
+        coded = Counter(s.content_encoding for s in ok if s.content_encoding)
+        if not coded:
+            continue
+        how = ", ".join(f"{c} x{n}" for c, n in coded.most_common())
+        streams = any(s.content_events for s in ok)
+        notes.append(f"{t.name}: {sum(coded.values())} of {len(ok)} answers came compressed ({how}), as every client "
+                     "that accepts gzip (the OpenAI and Anthropic SDKs) gets them"
+                     + ("; a compressing hop holds a stream's chunks back until its buffer fills or the answer ends "
+                        "(nginx's gzip filter), which the first token's time shows: --accept-encoding identity "
+                        "measures the path as curl sees it" if streams else ""))
     return notes
 
 

@@ -53,10 +53,27 @@ def _candidate_sentence(res: SplitResult, base: TargetResult, cand: TargetResult
     if where == "in total" and _has_engine_time(base) and not _has_engine_time(cand):
         out += (" (in total: the engine's own time did not come through this path, so the engine's variation is in "
                 "the figure; the notes say what measures the hop alone)")
+    out += _first_token_clause(res, cand)
     wait = res.engine_wait
     if wait is not None and where == "outside the engine":
         out += (f" (indicative: at {wait['overlap']} requests waited up to {_ms(wait['p90_ms'] - wait['p10_ms'], signed=False)}"
                 " ms for the engine's step outside its clock, where a hop's cost hides; -c 1 measures it)")
+    return out
+
+
+def _first_token_clause(res: SplitResult, cand: TargetResult) -> str:
+    """A stream's first token, when the hop moved it significantly: what a streaming user waits for, and what a
+    hop that holds the stream back (a compressing or buffering proxy) moves by nearly the whole answer."""
+    d = next((x for x in res.differences if x.candidate == cand.name and x.phase == "ttft_ms"), None)
+    if d is None or d.diff_ms is None or d.verdict not in ("higher", "lower"):
+        return ""
+    out = f"; its first token {_ms(d.diff_ms)} ms {_interval(d.lo_ms, d.hi_ms)}, significant"
+    ttft, total, itl = (find_phase(cand, m) for m in ("ttft_ms", "total_ms", "itl_ms"))
+    if (ttft is not None and total is not None and itl is not None and d.diff_ms > 0
+            and ttft.summary.get("p50") is not None and total.summary.get("p50")
+            and ttft.summary["p50"] >= 0.9 * total.summary["p50"] and (itl.summary.get("p50") or 0.0) < 0.05):
+        out += (" (the stream arrived in one piece: a hop held it back"
+                + (", compressing it" if any(s.content_encoding for s in cand.samples if s.ok) else "") + ")")
     return out
 
 

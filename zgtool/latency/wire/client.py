@@ -25,6 +25,7 @@ from zgtool.latency.attribution.adapters.base import PROVIDER_PREFIX
 from zgtool.latency.attribution.servertiming import timing_from_headers
 from zgtool.latency.config import SplitConfig
 from zgtool.latency.records import RequestSample
+from zgtool.latency.wire.decode import DecodeError, coding_of, decoded
 from zgtool.latency.wire.pktclock import CURRENT
 from zgtool.latency.wire.resolve import fill_points
 from zgtool.latency.wire.stream_reader import Points, anthropic_prompt_tokens, read_stream
@@ -142,7 +143,7 @@ class Endpoint:
         host, port = target.host, target.port
         default_port = 443 if target.scheme == "https" else 80
         host_header = (f"[{host}]" if ":" in host else host) + ("" if port == default_port else f":{port}")
-        headers = {"host": host_header, "content-type": "application/json", "accept-encoding": "identity",
+        headers = {"host": host_header, "content-type": "application/json", "accept-encoding": cfg.accept_encoding,
                    "user-agent": "zgtool-latency-split", **target.auth_headers()}
         if cfg.stream:
             headers["accept"] = "text/event-stream"
@@ -268,14 +269,22 @@ class Session:
         # Server-Timing, and the engine's timing under a gateway's name for it (LiteLLM)
         parts = timing_from_headers(resp.headers)
         chunks: Iterable[bytes] = resp.stream  # type: ignore[assignment]
-        if resp.status >= 400:
-            sample.error, sample.error_detail = _http_error(resp.status, chunks)
-        elif ep.stream:
-            sample.error, event_parts, sample.output_tokens, sample.input_tokens = read_stream(
-                chunks, ep.target.api, content_ns, self.points, ev)
-            parts.update(event_parts)
-        else:
-            sample.error, sample.output_tokens, sample.input_tokens = _read_body(chunks, ep.target.api, ev)
+        coding = coding_of(next((v.decode("latin-1") for k, v in resp.headers if k.lower() == b"content-encoding"),
+                                None))
+        if coding is not None:
+            sample.content_encoding = coding
+            chunks = decoded(chunks, coding)
+        try:
+            if resp.status >= 400:
+                sample.error, sample.error_detail = _http_error(resp.status, chunks)
+            elif ep.stream:
+                sample.error, event_parts, sample.output_tokens, sample.input_tokens = read_stream(
+                    chunks, ep.target.api, content_ns, self.points, ev, compressed=coding is not None)
+                parts.update(event_parts)
+            else:
+                sample.error, sample.output_tokens, sample.input_tokens = _read_body(chunks, ep.target.api, ev)
+        except DecodeError as exc:
+            sample.error, sample.error_detail = f"bad_body:{coding}", str(exc)
         sample.server_timing = parts
         ev.server_timing = parts
         if MARKS.last_read_ns is not None:      # when the body's last bytes arrived, not when h11 said so

@@ -67,7 +67,8 @@ class Points:
 
 
 def read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int], points: Points | None = None,
-                ev: Evidence | None = None) -> tuple[str | None, dict[str, float], int | None, int | None]:
+                ev: Evidence | None = None, *, compressed: bool = False
+                ) -> tuple[str | None, dict[str, float], int | None, int | None]:
     """Read SSE to the end, stamping each content delta with the time its bytes arrived: the receive
     loop (transport.py) stamps every read before h11 or this parser see it. Events are cut by the http
     kit's parser, which keeps a CRLF split between two reads one line end."""
@@ -75,8 +76,9 @@ def read_stream(chunks: Iterable[bytes], api: str, content_ns: list[int], points
     state: dict[str, Any] = {"tokens": None, "input": None, "done": False, "finished": False, "error": None}
     points = points if points is not None else Points()
     parser = SSEParser()
-    # with the packet clock, each event's own last byte is located (the parser is fed line by line)
-    decoded: int | None = 0 if CURRENT.clock is not None else None
+    # with the packet clock, each event's own last byte is located (the parser is fed line by line); a
+    # compressed body's decoded offsets are not the wire's, so its events take their read's time
+    decoded: int | None = 0 if CURRENT.clock is not None and not compressed else None
     for chunk in chunks:
         read = MARKS.reads - 1
         now = MARKS.last_read_ns or perf_counter_ns()
