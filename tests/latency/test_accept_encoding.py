@@ -116,6 +116,8 @@ def test_through_nginx_with_gzip_the_answers_come_compressed_and_are_read_whole(
     assert v["num_ok"] == 8 and all(s["content_encoding"] == "gzip" for s in v["samples"])
     assert all(s["output_tokens"] and s["content_events"] == s["output_tokens"] for s in v["samples"])
     assert any("8 of 8 answers came compressed (gzip x8)" in n for n in data["attribution_notes"])
+    assert data["config"]["accept_encoding"] == "gzip, deflate"
     plain = _split(via, "--accept-encoding", "identity")
     assert all(s["ok"] and s["content_encoding"] is None for s in plain["targets"][0]["samples"])
     assert not any("came compressed" in n for n in plain["attribution_notes"])
+    assert plain["config"]["accept_encoding"] == "identity"

@@ -181,6 +181,7 @@ class SplitConfig:
                 "rounds": self.effective_rounds, "confidence": self.confidence, "resamples": self.resamples,
                 "seed": self.seed, "slo": self.slo.public() if self.slo else None, "quick": self.quick,
                 "family_size": self.family_size, "fresh_connections": self.fresh_connections,
+                "accept_encoding": self.accept_encoding,
                 "open_loop": ({"rate_rps": self.rate_rps, "arrivals": self.arrivals if self.schedule_s is None
                                else "schedule", "max_in_flight": self.max_in_flight or None}
                               if self.open_loop else None),
