@@ -77,7 +77,8 @@ def run_gate(
     report = evaluate(policy, loaded, baseline=base, max_regression=ratio)
     result = make_result("gate", report)
     result["data"]["verdict"] = report.verdict  # pass | fail | unreliable
-    result["data"]["inconclusive"] = len(report.inconclusive_rows)   # passes whose interval reaches past the allowance
+    # passes whose interval reaches past the allowance ([paired] inconclusive = "unreliable" fails them instead)
+    result["data"]["inconclusive"] = sum(1 for r in report.inconclusive_rows if r.status == "pass")
     for row in result["data"]["rows"]:
         # a ratio over a measured 0 is +-inf: JSON has no such number, so write null
         row["values"] = [v if math.isfinite(v) else None for v in row["values"]]

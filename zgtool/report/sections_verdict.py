@@ -177,7 +177,8 @@ def _gate_table(rs: ResultSet) -> str:
             f'{"<br>" + escape(x["why"]) if x.get("inconclusive") and x.get("why") else ""}</td></tr>'
             for x in d.get("rows") or [])
         counts = d.get("counts") or {}
-        blind = f" ({d['inconclusive']} inconclusive)" if d.get("inconclusive") else ""
+        marked = sum(1 for x in d.get("rows") or [] if x.get("inconclusive") and x["status"] == "pass")
+        blind = f" ({marked} inconclusive)" if marked else ""     # verify's gate result carries the rows alone
         out.append(f'<h3>Gate: {escape(str(d.get("policy", "")).rsplit("/", 1)[-1])} — {counts.get("pass", 0)} pass'
                    f'{blind}, {counts.get("fail", 0)} fail, {counts.get("skip", 0)} skip</h3><div class="wide"><table class="t">'
                    '<thead><tr><th>status</th><th>rule</th><th>check</th><th>result</th><th>measured</th></tr></thead>'
