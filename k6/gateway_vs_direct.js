@@ -19,7 +19,11 @@
 //                             compete for the same CPUs; 0: all at once
 //   ROUNDS                    with SEQUENTIAL: the scenarios take turns in this many rounds, each
 //                             a slice of DURATION (default 1: each scenario once, whole)
-//   DIRECT_HEADERS, GATEWAY_HEADERS   JSON objects of extra request headers (API keys)
+//   DIRECT_HEADERS, GATEWAY_HEADERS   JSON objects of extra request headers (API keys); one named like a
+//                             default header (any case) replaces it
+//   ACCEPT_ENCODING           what the requests accept (default "gzip, deflate", what the OpenAI and
+//                             Anthropic SDKs send through httpx: a compressing gateway compresses for
+//                             them, and k6 decodes the answer); "identity" as curl sends
 //   SUMMARY                   where handleSummary writes the JSON summary
 //
 // Open model: a request starts every 1/RATE s whether or not earlier ones finished,
@@ -74,12 +78,20 @@ const BODIES = new SharedArray('bodies', () => {
 const PLAIN_BODY = BODIES[0][0];
 const STREAM_BODY = BODIES[0][1];
 const IS_OPENAI = ENDPOINT.indexOf('chat/completions') >= 0;
+const ACCEPT_ENCODING = __ENV.ACCEPT_ENCODING || 'gzip, deflate';
 const BASE_HEADERS = IS_OPENAI
-  ? { 'content-type': 'application/json' }
-  : { 'content-type': 'application/json', 'anthropic-version': '2023-06-01' };
+  ? { 'content-type': 'application/json', 'accept-encoding': ACCEPT_ENCODING }
+  : { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', 'accept-encoding': ACCEPT_ENCODING };
 
 function headers(envName) {
-  return Object.assign({}, BASE_HEADERS, JSON.parse(__ENV[envName] || '{}'));
+  const extra = JSON.parse(__ENV[envName] || '{}');
+  const base = Object.assign({}, BASE_HEADERS);
+  for (const name of Object.keys(extra)) {
+    for (const own of Object.keys(base)) {
+      if (own.toLowerCase() === name.toLowerCase()) delete base[own];   // the user's header, not two of one name
+    }
+  }
+  return Object.assign(base, extra);
 }
 
 const TARGETS = {

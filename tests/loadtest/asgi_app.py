@@ -4,12 +4,14 @@ Not the engine: it lets the k6 plumbing be tested without the model stack. A req
 whose body contains "fail-me" gets a 500 so failure counting can be checked; "slow-me"
 waits 300 ms, so a small VU pool cannot keep an arrival rate; "close-me" is answered with
 `connection: close`, so uvicorn closes the kept-alive connection after the answer (as llama-server
-closes after every streamed answer).
+closes after every streamed answer); "gzip-me" is answered gzip-compressed when the request accepts gzip
+(as a compressing gateway does) and 406 when it does not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 
 MESSAGE = {"id": "msg_test", "type": "message", "role": "assistant", "model": "test",
@@ -52,6 +54,17 @@ async def app(scope, receive, send):
     if b"slow-me" in body:
         await asyncio.sleep(0.3)
     req = json.loads(body)
+    if b"gzip-me" in body:
+        accepts = dict(scope["headers"]).get(b"accept-encoding", b"")
+        if b"gzip" not in accepts:
+            await _json(send, 406, {"type": "error", "error": {"type": "invalid_request_error",
+                                                                "message": f"accept-encoding {accepts!r}"}})
+            return
+        raw = gzip.compress(json.dumps(MESSAGE).encode())
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")]})
+        await send({"type": "http.response.body", "body": raw})
+        return
     if not req.get("stream"):
         await _json(send, 200, MESSAGE, close=b"close-me" in body)
         return

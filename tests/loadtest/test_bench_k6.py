@@ -207,3 +207,21 @@ def test_scenarios_take_turns_in_rounds_and_the_gateway_is_paired_with_direct_ro
                     k6=find_k6(), run_dir=tmp_path / "one", progress=False)
     assert one.config["rounds"] == 1 and one.differences["gateway"]["method"].startswith("unpaired")
     assert "a drift between them is not covered" in bench_verdict(one)
+
+
+def test_bench_accepts_gzip_as_the_sdks_do_and_k6_reads_the_compressed_answer(asgi_url, cli, tmp_path):
+    # the app answers "gzip-me" compressed when the request accepts gzip (a compressing gateway), 406 otherwise
+    payload = tmp_path / "gz.json"
+    payload.write_text(json.dumps({"model": "default", "max_tokens": 4,
+                                   "messages": [{"role": "user", "content": "gzip-me"}]}))
+    out = tmp_path / "bench.json"
+    proc = cli("bench", "--direct", asgi_url, "--scenarios", "direct", "--rate", "5", "--duration", "1s",
+               "--payload", payload, "--no-progress", "-o", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(out.read_text())["data"]["scenarios"]["direct"]
+    assert s["requests"] >= 5 and s["failures"] == 0 and s["checks_failed"] == 0
+    # a header the user names replaces the default of that name, whatever its case
+    proc = cli("bench", "--direct", asgi_url, "--scenarios", "direct", "--rate", "5", "--duration", "1s",
+               "--payload", payload, "--no-progress", "-H", "Accept-Encoding: identity", "-o", out, cwd=tmp_path)
+    s = json.loads(out.read_text())["data"]["scenarios"]["direct"]
+    assert s["requests"] >= 5 and s["failures"] == s["requests"], proc.stderr
