@@ -19,7 +19,9 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
     t = Table(title=title, show_header=False, title_justify="left")
-    t.add_column("field", style="bold")
+    # the names wrap between words within 26 columns, so a value (a URL, a verdict) keeps the rest of the width
+    # and folds only when it is longer than that
+    t.add_column("field", style="bold", max_width=26)
     t.add_column("value", overflow="fold")
     for k, v in rows:
         t.add_row(k, v if isinstance(v, str) else _fmt(v))

@@ -210,3 +210,16 @@ def test_probe_headers_prints_the_load_hint_as_pairs_not_a_python_dict():
     text = cap.get()
     assert "load hint: kv_util=0.0, running=0, waiting=0" in text
     assert "{'" not in text
+
+
+def test_a_probe_table_keeps_a_target_url_on_one_line_at_80_columns() -> None:
+    # `probe stream` through nginx in front of llama-server folded "http://127.0.0.1:18152/v1/chat/compl" /
+    # "etions": its long field names took half the width
+    from zgtool.probes.render import _kv
+
+    url = "http://127.0.0.1:18152/v1/chat/completions -> HTTP 200 text/event-stream"
+    text = render_text(_kv("probe stream", [("target", url),
+                                            ("headers / first body / first content / last content",
+                                             "401.994 ms / 402.084 ms / 402.084 ms / 402.084 ms")]))
+    assert_readable(text)
+    assert "http://127.0.0.1:18152/v1/chat/completions" in text
