@@ -91,6 +91,22 @@ def test_runs_of_different_workloads_are_refused_in_one_line(tmp_path: Path) -> 
     assert done.stderr.strip().count("\n") == 0 and "max_tokens" in done.stderr
 
 
+@pytest.mark.parametrize(("field", "value"), [("api", "openai"), ("model", "smollm2")])
+def test_runs_whose_path_asked_another_api_or_model_are_refused(tmp_path: Path, field: str, value: str) -> None:
+    # detection picked the Messages route one night and chat completions the next: other code in a gateway
+    other = json.loads(TWO_MS[1].read_text())
+    target = other["data"]["targets"][1]
+    if field == "api":
+        target["api"] = value
+    else:
+        target["detected"] = {**(target.get("detected") or {}), "model": value}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(other))
+    done = run_zgtool("compare", TWO_MS[0], bad)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.strip().count("\n") == 0 and f"path 2's {field} is {value!r} there" in done.stderr
+
+
 def test_a_result_of_another_kind_or_a_single_file_is_a_usage_error(tmp_path: Path) -> None:
     other = json.loads(TWO_MS[1].read_text())
     other["kind"] = "probe.all"

@@ -107,3 +107,18 @@ def test_the_regression_method_is_checked_where_the_policy_names_it() -> None:
     assert DEFAULT.regression.method == "intervals"
     with pytest.raises(PolicyError, match=r"p.toml line 4: \[regression\] method must be intervals or percentile, not 'p95'"):
         parse_policy(RULE + '[regression]\nmax = "10%"\nmethod = "p95"\n', source="p.toml")
+
+
+@pytest.mark.parametrize("change", ["max_tokens", "api"])
+def test_a_stored_run_of_another_workload_is_refused_not_judged(change: str) -> None:
+    from zgtool.errors import UsageError
+
+    stored = _load("vllm_haproxy_aa_run1.json")
+    now = copy.deepcopy(_load("vllm_haproxy_aa_run2.json"))
+    if change == "max_tokens":
+        now["data"]["config"]["max_tokens"] = 4 * now["data"]["config"]["max_tokens"]
+    else:
+        for t in now["data"]["targets"]:
+            t["api"] = "anthropic" if t["api"] == "openai" else "openai"
+    with pytest.raises(UsageError, match=f"measured different workloads: .*{change}"):
+        evaluate(DEFAULT, [LoadedResult("run2", now)], baseline=LoadedResult("run1", stored))

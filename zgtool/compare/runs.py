@@ -43,7 +43,11 @@ class Run:
 
 
 def load_run(path: Path) -> Run:
-    result = load_result(path)
+    return run_from(path, load_result(path))
+
+
+def run_from(path: Path, result: dict[str, Any]) -> Run:
+    """A loaded result as a run compare reads (`gate --baseline` checks its runs' workloads with it too)."""
     kind = result.get("kind")
     if kind == BENCH_KIND:
         return bench_run(path, result)
@@ -100,11 +104,31 @@ def check_comparable(runs: list[Run]) -> None:
         if run.kind == BENCH_KIND and run.path_names != first.path_names:
             raise UsageError(f"{run.path} ran the scenarios {', '.join(run.path_names)} and {first.path} "
                              f"{', '.join(first.path_names)}: compare needs the same scenarios in every run")
-        for field in (BENCH_WORKLOAD_FIELDS if run.kind == BENCH_KIND else WORKLOAD_FIELDS):
-            a, b = first.config.get(field), run.config.get(field)
-            if a != b:
-                raise UsageError(f"{run.path} and {first.path} measured different workloads: "
-                                 f"{field} is {b!r} there and {a!r} here")
+        check_same_workload(first, run)
+
+
+def check_same_workload(first: Run, run: Run) -> None:
+    """UsageError when two runs of one kind measured different workloads: the config fields that define one,
+    and each path's API and model (`gate --baseline` checks this alone: its runs may hold different paths)."""
+    for field in (BENCH_WORKLOAD_FIELDS if run.kind == BENCH_KIND else WORKLOAD_FIELDS):
+        a, b = first.config.get(field), run.config.get(field)
+        if a != b:
+            raise UsageError(f"{run.path} and {first.path} measured different workloads: "
+                             f"{field} is {b!r} there and {a!r} here")
+    if run.kind == KIND:
+        _same_routes(first, run)
+
+
+def _same_routes(first: Run, run: Run) -> None:
+    """Each path asked the same API and model in both runs: a gateway's Messages route and its chat completions
+    route are different code (LiteLLM's headers came 20 vs 79 ms into a stream of the same engine), and a
+    detection that picked another API or model between two runs measured another workload."""
+    for i, (a, b) in enumerate(zip(first.targets, run.targets, strict=False)):
+        for what, x, y in (("api", a.get("api"), b.get("api")),
+                           ("model", (a.get("detected") or {}).get("model"), (b.get("detected") or {}).get("model"))):
+            if x is not None and y is not None and x != y:
+                raise UsageError(f"{run.path} and {first.path} measured different workloads: path {i + 1}'s {what} "
+                                 f"is {y!r} there and {x!r} here (pass --api/--model to measure the same)")
 
 
 def load_runs(paths: list[Path], baseline: Path | None) -> list[Run]:

@@ -78,6 +78,20 @@ def _is_literal(side: str) -> bool:
     return True
 
 
+def _same_workload(results: list[LoadedResult], baseline: LoadedResult) -> None:
+    """A stored run of another workload (stream, prompt, output length, concurrency, a path's API or model) says
+    nothing of this one: the UsageError compare gives for it (exit 2), not a verdict."""
+    from pathlib import Path
+
+    from zgtool.compare.runs import BENCH_KIND, KIND, check_same_workload, run_from
+
+    if baseline.kind not in (KIND, BENCH_KIND):
+        return
+    base = run_from(Path(baseline.label), baseline.result)
+    for res in results:
+        check_same_workload(base, run_from(Path(res.label), res.result))
+
+
 def evaluate_regression(
     spec: RegressionSpec, results: list[LoadedResult], baseline: LoadedResult
 ) -> list[GateRow]:
@@ -87,6 +101,7 @@ def evaluate_regression(
     (lower is better)."""
     rows: list[GateRow] = []
     same_kind = [r for r in results if r.kind == baseline.kind]
+    _same_workload(same_kind, baseline)
     if not same_kind:
         raise PolicyError(
             f"baseline {baseline.label} is a {baseline.kind!r} result but no RESULT has that kind "
