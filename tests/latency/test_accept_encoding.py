@@ -102,8 +102,8 @@ def gzip_nginx() -> Iterator[LocalStack]:
         yield st
 
 
-def _split(*args: str) -> dict:
-    proc = run_zgtool("latency-split", *args, "--stream", "-n", "8", "--warmup", "1", "--json", timeout_s=180)
+def _split(*args: str, stream: str = "--stream") -> dict:
+    proc = run_zgtool("latency-split", *args, stream, "-n", "8", "--warmup", "1", "--json", timeout_s=180)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["data"]
 
@@ -121,3 +121,11 @@ def test_through_nginx_with_gzip_the_answers_come_compressed_and_are_read_whole(
     assert all(s["ok"] and s["content_encoding"] is None for s in plain["targets"][0]["samples"])
     assert not any("came compressed" in n for n in plain["attribution_notes"])
     assert plain["config"]["accept_encoding"] == "identity"
+
+
+def test_a_whole_json_answer_through_nginx_with_gzip_is_decoded_too(gzip_nginx: LocalStack) -> None:
+    data = _split(gzip_nginx.urls["nginx-buffered"], stream="--no-stream")
+    (t,) = data["targets"]
+    assert t["num_ok"] == 8 and all(s["content_encoding"] == "gzip" and s["output_tokens"] for s in t["samples"])
+    assert any("8 of 8 answers came compressed (gzip x8), as every client" in n and "holds a stream" not in n
+               for n in data["attribution_notes"])
