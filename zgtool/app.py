@@ -82,9 +82,10 @@ def _run(args: list[str]) -> int:
     """
     from typer._click.exceptions import ClickException  # typer >= 0.26 vendors click
 
+    from zgtool.cli_coerce import install
     from zgtool.plainhelp import plain_help
 
-    command = plain_help(typer.main.get_command(app))
+    command = install(plain_help(typer.main.get_command(app)))
     try:
         with command.make_context("zgtool", probe_url_shorthand(args)) as ctx:
             command.invoke(ctx)

@@ -29,7 +29,8 @@ def _split(replay: str, stream: bool) -> tuple[list[Target], object]:
     hold = HOLD_MS[stream]       # as long as vLLM said it took: its figures fit inside the request
     targets = [Target("vllm", f"{replay}/f/vllm_{suffix}@{hold}/v1", "openai", "smollm2"),
                Target("litellm", f"{replay}/f/litellm_vllm_{suffix}@{hold}/v1", "openai", "smollm2")]
-    cfg = SplitConfig(num_requests=2, warmup=0, stream=stream, max_tokens=8, resamples=200, timeout_s=30.0)
+    cfg = SplitConfig(num_requests=2, warmup=0, stream=stream, max_tokens=8, resamples=200, timeout_s=30.0,
+                      fresh_connections=False)   # each held request is 1.2-1.6 s: no warm-up request per block
     samples = measure_targets(targets, cfg)
     return targets, analyse(targets, samples, cfg)
 
