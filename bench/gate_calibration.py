@@ -25,7 +25,8 @@ same gateway had slowed down since the stored run; a breach of a [regression] ro
 own, not the run's [paired] rows) is a false alarm for an A/A pair, a detection for an A/B pair.
 A pass whose [paired] interval reaches above the allowance is marked inconclusive: counted per scenario, as
 the share of A/A passes marked (the mark's cost: how often an honest pass carries it) and the silent miss rate
-of each A/B (a regression passed unmarked: the gate sure of itself and wrong).
+of each A/B (a regression passed unmarked: the gate sure of itself and wrong); the same for `gate --baseline`
+against the stored A/A run before (its [regression] rows' mark).
 Prints a table and, as the LAST line, one JSON object: rates with Wilson 95% intervals.
 Goals (issue 33): false-alarm rate <= 5%, detection of a 2 ms and of a 10% regression >= 80%.
 """
@@ -165,6 +166,7 @@ def main() -> None:
                 prev_base_p95: float | None = None
                 prev_aa: LoadedResult | None = None
                 vs_stored = {m: {s: 0 for s in SCENARIOS} for m in [*across, "compare"]}
+                vs_marked = {m: {s: 0 for s in SCENARIOS} for m in across}   # passes against it marked inconclusive
                 stored_n = 0
                 try:
                     for i in range(args.runs):
@@ -175,9 +177,11 @@ def main() -> None:
                             if prev_aa is not None:       # gate --baseline: against the stored A/A run before
                                 now = LoadedResult(str(out), relabelled(res, targets[s], base_b))
                                 for m, pol in across.items():     # its own rows only, not the run's [paired]
-                                    own = [r for r in evaluate(pol, [now], baseline=prev_aa).breaches
-                                           if r.group == "regression"]
+                                    rows = [r for r in evaluate(pol, [now], baseline=prev_aa).rows
+                                            if r.group == "regression"]
+                                    own = [r for r in rows if r.status == "fail"]
                                     vs_stored[m][s] += bool(own)
+                                    vs_marked[m][s] += not own and any(r.inconclusive for r in rows)
                                 vs_stored["compare"][s] += compare_fails(Path(prev_aa.label), now.result, Path(tmp))
                             fails[s] += report.verdict == "fail"
                             for row in report.breaches:    # which check fired, and why, in words
@@ -226,7 +230,14 @@ def main() -> None:
                                           "false_alarm_rate": v["aa"] / stored_n if stored_n else None,
                                           "false_alarm_ci95": wilson(v["aa"], stored_n) if stored_n else None,
                                           "detection_rate_2ms": v["ab2ms"] / stored_n if stored_n else None,
-                                          "detection_rate_10pct": v["ab10"] / stored_n if stored_n else None}
+                                          "detection_rate_10pct": v["ab10"] / stored_n if stored_n else None,
+                                          # passes marked inconclusive, and misses left unmarked (silent)
+                                          **({"passes_marked_inconclusive": vs_marked[m],
+                                              "aa_passes_marked_rate": vs_marked[m]["aa"] / max(1, stored_n - v["aa"]),
+                                              "silent_miss_rate_2ms": (stored_n - v["ab2ms"] - vs_marked[m]["ab2ms"])
+                                              / stored_n if stored_n else None,
+                                              "silent_miss_rate_10pct": (stored_n - v["ab10"] - vs_marked[m]["ab10"])
+                                              / stored_n if stored_n else None} if m in vs_marked else {})}
                                       for m, v in vs_stored.items()},
                 }
     finally:
@@ -238,12 +249,15 @@ def main() -> None:
         print(f"{cond:<10}{r['false_alarm_rate']:>21.0%} {r['detection_rate_2ms']:>15.0%} "
               f"{r['detection_rate_10pct']:>15.0%} {'-' if old is None else f'{old:.0%}':>13} "
               f"{r['aa_passes_marked_rate']:>11.0%} {r['silent_miss_rate_10pct']:>16.0%}")
-    print(f"\n{'--baseline (two runs)':<32}{'false alarm (A/A)':>18}{'detect 2 ms':>13}{'detect 10%':>12}")
+    print(f"\n{'--baseline (two runs)':<32}{'false alarm (A/A)':>18}{'detect 2 ms':>13}{'detect 10%':>12}"
+          f"{'A/A marked':>12}{'silent miss 2 ms':>18}")
     for cond, r in summary.items():
         for m, g in r["gate_baseline"].items():
             if g["pairs"]:
+                marks = (f"{g['aa_passes_marked_rate']:>11.0%} {g['silent_miss_rate_2ms']:>17.0%}"
+                         if "aa_passes_marked_rate" in g else f"{'-':>11} {'-':>17}")
                 print(f"{cond + ' ' + m:<32}{g['false_alarm_rate']:>17.0%} {g['detection_rate_2ms']:>12.0%} "
-                      f"{g['detection_rate_10pct']:>11.0%}")
+                      f"{g['detection_rate_10pct']:>11.0%} {marks}")
     met = all(r["false_alarm_rate"] <= 0.05 and r["detection_rate_10pct"] >= 0.80 and r["detection_rate_2ms"] >= 0.80
               for r in summary.values())
     print(json.dumps({"bench": "gate_calibration", "model": args.model, "policy": args.policy,

@@ -100,7 +100,53 @@ def test_a_hops_tax_that_grew_past_its_stored_interval_fails_and_machine_drift_a
     assert {r.rule.rsplit("/", 1)[-1] for r in moved.breaches} == {"v1.outside_engine_ms median"}
 
 
+def _narrowed(result: dict[str, Any], half_ms: float) -> dict[str, Any]:
+    """The same run with every paired difference's interval `half_ms` either side of its estimate."""
+    out = copy.deepcopy(result)
+    for d in out["data"]["differences"]:
+        for lo, hi in (("lo_ms", "hi_ms"), ("lo_adj", "hi_adj")):
+            if d.get(lo) is not None and d.get("diff_ms") is not None:
+                d[lo], d[hi] = d["diff_ms"] - half_ms, d["diff_ms"] + half_ms
+    return out
+
+
+def test_a_pass_whose_change_interval_reaches_past_the_allowance_is_marked_inconclusive_and_unreliable_on_request() -> None:
+    run1, run2 = LoadedResult("run1", _load("vllm_haproxy_aa_run1.json")), LoadedResult("run2", _load("vllm_haproxy_aa_run2.json"))
+    taxes = {r.rule.rsplit(": ", 1)[1]: r for r in _regression(evaluate(DEFAULT, [run2], baseline=run1))
+             if r.rule.endswith(" tax")}
+    # recorded: outside_engine_ms tax -0.04 ms [-0.56, +1.94] against +1.16 [-2.42, +6.74] stored: the change's
+    # interval, both combined, reaches +3.55 ms, above the 1 ms allowance: a 3 ms regression could have hidden
+    assert all(r.status == "pass" and r.inconclusive for r in taxes.values())
+    assert ("inconclusive: the change's interval, both runs' combined, reaches +3.552 ms, above the 1 ms allowance"
+            in taxes["outside_engine_ms tax"].why)
+    strict = parse_policy(RULE + '[regression]\ninconclusive = "unreliable"\n')
+    report = evaluate(strict, [run2], baseline=run1)
+    assert report.verdict == "unreliable" and not report.breaches
+    assert {r.rule.rsplit(": ", 1)[1] for r in report.unreliable_rows} == {"outside_engine_ms tax", "total_ms tax",
+                                                                          "ttft_ms tax"}
+    # the same runs measured tightly (every tax +-0.2 ms): the change's interval stays within 1 ms, nothing marked
+    tight = evaluate(strict, [LoadedResult("n2", _narrowed(run2.result, 0.2))],
+                     baseline=LoadedResult("n1", _narrowed(run1.result, 0.2)))
+    oe = next(r for r in _regression(tight) if r.rule.endswith("outside_engine_ms tax"))
+    assert oe.status == "pass" and not oe.inconclusive, oe.why
+
+
+def test_a_path_median_whose_change_interval_reaches_past_the_allowance_is_marked_inconclusive() -> None:
+    base = _load("latency_split_one_target.json")
+    ttft = base["data"]["targets"][0]["phases"]["ttft_ms"]
+    wide = copy.deepcopy(base)
+    wide["data"]["targets"][0]["phases"]["ttft_ms"]["median_hi"] = ttft["median_hi"] * 2 + 5.0
+    (row,) = [r for r in _regression(evaluate(DEFAULT, [LoadedResult("wide", wide)], baseline=LoadedResult("b", base)))
+              if r.rule.endswith("ttft_ms median")]
+    assert row.status == "pass" and row.inconclusive and "the change's interval, both runs' combined" in row.why
+    # the run against itself: intervals 0.27 ms wide, well within the 1 ms allowance: a pass that proves it
+    same = evaluate(DEFAULT, [LoadedResult("same", base)], baseline=LoadedResult("b", base))
+    assert same.verdict == "pass" and not same.inconclusive_rows
+
+
 def test_the_regression_method_is_checked_where_the_policy_names_it() -> None:
+    with pytest.raises(PolicyError, match=r"\[regression\] inconclusive must be one of 'warn', 'unreliable', not 'x'"):
+        parse_policy(RULE + '[regression]\ninconclusive = "x"\n', source="p.toml")
     assert PERCENTILE.regression.method == "percentile" and PATHS_ALWAYS.regression.paths == "always"
     with pytest.raises(PolicyError, match=r"p.toml line 3: \[regression\] paths must be auto, always, never"):
         parse_policy(RULE + '[regression]\npaths = "some"\n', source="p.toml")

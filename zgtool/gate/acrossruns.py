@@ -19,6 +19,10 @@ Two separate runs drift apart on a shared machine, and a p95 of 50 requests carr
   allowance. Against a stored run (bench/k6_gate_calibration.py, 10 rounds, quiet and busy) the rule above caught
   a 2 ms regression in 1 of 7 pairs, compare's in 5 to 7 of 7, each with no false alarm in 7 A/A pairs.
 
+A pass is marked inconclusive, as [paired]'s are, when the change's 95% interval (both runs' intervals combined,
+compare's rule) still reaches above the allowance: a regression that large could pass unseen between two runs
+this wide. [regression] inconclusive = "unreliable" makes such a run exit 5.
+
 The policy's globs select what is judged: phase X of target T when "T.X.p95" matches one (the percentile
 method's names), so a policy's fields mean the same under both methods."""
 
@@ -26,9 +30,10 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from dataclasses import replace
 from typing import Any
 
-from zgtool.gate.policy import RegressionSpec
+from zgtool.gate.policy import MEASUREMENT, RegressionSpec
 from zgtool.gate.records import FAIL, PASS, SKIP, GateRow, LoadedResult
 
 GROUP = "regression"
@@ -137,11 +142,12 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
             verdict = f"its interval lies above the baseline's, within +{pct} or {spec.noise_floor:g} ms"
         else:
             verdict = "the intervals overlap or it is faster"
-        rows.append(GateRow(
+        rows.append(_marked(spec, GateRow(
             f"{target}.{phase} median", f"median_lo <= baseline median_hi * (1 + {pct})", res.label,
             FAIL if breached else PASS, (f"{phase} median_lo", f"baseline median_hi * (1 + {pct})"), ("<=",),
             (lo, limit), f"95% intervals of the medians; allowance +{pct} and {spec.noise_floor:g} ms beyond the "
-            "baseline's", group=GROUP, why=f"median {med:.4g} {_iv(lo, hi)} vs baseline {b_med:.4g} {_iv(b_lo, b_hi)}: {verdict}"))
+            "baseline's", group=GROUP, why=f"median {med:.4g} {_iv(lo, hi)} vs baseline {b_med:.4g} {_iv(b_lo, b_hi)}: {verdict}"),
+            (b_lo, b_hi), (lo, hi), med - b_med, max(spec.max_ratio * b_hi, spec.noise_floor)))
     mine_tax, their_tax = _taxes(current), _taxes(base)
     how = (f"each scenario's median minus direct's within each run ({_bench_pairing(res.result)})" if bench
            else "paired within each run (the machine's drift cancels)")
@@ -152,22 +158,42 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
         allowance = max(spec.noise_floor, spec.max_ratio * abs(b_est))
         said = f"tax {est:+.4g} ms {_iv(lo, hi)} vs baseline run's {b_est:+.4g} ms {_iv(b_lo, b_hi)}: "
         if bench:
-            rows.append(_bench_tax_row(f"{cand} - {base_path}: {phase} tax", res.label, (est, lo, hi),
+            rows.append(_bench_tax_row(spec, f"{cand} - {base_path}: {phase} tax", res.label, (est, lo, hi),
                                        (b_est, b_lo, b_hi), allowance, said, f"{how}; allowance "
                                        f"max({spec.noise_floor:g} ms, {pct} of the baseline run's tax)"))
             continue
         breached = lo > b_hi + allowance
         said += (("its interval lies above the baseline run's by more than" if breached else "within")
                  + f" the {allowance:.3g} ms allowance")
-        rows.append(GateRow(
+        rows.append(_marked(spec, GateRow(
             f"{cand} - {base_path}: {phase} tax", f"tax lo <= baseline tax hi + {allowance:.3g} ms",
             res.label, FAIL if breached else PASS, ("tax lo", "baseline tax hi + allowance"), ("<=",),
             (lo, b_hi + allowance), f"{how}; allowance "
-            f"max({spec.noise_floor:g} ms, {pct} of the baseline run's tax)", group=GROUP, why=said))
+            f"max({spec.noise_floor:g} ms, {pct} of the baseline run's tax)", group=GROUP, why=said),
+            (b_lo, b_hi), (lo, hi), est - b_est, allowance))
     return rows
 
 
-def _bench_tax_row(name: str, label: str, now: tuple[float, float, float], before: tuple[float, float, float],
+def _marked(spec: RegressionSpec, row: GateRow, before: tuple[float, float], now: tuple[float, float],
+            change: float, allowance: float) -> GateRow:
+    """`row`, marked inconclusive when it passed while the change's 95% interval (both runs' intervals
+    combined, compare's rule) still reaches above the allowance: a regression that large is as consistent with
+    the two runs as none. With [regression] inconclusive = "unreliable" such a row makes the run exit 5."""
+    from zgtool.compare.stats import interval_apart
+
+    reach = interval_apart(*before, *now, change)[1]
+    if row.status != PASS or not reach > allowance:
+        return row
+    why = (f"{row.why}; inconclusive: the change's interval, both runs' combined, reaches {reach:+.4g} ms, above "
+           f"the {allowance:.3g} ms allowance, so a regression that large could pass unseen (more requests in "
+           "both runs, -n, narrow it)")
+    if spec.inconclusive == "unreliable":
+        return replace(row, status=FAIL, category=MEASUREMENT, sides=("change interval high end", "allowance"),
+                       values=(reach, allowance), why=why, inconclusive=True)
+    return replace(row, why=why, inconclusive=True)
+
+
+def _bench_tax_row(spec: RegressionSpec, name: str, label: str, now: tuple[float, float, float], before: tuple[float, float, float],
                    allowance: float, said: str, detail: str) -> GateRow:
     """A k6 bench's tax against the stored run's by compare's rule: the change's 95% interval (both runs'
     intervals combined) excludes 0 and the change is at least the allowance."""
@@ -182,6 +208,8 @@ def _bench_tax_row(name: str, label: str, now: tuple[float, float, float], befor
              + f" the {allowance:.3g} ms allowance" + ("" if breached or c_lo > 0 else " or its interval holds 0"))
     # the side that decides: the interval when it holds 0, else the size of the change
     sides, values = (("change", "allowance"), (change, allowance)) if c_lo > 0 else (("change lo", "0"), (c_lo, 0.0))
-    return GateRow(name, f"change lo <= 0 or change < {allowance:.3g} ms", label, FAIL if breached else PASS,
-                   sides, ("<",) if c_lo > 0 else ("<=",), values, detail + "; the change's interval "
-                   "combines both runs' (compare's rule)", group=GROUP, why=said)
+    row = GateRow(name, f"change lo <= 0 or change < {allowance:.3g} ms", label, FAIL if breached else PASS,
+                  sides, ("<",) if c_lo > 0 else ("<=",), values, detail + "; the change's interval "
+                  "combines both runs' (compare's rule)", group=GROUP, why=said)
+    # a change as large as the allowance still inside the interval: a pass that could not have seen it
+    return _marked(spec, row, (b_lo, b_hi), (lo, hi), change, allowance)

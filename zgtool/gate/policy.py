@@ -26,6 +26,8 @@
     method = "intervals"                       # or "percentile": p95 by percentage alone (the old way)
     paths = "auto"                             # intervals: each path's own median judged in a run of one
                                                #   path only ("always", "never"); the hops' taxes always
+    inconclusive = "warn"                      # intervals: a pass whose interval reaches past the limit,
+                                               #   as in [paired]: "warn" or "unreliable" (exit 5)
 
 Every mistake is a PolicyError naming the file, line and field.
 """
@@ -45,7 +47,7 @@ REGRESSION_METHODS = ("intervals", "percentile")
 REGRESSION_PATHS = ("auto", "always", "never")
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "default_gates.toml"
 _RULE_KEYS = {"check", "name", "kind", "skip_missing", "category"}
-_REGRESSION_KEYS = {"max", "fields", "noise_floor", "method", "paths"}
+_REGRESSION_KEYS = {"max", "fields", "noise_floor", "method", "paths", "inconclusive"}
 _PAIRED_KEYS = {"fields", "material", "material_ms", "confidence", "inconclusive"}
 INCONCLUSIVE = ("warn", "unreliable")
 GATE, MEASUREMENT = "gate", "measurement"
@@ -84,8 +86,14 @@ class RegressionSpec:
     # median moved past its allowance in 0-3 of 11 A/A pairs of runs per condition, the taxes in none);
     # "always"; "never"
     paths: str = "auto"
+    # under "intervals", a pass whose interval still reaches past the limit (a regression that large could
+    # pass unseen between two runs this wide): "warn" marks it, "unreliable" makes the run exit 5
+    inconclusive: str = "warn"
 
     def __post_init__(self) -> None:
+        if self.inconclusive not in INCONCLUSIVE:
+            raise PolicyError(f"[regression] inconclusive must be one of {', '.join(map(repr, INCONCLUSIVE))}, "
+                              f"not {self.inconclusive!r}")
         if self.paths not in REGRESSION_PATHS:
             raise PolicyError(f"regression paths must be {', '.join(REGRESSION_PATHS)}, not {self.paths!r}")
         if self.method not in REGRESSION_METHODS:
@@ -268,7 +276,7 @@ def _regression(section: Any, text: str, source: str) -> RegressionSpec:
     try:
         ratio = parse_percent(section.get("max", "10%"))
         return RegressionSpec(max_ratio=ratio, fields=tuple(fields), noise_floor=float(floor), method=str(method),
-                              paths=str(paths))
+                              paths=str(paths), inconclusive=str(section.get("inconclusive", "warn")))
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc.message}") from exc
 

@@ -91,7 +91,7 @@ def render_report(report: GateReport, console: Console) -> None:
     if blind:
         console.print(Text(f"{blind} pass(es) inconclusive: the interval still reaches above the allowance, so a "
                            "regression that large could pass unseen; more rounds and requests (--rounds, -n) "
-                           "narrow it, and [paired] inconclusive = \"unreliable\" in a policy makes such a run "
-                           "exit 5", style="yellow"))
+                           "narrow it, and inconclusive = \"unreliable\" in a policy's [paired] or [regression] "
+                           "makes such a run exit 5", style="yellow"))
     if report.verdict == UNRELIABLE:
         console.print("this run cannot judge the system: " + unreliable_message(report), highlight=False)
