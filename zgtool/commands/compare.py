@@ -47,7 +47,8 @@ def run(opts: CompareOptions) -> dict:
     labels = [r.label for r in runs]
     metrics, taxes, changed = stats.metric_rows(runs), stats.tax_rows(runs), stats.changes(runs)
     regressions = sum(1 for c in changed if c.verdict == "regression" and c.counted)
-    sentence = render.verdict(labels, metrics, taxes, regressions)
+    open_taxes = sum(1 for c in changed if c.verdict == "inconclusive" and c.counted and c.metric.endswith(" tax"))
+    sentence = render.verdict(labels, metrics, taxes, regressions, open_taxes)
     width = shutil.get_terminal_size((100, 24)).columns
     effect = "max(1 ms, 10%)" if runs[0].kind == BENCH_KIND else "max(0.2 ms, 2%)"    # stats.smallest_effect
     if not opts.as_json:

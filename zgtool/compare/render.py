@@ -7,6 +7,7 @@ that excludes 0 (significant), `n.s.` one that does not.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from zgtool.compare.stats import Change, Interval, MetricRow, TaxRow
@@ -42,8 +43,10 @@ def layout(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) ->
     return out[:-1]
 
 
-def verdict(labels: Sequence[str], metrics: list[MetricRow], taxes: list[TaxRow], regressions: int) -> str:
-    """One sentence that answers "what changed across these runs"."""
+def verdict(labels: Sequence[str], metrics: list[MetricRow], taxes: list[TaxRow], regressions: int,
+            inconclusive_taxes: int = 0) -> str:
+    """One sentence that answers "what changed across these runs"; `inconclusive_taxes`: the hops' tax changes
+    against the baseline that are not significant but whose intervals still reach a change that counts."""
     k = len(labels)
     # as latency-split's first line: outside the engine where every run has that figure (the engine's own
     # variation cannot touch it), else in total
@@ -65,6 +68,9 @@ def verdict(labels: Sequence[str], metrics: list[MetricRow], taxes: list[TaxRow]
             head += "; no run gave a hop's tax an interval (too few figures per path: raise -n)"
     tail = ("no regression against the baseline" if regressions == 0
             else f"{regressions} regression(s) against the baseline {labels[0]}")
+    if regressions == 0 and inconclusive_taxes:
+        tail += (f", but {inconclusive_taxes} tax change(s) inconclusive: their intervals still reach a change that "
+                 "counts (more requests narrow them)")
     return f"{head}; {tail}."
 
 
@@ -109,9 +115,14 @@ def change_table(rows: list[Change], width: int, every: bool = False, effect: st
     rest = len(rows) - len(shown)
     if rest:
         unjudged = sum(1 for c in rows if c.verdict == "no interval")
-        out.append(f"{rest} other comparison(s): no change beyond {effect} or an interval containing 0"
-                   + (f"; {unjudged} without an interval (throughput: one figure per run)" if unjudged else "")
-                   + " (--every lists them)")
+        open_ = sum(1 for c in rows if c.verdict == "inconclusive")
+        settled = rest - unjudged - open_
+        parts = [f"{settled} no change (the interval within ±{effect})"] if settled else []
+        parts += [f"{open_} inconclusive (no significant change, but the interval reaches past ±{effect}: "
+                  "more requests narrow it)"] if open_ else []
+        parts += [f"{unjudged} without an interval (throughput: one figure per run)"] if unjudged else []
+        out += textwrap.wrap(f"{rest} other comparison(s): " + "; ".join(parts) + " (--every lists them)",
+                             max(40, width), break_long_words=False, break_on_hyphens=False)
     return out
 
 

@@ -134,7 +134,7 @@ class Change:
     diff: float
     lo: float | None
     hi: float | None
-    verdict: str               # "regression" | "improvement" | "no change" | "no interval"
+    verdict: str               # "regression" | "improvement" | "no change" | "inconclusive" | "no interval"
     counted: bool = True       # counts toward --fail-on-regression (a path's own median in a multi-path run: no)
 
 
@@ -162,7 +162,10 @@ def _verdict(diff: float, lo: float | None, hi: float | None, baseline: float, h
         return "regression"
     if better and big:
         return "improvement"
-    return "no change"
+    # "no change" only where the interval rules out a change that counts, either way; where it still reaches
+    # one, the two runs cannot tell (a regression that large could hide in them)
+    effect = smallest_effect(baseline, kind)
+    return "no change" if -effect < lo and hi < effect else "inconclusive"
 
 
 def interval_apart(b_lo: float, b_hi: float, v_lo: float, v_hi: float, diff: float) -> tuple[float, float]:
