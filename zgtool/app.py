@@ -64,12 +64,22 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-def probe_url_shorthand(args: list[str]) -> list[str]:
-    """`zgtool probe URL ...` is `zgtool probe --target URL ...`: a URL where latency-split and `probe headers`
-    take theirs (click would call it an unknown subcommand)."""
+def url_shorthand(args: list[str]) -> list[str]:
+    """URLs where latency-split takes them, for the two groups whose first word is a subcommand (click would
+    call a URL an unknown subcommand): `zgtool probe URL ...` is `zgtool probe --target URL ...`, and
+    `zgtool bench URL [URL] ...` is `zgtool bench --direct URL [--gateway URL] ...`."""
     i = next((k for k, a in enumerate(args) if not a.startswith("-")), None)
-    if i is not None and args[i] == "probe" and i + 1 < len(args) and "://" in args[i + 1]:
+    if i is None or i + 1 >= len(args) or "://" not in args[i + 1]:
+        return args
+    if args[i] == "probe":
         return [*args[:i + 1], "--target", args[i + 1], *args[i + 2:]]
+    if args[i] == "bench":
+        flags = ["--direct", args[i + 1]]
+        rest = args[i + 2:]
+        if rest and "://" in rest[0]:
+            flags += ["--gateway", rest[0]]
+            rest = rest[1:]
+        return [*args[:i + 1], *flags, *rest]
     return args
 
 
@@ -87,7 +97,7 @@ def _run(args: list[str]) -> int:
 
     command = install(plain_help(typer.main.get_command(app)))
     try:
-        with command.make_context("zgtool", probe_url_shorthand(args)) as ctx:
+        with command.make_context("zgtool", url_shorthand(args)) as ctx:
             command.invoke(ctx)
         code = 0
     except typer.Exit as exc:

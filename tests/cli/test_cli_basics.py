@@ -100,13 +100,29 @@ def test_a_malformed_config_is_exit_2_naming_the_file(tmp_path):
 
 
 def test_probe_with_a_url_first_probes_that_target_as_target_does():
-    from zgtool.app import probe_url_shorthand
+    from zgtool.app import url_shorthand
 
-    assert probe_url_shorthand(["probe", "http://h:1", "-v"]) == ["probe", "--target", "http://h:1", "-v"]
-    assert probe_url_shorthand(["--debug", "probe", "https://h"]) == ["--debug", "probe", "--target", "https://h"]
-    for kept in (["probe", "headers", "http://h:1"], ["latency-split", "http://h:1"], ["probe", "--target", "x"]):
-        assert probe_url_shorthand(kept) == kept
+    assert url_shorthand(["probe", "http://h:1", "-v"]) == ["probe", "--target", "http://h:1", "-v"]
+    assert url_shorthand(["--debug", "probe", "https://h"]) == ["--debug", "probe", "--target", "https://h"]
+    for kept in (["probe", "headers", "http://h:1"], ["latency-split", "http://h:1"], ["probe", "--target", "x"],
+                 ["bench", "merge", "a.json", "b.json"], ["bench", "--direct", "http://h:1"]):
+        assert url_shorthand(kept) == kept
     short, long = zgtool("probe", "http://127.0.0.1:9", "--timeout-s", "1"), \
         zgtool("probe", "--target", "http://127.0.0.1:9", "--timeout-s", "1")
     assert short.returncode == long.returncode == 3 and short.stderr == long.stderr
     assert "connection refused by 127.0.0.1:9" in short.stderr
+
+
+def test_bench_with_urls_first_benches_them_as_direct_and_gateway():
+    """`zgtool bench URL URL`, as latency-split takes its targets: click called the URL an unknown command."""
+    from zgtool.app import url_shorthand
+
+    assert url_shorthand(["bench", "http://e:8000", "http://g:4000", "--rate", "2"]) == \
+        ["bench", "--direct", "http://e:8000", "--gateway", "http://g:4000", "--rate", "2"]
+    assert url_shorthand(["bench", "http://e:8000", "--scenarios", "direct"]) == \
+        ["bench", "--direct", "http://e:8000", "--scenarios", "direct"]
+    short = zgtool("bench", "http://127.0.0.1:9", "--scenarios", "direct", "--duration", "1s", "--no-progress")
+    long = zgtool("bench", "--direct", "http://127.0.0.1:9", "--scenarios", "direct", "--duration", "1s",
+                  "--no-progress")
+    assert short.returncode == long.returncode != 0 and short.stderr == long.stderr, short.stderr
+    assert "No such command" not in short.stderr

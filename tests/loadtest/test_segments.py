@@ -187,3 +187,24 @@ def test_merged_segments_sum_their_reconnects_and_take_the_p50_interval_from_the
     d = merged.differences["gateway"]
     assert d["n"] == 40 and d["p50_ms"] == pytest.approx(3.0) and d["lo_ms"] > 0
     assert d["rounds"] == 4 and d["method"].startswith("paired by rounds")   # the segments' turns, pooled
+
+
+def test_reconnects_in_several_scenarios_are_said_once_with_each_count_and_connect_time():
+    """vLLM behind LiteLLM at 2 req/s, 10 turns: 10 of 40 requests of every scenario reconnected; the note said
+    the same cause three times over (18 lines at 80 columns). One line names each scenario's count."""
+    from zgtool.loadtest.differences import RECONNECT_MARK, reconnect_notes
+    from zgtool.loadtest.merge import trend_of
+    from zgtool.loadtest.summary import PHASES, ScenarioStats
+
+    def stats(name: str, reconnects: int, connect_ms: float) -> ScenarioStats:
+        trends = {ph: trend_of([connect_ms] * 4 if ph == "http_req_connecting" else [10.0] * 4) for ph in PHASES}
+        return ScenarioStats(name=name, url="http://x", stream=False, rate_rps=2, requests=40, failures=0,
+                             failure_rate=0.0, achieved_rps=2.0, dropped_iterations=0, checks_failed=0,
+                             reconnects=reconnects, **trends)
+
+    scen = {"gateway": stats("gateway", 10, 0.9), "direct": stats("direct", 0, 0.0),
+            "direct_stream": stats("direct_stream", 7, 0.57)}
+    (note,) = reconnect_notes(scen)
+    assert note.startswith(f"gateway: 10 of 40, direct_stream: 7 of 40 requests {RECONNECT_MARK}"), note
+    assert "connecting p95 0.90, 0.57 ms" in note and "direct:" not in note
+    assert reconnect_notes({"direct": stats("direct", 0, 0.0)}) == []
