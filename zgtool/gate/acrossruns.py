@@ -175,7 +175,7 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
 
 
 def _marked(spec: RegressionSpec, row: GateRow, before: tuple[float, float], now: tuple[float, float],
-            change: float, allowance: float) -> GateRow:
+            change: float, allowance: float, bench: bool = False) -> GateRow:
     """`row`, marked inconclusive when it passed while the change's 95% interval (both runs' intervals
     combined, compare's rule) still reaches above the allowance: a regression that large is as consistent with
     the two runs as none. With [regression] inconclusive = "unreliable" such a row makes the run exit 5."""
@@ -185,8 +185,8 @@ def _marked(spec: RegressionSpec, row: GateRow, before: tuple[float, float], now
     if row.status != PASS or not reach > allowance:
         return row
     why = (f"{row.why}; inconclusive: the change's interval, both runs' combined, reaches {reach:+.4g} ms, above "
-           f"the {allowance:.3g} ms allowance, so a regression that large could pass unseen (more requests in "
-           "both runs, -n, narrow it)")
+           f"the {allowance:.3g} ms allowance, so a regression that large could pass unseen ("
+           + ("a longer --duration in both runs narrows it)" if bench else "more requests in both runs, -n, narrow it)"))
     if spec.inconclusive == "unreliable":
         return replace(row, status=FAIL, category=MEASUREMENT, sides=("change interval high end", "allowance"),
                        values=(reach, allowance), why=why, inconclusive=True)
@@ -212,4 +212,4 @@ def _bench_tax_row(spec: RegressionSpec, name: str, label: str, now: tuple[float
                   sides, ("<",) if c_lo > 0 else ("<=",), values, detail + "; the change's interval "
                   "combines both runs' (compare's rule)", group=GROUP, why=said)
     # a change as large as the allowance still inside the interval: a pass that could not have seen it
-    return _marked(spec, row, (b_lo, b_hi), (lo, hi), change, allowance)
+    return _marked(spec, row, (b_lo, b_hi), (lo, hi), change, allowance, bench=True)

@@ -90,7 +90,7 @@ def render_report(report: GateReport, console: Console) -> None:
                   f"{c.get(FAIL, 0)} failed, {c.get('skip', 0)} skipped", highlight=False)
     if blind:
         console.print(Text(f"{blind} pass(es) inconclusive: the interval still reaches above the allowance, so a "
-                           "regression that large could pass unseen; more rounds and requests (--rounds, -n) "
+                           "regression that large could pass unseen; more rounds and requests (--rounds, and -n or --duration) "
                            "narrow it, and inconclusive = \"unreliable\" in a policy's [paired] or [regression] "
                            "makes such a run exit 5", style="yellow"))
     if report.verdict == UNRELIABLE:
