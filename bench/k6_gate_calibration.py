@@ -89,6 +89,7 @@ def main() -> None:
                 burn = burners(os.cpu_count() or 2) if cond == "busy" else []
                 load_before = os.getloadavg()[0]
                 hits = {m: {s: 0 for s in SCENARIOS} for m in [*methods, "compare"]}
+                marked = {s: 0 for s in SCENARIOS}     # "gate, intervals" passes marked inconclusive
                 pairs = 0
                 stored: LoadedResult | None = None
                 try:
@@ -100,11 +101,14 @@ def main() -> None:
                                 continue
                             now = LoadedResult(str(out), relabelled(res, hops[s], hop0))
                             for m, pol in methods.items():
-                                own = [r for r in evaluate(pol, [now], baseline=stored).breaches
-                                       if r.group == "regression"]
+                                rows = [r for r in evaluate(pol, [now], baseline=stored).rows
+                                        if r.group == "regression"]
+                                own = [r for r in rows if r.status == "fail"]
                                 for r in own:
                                     print(f"    {s} {m} FAIL {r.rule}: {r.why}", flush=True)
                                 hits[m][s] += bool(own)
+                                if pol.regression.method == "intervals":
+                                    marked[s] += not own and any(r.inconclusive for r in rows)
                             hits["compare"][s] += compare_fails(Path(stored.label), now.result, Path(tmp))
                         pairs += stored is not None
                         aa = Path(tmp) / f"{cond}-aa-{i}.json"
@@ -117,7 +121,14 @@ def main() -> None:
                 summary[cond] = {"pairs": pairs, "loadavg_1min_before_after": (round(load_before, 2),
                                                                                 round(os.getloadavg()[0], 2)),
                                  **{m: {"false_alarm": rate(h["aa"], pairs), "detect_2ms": rate(h["ab2ms"], pairs),
-                                        "detect_10pct": rate(h["ab10"], pairs)} for m, h in hits.items()}}
+                                        "detect_10pct": rate(h["ab10"], pairs)} for m, h in hits.items()},
+                                 # the intervals gate's passes marked inconclusive; a miss left unmarked is silent
+                                 "gate, intervals, marks": {
+                                     "aa_passes_marked": rate(marked["aa"], max(1, pairs - hits["gate, intervals"]["aa"])),
+                                     "silent_miss_2ms": rate(pairs - hits["gate, intervals"]["ab2ms"] - marked["ab2ms"],
+                                                             pairs),
+                                     "silent_miss_10pct": rate(pairs - hits["gate, intervals"]["ab10"] - marked["ab10"],
+                                                               pairs)}}
     finally:
         stop_all(procs)
     print(f"\n{'against the stored run':<34}{'false alarm (A/A)':>34}{'detect 2 ms':>34}{'detect 10%':>34}")
@@ -125,6 +136,9 @@ def main() -> None:
         for m in [*methods, "compare"]:
             print(f"{cond + ' ' + m:<34}{fmt_rate(r[m]['false_alarm']):>34}{fmt_rate(r[m]['detect_2ms']):>34}"
                   f"{fmt_rate(r[m]['detect_10pct']):>34}")
+        mk = r["gate, intervals, marks"]
+        print(f"{cond + ' gate, intervals: marked':<34}{'A/A passes ' + fmt_rate(mk['aa_passes_marked']):>34}"
+              f"{'silent ' + fmt_rate(mk['silent_miss_2ms']):>34}{'silent ' + fmt_rate(mk['silent_miss_10pct']):>34}")
     print(json.dumps({"bench": "k6_gate_calibration", "model": args.model, "cpu": cpu_model(), "rate_rps": args.rate,
                       "duration_s": args.duration, "conditions": summary}))
 
