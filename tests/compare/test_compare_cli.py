@@ -246,3 +246,6 @@ def test_no_change_is_said_only_where_the_interval_rules_out_a_change_that_count
     assert same and set(same.values()) == {"no change"}, same
     done = run_zgtool("compare", *pair)
     assert done.returncode == 0 and "3 tax change(s) inconclusive" in done.stdout.splitlines()[0], done.stdout
+    data = json.loads(run_zgtool("compare", *pair, "--json").stdout)["data"]
+    assert "inconclusive: neither" in data["definitions"]["verdicts"]
+    assert {c["verdict"] for c in data["changes"] if c["metric"].endswith(" tax")} == {"inconclusive"}

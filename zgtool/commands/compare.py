@@ -77,7 +77,11 @@ def run(opts: CompareOptions) -> dict:
             "definitions": {"across": "t-interval over the runs' medians, mean +/- t(0.975, k-1) sd/sqrt(k)",
                             "changes": "this run's median minus the baseline's, interval from both medians' "
                                        "bootstrap intervals (normal approximation); a change counts above "
-                                       f"{effect} of the baseline"}}
+                                       f"{effect} of the baseline",
+                            "verdicts": "regression or improvement: the interval excludes 0 and the change counts; "
+                                        f"no change: the interval lies within +/-{effect}; inconclusive: neither, "
+                                        "the interval still reaches a change that counts; no interval: one figure "
+                                        "per run"}}
     result = make_result("compare", data)
     emit_result(result, as_json=opts.as_json, out=opts.out)
     if opts.fail_on_regression and regressions:
