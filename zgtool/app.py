@@ -14,7 +14,15 @@ import traceback
 import typer
 
 from zgtool import __version__
-from zgtool.errors import ExitCode, ZgError, exit_code_for, mark_interrupted, user_message, was_interrupted
+from zgtool.errors import (
+    ExitCode,
+    UsageError,
+    ZgError,
+    exit_code_for,
+    mark_interrupted,
+    user_message,
+    was_interrupted,
+)
 
 app = typer.Typer(
     name="zgtool",
@@ -79,6 +87,9 @@ def url_shorthand(args: list[str]) -> list[str]:
         if rest and "://" in rest[0]:
             flags += ["--gateway", rest[0]]
             rest = rest[1:]
+        if rest and "://" in rest[0]:
+            raise UsageError(f"bench takes two URLs at most, the engine's and one gateway's (--direct, --gateway), "
+                             f"not also {rest[0]}: bench each further gateway in a run of its own")
         return [*args[:i + 1], *flags, *rest]
     return args
 

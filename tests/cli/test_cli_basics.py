@@ -126,3 +126,5 @@ def test_bench_with_urls_first_benches_them_as_direct_and_gateway():
                   "--no-progress")
     assert short.returncode == long.returncode != 0 and short.stderr == long.stderr, short.stderr
     assert "No such command" not in short.stderr
+    third = zgtool("bench", "http://127.0.0.1:9", "http://127.0.0.1:10", "http://127.0.0.1:11")
+    assert third.returncode == 2 and third.stderr.count("\n") == 1 and "two URLs at most" in third.stderr, third.stderr

@@ -82,7 +82,8 @@ def bench(
 
 
 def register(app: typer.Typer) -> None:
-    bench_app = typer.Typer(help="k6 open-model load tests (run, segments, merge).", epilog="""Examples:\n\n  zgtool bench --direct http://127.0.0.1:8000 --gateway http://127.0.0.1:8080 --rate 5 --duration 30s\n\n  zgtool bench merge seg*.json -o bench.json\n""")
+    bench_app = typer.Typer(help="k6 open-model load tests (run, segments, merge).",
+                            subcommand_metavar="[DIRECT_URL [GATEWAY_URL]] | merge RESULT...", epilog="""Examples:\n\n  zgtool bench --direct http://127.0.0.1:8000 --gateway http://127.0.0.1:8080 --rate 5 --duration 30s\n\n  zgtool bench merge seg*.json -o bench.json\n""")
     app.add_typer(bench_app, name="bench")
     bench_app.command("merge", epilog="""Examples:\n\n  zgtool bench merge seg1.json seg2.json seg3.json -o bench.json\n""")(merge)
     bench_app.callback(invoke_without_command=True, help="Load-test gateway vs direct vs direct streaming with "
