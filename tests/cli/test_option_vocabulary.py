@@ -73,7 +73,11 @@ def _examples(help_text: str) -> list[str]:
 
 
 def _parse(argv: list[str]) -> None:
-    """Parse (not run) argv against the real click tree: unknown options or bad values raise."""
+    """Parse (not run) argv against the real click tree, as `zgtool` does (URLs first included): unknown options or
+    bad values raise."""
+    from zgtool.app import url_shorthand
+
+    argv = url_shorthand(argv)
     cmd, parent = _root(), None
     name = "zgtool"
     while True:

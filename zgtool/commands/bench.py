@@ -30,7 +30,6 @@ Examples:
   zgtool bench http://vllm:8000 http://litellm:4000 --rate 2 --duration 20s -o bench.json
   zgtool bench --start --via pygw --rate 20 --duration 20s -o bench.json
   zgtool bench --direct http://127.0.0.1:8000 --scenarios direct --segment 1/2 -o seg1.json   (and 2/2 at once)
-  zgtool bench merge seg1.json seg2.json -o bench.json
   zgtool bench --direct http://vllm:8000 --gateway http://litellm:4000 --k8s 4 --k8s-out k8s/
 """
 
