@@ -75,19 +75,12 @@ class Quick(RuntimeParam):
     def _leaf(self, leaf: type, value: Any, param: _TyperParameter, ctx: Context) -> Any:
         if leaf is str:
             return value if type(value) is str else _SLOW
-        if leaf is int:
-            if type(value) is int:
+        if leaf is int or leaf is float:
+            pattern = _INT if leaf is int else _FLOAT
+            if type(value) is leaf:
                 number: Any = value
-            elif type(value) is str and _INT.fullmatch(value):
-                number = int(value)
-            else:
-                return _SLOW
-            return number if self._in_range(number) else _SLOW
-        if leaf is float:
-            if type(value) is float:
-                number = value
-            elif type(value) is str and _FLOAT.fullmatch(value):
-                number = float(value)
+            elif type(value) is str and pattern.fullmatch(value):
+                number = leaf(value)
             else:
                 return _SLOW
             return number if self._in_range(number) else _SLOW

@@ -147,7 +147,7 @@ def interval_rows(spec: RegressionSpec, res: LoadedResult, baseline: LoadedResul
             FAIL if breached else PASS, (f"{phase} median_lo", f"baseline median_hi * (1 + {pct})"), ("<=",),
             (lo, limit), f"95% intervals of the medians; allowance +{pct} and {spec.noise_floor:g} ms beyond the "
             "baseline's", group=GROUP, why=f"median {med:.4g} {_iv(lo, hi)} vs baseline {b_med:.4g} {_iv(b_lo, b_hi)}: {verdict}"),
-            (b_lo, b_hi), (lo, hi), med - b_med, max(spec.max_ratio * b_hi, spec.noise_floor)))
+            (b_lo, b_hi), (lo, hi), med - b_med, max(spec.max_ratio * b_hi, spec.noise_floor), bench=bench))
     mine_tax, their_tax = _taxes(current), _taxes(base)
     how = (f"each scenario's median minus direct's within each run ({_bench_pairing(res.result)})" if bench
            else "paired within each run (the machine's drift cancels)")
